@@ -1,0 +1,58 @@
+# Two commands for a new user: `make demo` and `make test`. Both create .venv when missing.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+LOCK := requirements/dev.lock
+LOCK_HASH := $(shell cat $(LOCK) | sha256sum | cut -c1-16)
+DEPS_STAMP := $(VENV)/.deps-$(LOCK_HASH)
+SRC_STAMP := $(VENV)/.src-$(shell printf '%s' "$(CURDIR)" | sha256sum | cut -c1-16)
+HTML_MANAGER := tests/browser/node_modules/@jupyter-widgets/html-manager/dist/embed.js
+
+.PHONY: install test lint demo browser-deps bench clean lock
+
+$(DEPS_STAMP): $(LOCK)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r $(LOCK)
+	@rm -f $(VENV)/.deps-*
+	@touch $@
+
+# The package itself is installed editable; re-done when the checkout moves (CI clones anew).
+$(SRC_STAMP): $(DEPS_STAMP) pyproject.toml
+	$(BIN)/python -m pip install -q --no-deps -e .
+	@rm -f $(VENV)/.src-*
+	@touch $@
+
+install: $(SRC_STAMP)
+
+# Headless Chromium (Debian) and the widget HTML manager (npm) for the widget browser test.
+browser-deps: $(HTML_MANAGER)
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is missing: run 'sudo apt-get install chromium' for the widget browser test"; fi; }
+
+$(HTML_MANAGER): tests/browser/package.json tests/browser/package-lock.json
+	cd tests/browser && npm ci --silent --no-audit --no-fund
+	@touch $@
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: install browser-deps lint
+	$(BIN)/python -m pytest -q
+
+demo: install
+	$(BIN)/python -m gpu2tpu.demo
+
+bench: install
+	$(BIN)/python benchmarks/rewrite_speed.py
+
+# Re-resolve the development lock from requirements/dev.in (needs the registries).
+lock:
+	rm -rf /tmp/gpu2tpu-lock && $(PYTHON) -m venv /tmp/gpu2tpu-lock
+	/tmp/gpu2tpu-lock/bin/pip install -q -r requirements/dev.in
+	/tmp/gpu2tpu-lock/bin/pip freeze --exclude gpu2tpu > $(LOCK)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info

@@ -1,0 +1,131 @@
+"""The places PyTorch code can run: TorchTPU, PyTorch/XLA, torchax on JAX, CUDA and the CPU.
+
+`get_backend(name)` gives one by name, and never falls back silently: an explicit name that
+cannot run here raises `BackendUnavailable` with the install command. `choose_backend("auto")`
+picks TorchTPU, then PyTorch/XLA on a TPU, then the CPU dry run, and says why in one line.
+Backend modules load only when their name is asked for, so importing this package imports
+neither torch nor any TPU runtime.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .base import (
+    Backend,
+    BackendStatus,
+    BackendUnavailable,
+    ChipInfo,
+    MemoryInfo,
+    UnknownBackend,
+    chip_kind,
+)
+
+__all__ = [
+    "BACKEND_NAMES",
+    "Backend",
+    "BackendStatus",
+    "BackendUnavailable",
+    "ChipInfo",
+    "MemoryInfo",
+    "UnknownBackend",
+    "available_backends",
+    "backend_class",
+    "chip_kind",
+    "choose_backend",
+    "get_backend",
+]
+
+# name -> (module in this package, class); the order is the order of listings.
+_REGISTRY: dict[str, tuple[str, str]] = {
+    "tpu": ("torchtpu", "TorchTPUBackend"),
+    "xla": ("xla", "XLABackend"),
+    "jax": ("jax", "JAXBackend"),
+    "cuda": ("cuda", "CUDABackend"),
+    "cpu": ("cpu", "CPUBackend"),
+}
+_ALIASES = {
+    "torchtpu": "tpu",
+    "torch_tpu": "tpu",
+    "torch-tpu": "tpu",
+    "torch_xla": "xla",
+    "pytorch/xla": "xla",
+    "torchax": "jax",
+    "gpu": "cuda",
+}
+BACKEND_NAMES: tuple[str, ...] = ("auto", *_REGISTRY)
+# What `auto` tries before settling for the CPU dry run.
+_AUTO_ORDER = ("tpu", "xla")
+
+_instances: dict[str, Backend] = {}
+
+
+def canonical_name(name: str) -> str:
+    """The registry name for `name` (aliases and case folded); raise `UnknownBackend`."""
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key != "auto" and key not in _REGISTRY:
+        known = ", ".join(BACKEND_NAMES)
+        raise UnknownBackend(f"unknown backend {name!r}; known backends are: {known}")
+    return key
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The adapter class for a backend name (imports only that adapter's module)."""
+    key = canonical_name(name)
+    if key == "auto":
+        raise UnknownBackend("'auto' is a choice among backends, not a backend; use choose_backend")
+    module_name, class_name = _REGISTRY[key]
+    module = importlib.import_module(f"{__name__}.{module_name}")
+    return getattr(module, class_name)
+
+
+def _instance(key: str) -> Backend:
+    # One instance per backend: adapters keep per-process runtime state (compile listeners).
+    if key not in _instances:
+        _instances[key] = backend_class(key)()
+    return _instances[key]
+
+
+def get_backend(name: str = "auto") -> Backend:
+    """The backend called `name`, ready to use; `auto` as in `choose_backend`.
+
+    Raises `UnknownBackend` for a name gpu2tpu does not know and `BackendUnavailable` (one
+    sentence with the install command) for a known one that cannot run here.
+    """
+    key = canonical_name(name)
+    if key == "auto":
+        return choose_backend("auto")[0]
+    backend_class(key).require()
+    return _instance(key)
+
+
+def choose_backend(name: str = "auto") -> tuple[Backend, str]:
+    """The backend to use for `name` and a one-line reason a user can read."""
+    key = canonical_name(name)
+    if key != "auto":
+        backend = get_backend(key)
+        return backend, f"{key}: requested explicitly"
+    skipped: list[str] = []
+    for candidate in _AUTO_ORDER:
+        cls = backend_class(candidate)
+        why_not = cls.auto_skip_reason()
+        if why_not is None:
+            version = cls.version()
+            label = f"{cls.distribution} {version}" if version else cls.title
+            return _instance(candidate), f"auto: using {cls.title} ({label}), which sees a TPU"
+        skipped.append(why_not)
+    return _instance("cpu"), f"auto: no TPU backend found ({_join_reasons(skipped)}); using the CPU dry run"
+
+
+def _join_reasons(reasons: list[str]) -> str:
+    """'torch_tpu not installed', 'torch_xla not installed' -> 'torch_tpu, torch_xla not installed'."""
+    suffix = " not installed"
+    if reasons and all(r.endswith(suffix) for r in reasons):
+        return ", ".join(r[: -len(suffix)] for r in reasons) + suffix
+    return "; ".join(reasons)
+
+
+def available_backends() -> list[BackendStatus]:
+    """Every backend, found or missing, with its version or the command that installs it."""
+    return [backend_class(key).status() for key in _REGISTRY]

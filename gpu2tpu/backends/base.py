@@ -1,0 +1,307 @@
+"""What every backend gives: its device, a synchronize, memory figures, the chip, a compile hook.
+
+A backend is one small adapter class. Its class methods answer "can I be used here?" cheaply
+(`importlib.util.find_spec` first, so an absent package is never imported); everything that
+touches the runtime happens only after that answer was yes, inside the adapter's own methods,
+so the surface that cannot be exercised without the hardware stays small and in one place.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    import torch
+
+# PCI vendor id of Google's TPU chips (backends.md §3: TorchTPU's hardware detection).
+GOOGLE_TPU_PCI_VENDOR = "0x1ae0"
+
+
+class UnknownBackend(ValueError):
+    """A backend name that gpu2tpu does not know."""
+
+
+class BackendUnavailable(RuntimeError):
+    """A known backend that cannot run here; the message says what to install or where to run."""
+
+
+@dataclass(frozen=True)
+class MemoryInfo:
+    """Device memory in bytes; a field is None when the backend cannot tell."""
+
+    in_use_bytes: int | None = None
+    peak_bytes: int | None = None
+    total_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, int | None]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ChipInfo:
+    """The accelerator as the runtime names it, its catalogue key, and how many there are.
+
+    `kind` is the hardware catalogue's key ("v5e", "v6e", "v5p", "tpu7x", "h100",
+    "a100-80gb", "cpu", ...), so the profiler can look up peak FLOP/s and prices.
+    """
+
+    name: str
+    kind: str
+    count: int = 1
+
+    def to_dict(self) -> dict[str, str | int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    """One line of `available_backends()`: whether a backend runs here, and if not, why."""
+
+    name: str
+    title: str
+    available: bool
+    reason: str
+    install: str
+    version: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# Runtime device names -> catalogue keys. TPU names follow jax's device_kind strings
+# (backends.md §4 "device_kind strings"); GPU names follow torch.cuda.get_device_name().
+_KIND_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(p, re.IGNORECASE), k)
+    for p, k in (
+        (r"\bTPU ?v5 ?(lite|e)\b|\bv5litepod\b|\bv5e\b", "v5e"),
+        (r"\bTPU ?v6 ?(lite|e)\b|\bv6e\b|trillium", "v6e"),
+        (r"\bTPU ?v5p?\b|\bv5p\b", "v5p"),
+        (r"\bTPU ?v4 ?lite\b|\bv4i\b", "v4i"),
+        (r"\bTPU ?v4\b|\bv4\b", "v4"),
+        (r"\bTPU ?v3\b", "v3"),
+        (r"\bTPU ?v2\b", "v2"),
+        (r"\bTPU ?v?7x?\b|ironwood", "tpu7x"),
+        (r"\bH200\b", "h200"),
+        (r"\bH100\b", "h100"),
+        (r"\bB200\b", "b200"),
+        (r"\bA100\b.*\b80\s?GB\b", "a100-80gb"),
+        (r"\bA100\b", "a100-40gb"),
+        (r"\bL4\b", "l4"),
+        (r"\bT4\b", "t4"),
+    )
+)
+
+
+def chip_kind(name: str) -> str:
+    """The catalogue key for a runtime's chip name, e.g. "TPU v5 lite" -> "v5e".
+
+    Names the table does not know become a lowercase slug, so they still group together.
+    """
+    for pattern, kind in _KIND_PATTERNS:
+        if pattern.search(name):
+            return kind
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return slug or "unknown"
+
+
+def tpu_chips_on_pci(root: str = "/sys/bus/pci/devices") -> int:
+    """How many Google TPU chips the PCI bus lists, without loading any TPU runtime."""
+    try:
+        entries = os.listdir(root)
+    except OSError:
+        return 0
+    count = 0
+    for entry in entries:
+        try:
+            with open(os.path.join(root, entry, "vendor"), encoding="ascii") as fh:
+                if fh.read().strip().lower() == GOOGLE_TPU_PCI_VENDOR:
+                    count += 1
+        except OSError:
+            continue
+    return count
+
+
+def package_version(distribution: str) -> str | None:
+    """The installed version of a distribution, read from its metadata (never imports it)."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def has_module(name: str) -> bool:
+    """Whether `import name` could succeed, without importing it."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+class Backend:
+    """One way of running PyTorch code; subclasses adapt a runtime's real calls.
+
+    Class attributes describe the backend for listings and error messages; `is_available`
+    and `unavailable_reason` decide without importing absent packages. Instances are cheap
+    and hold no device state beyond what their runtime keeps.
+    """
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    install: ClassVar[str]  # the exact command (or place) that makes the backend available
+    distribution: ClassVar[str | None] = None  # the PyPI distribution whose version we report
+    runs_on_tpu: ClassVar[bool] = False  # eligible for `auto`
+    compile_backend: ClassVar[str | None] = None  # torch.compile backend name, if one
+
+    # -- deciding, cheaply -------------------------------------------------------------------
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """None when the backend can run here, else one sentence saying why not."""
+        raise NotImplementedError
+
+    @classmethod
+    def is_available(cls) -> bool:
+        return cls.unavailable_reason() is None
+
+    @classmethod
+    def auto_skip_reason(cls) -> str | None:
+        """None when `auto` should pick this backend, else a short phrase saying why not.
+
+        Only backends that run on a TPU are candidates; a TPU backend that can also run on
+        the CPU (PyTorch/XLA) overrides this to ask for TPU chips as well.
+        """
+        if not cls.runs_on_tpu:
+            return f"{cls.name} does not run on a TPU"
+        return cls.unavailable_reason()
+
+    @classmethod
+    def version(cls) -> str | None:
+        return package_version(cls.distribution) if cls.distribution else None
+
+    @classmethod
+    def status(cls) -> BackendStatus:
+        reason = cls.unavailable_reason()
+        return BackendStatus(
+            name=cls.name,
+            title=cls.title,
+            available=reason is None,
+            reason=reason or "available",
+            install=cls.install,
+            version=cls.version(),
+        )
+
+    @classmethod
+    def require(cls) -> None:
+        """Raise `BackendUnavailable` with the reason and the install command, if unusable."""
+        reason = cls.unavailable_reason()
+        if reason is not None:
+            raise BackendUnavailable(f"{reason}; to use it: {cls.install}")
+
+    # -- using ---------------------------------------------------------------------------------
+
+    def device(self) -> torch.device:
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        """Wait until queued device work has finished (timing needs this)."""
+
+    def memory(self) -> MemoryInfo | None:
+        return None
+
+    def reset_peak_memory(self) -> None:
+        """Start a new peak-memory window; a no-op where the runtime keeps no peak."""
+
+    def chip(self) -> ChipInfo:
+        raise NotImplementedError
+
+    def compile(self, fn_or_module: Callable[..., Any]) -> Callable[..., Any]:
+        """Compile a function or module for this backend (`torch.compile` with its backend)."""
+        import torch
+
+        return torch.compile(fn_or_module, backend=self.compile_backend or "inductor")
+
+    def compilation_count(self) -> int | None:
+        """How many graphs the runtime has compiled so far in this process; None if unknown."""
+        return None
+
+    def explain_failure(self, error: BaseException, source: str | None = None) -> str | None:
+        """A sentence to add to an error raised by user code on this backend, if one helps."""
+        return None
+
+    @contextmanager
+    def activate(self) -> Iterator[torch.device]:
+        """Run the block with this backend's device as torch's default and as the accelerator.
+
+        Code the codemod rewrote asks `torch.accelerator.current_accelerator(...)` for its
+        device; inside the block that call answers this backend's device, so a rewritten cell
+        lands here even where torch's own accelerator is another one (CUDA on a GPU machine
+        asked to dry-run on the CPU, or XLA and torchax, which are not torch accelerators).
+        Both are restored afterwards, also when the block raises.
+        """
+        dev = self.device()
+        with default_device(dev), accelerator_answers(dev):
+            yield dev
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+@contextmanager
+def default_device(dev: torch.device) -> Iterator[None]:
+    """`torch.set_default_device(dev)` for the block; the previous default comes back after.
+
+    Nothing is set when `dev` already is the default: a global default device costs a little
+    on every torch call, and the CPU dry run should not pay it for nothing.
+    """
+    import torch
+
+    holder = torch._GLOBAL_DEVICE_CONTEXT  # where set_default_device keeps its DeviceContext
+    previous = getattr(holder, "device_context", None)
+    if previous is None and dev.type == "cpu":
+        yield
+        return
+    if previous is not None and previous.device == dev:
+        yield
+        return
+    torch.set_default_device(dev)
+    try:
+        yield
+    finally:
+        torch.set_default_device(previous.device if previous is not None else None)
+
+
+@contextmanager
+def accelerator_answers(dev: torch.device) -> Iterator[None]:
+    """Make `torch.accelerator.current_accelerator()` return `dev` inside the block."""
+    import torch
+
+    accel = torch.accelerator
+    original = accel.current_accelerator
+    try:
+        current = original(check_available=True)
+    except RuntimeError:
+        current = None
+    target = torch.device(dev.type)
+    if dev.type == "cpu" and current is None:
+        yield  # the codemod's `... or torch.device("cpu")` already gives the CPU
+        return
+    if current is not None and current.type == dev.type:
+        yield
+        return
+
+    def current_accelerator(check_available: bool = False) -> torch.device | None:
+        return None if target.type == "cpu" else target
+
+    accel.current_accelerator = current_accelerator  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        accel.current_accelerator = original  # type: ignore[assignment]
+

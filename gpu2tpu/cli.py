@@ -1,0 +1,79 @@
+"""The `gpu2tpu` command: argument parsing only; each subcommand calls into the package.
+
+Exit codes, as ruff and black: 0 clean, 1 changes or findings, 2 a usage error or files that
+could not be processed (the others are still processed and reported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from . import __version__
+
+
+def _codes(value: str) -> list[str]:
+    return [c.strip().upper() for c in value.split(",") if c.strip()]
+
+
+def _add_rewrite_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", default=["."], help="files or folders (default: .)")
+    p.add_argument("--select", type=_codes, action="extend", default=None, metavar="CODES",
+                   help="only these rule codes or prefixes, e.g. G2T1,G2T201")  # fmt: skip
+    p.add_argument("--ignore", type=_codes, action="extend", default=None, metavar="CODES",
+                   help="skip these rule codes or prefixes")  # fmt: skip
+    p.add_argument("--unsafe-fixes", action="store_true", default=None,
+                   help="also apply fixes that may change behaviour (e.g. fp16 -> bf16)")  # fmt: skip
+    p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                   help="skip paths matching GLOB (added to [tool.gpu2tpu] exclude)")  # fmt: skip
+    p.add_argument("-j", "--jobs", type=int, default=0, help="worker processes (default: all cores)")
+    p.add_argument("--stdin-filename", default=None, help="name to report for `-` (standard input)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the summary")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpu2tpu",
+        description="Move CUDA-first PyTorch code and notebooks to TPUs.",
+    )
+    parser.add_argument("--version", action="version", version=f"gpu2tpu {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    check = sub.add_parser("check", help="list CUDA-specific code and TPU hazards (writes nothing)")
+    _add_rewrite_options(check)
+    check.add_argument("--format", choices=["text", "json", "csv"], default="text")
+
+    rewrite = sub.add_parser("rewrite", help="rewrite CUDA-specific code into device-agnostic code")
+    _add_rewrite_options(rewrite)
+    modes = rewrite.add_mutually_exclusive_group()
+    modes.add_argument("--diff", action="store_true", help="print a unified diff; write nothing")
+    modes.add_argument("--check", action="store_true",
+                       help="write nothing; exit 1 when anything would change")  # fmt: skip
+
+    rules = sub.add_parser("rules", help="list the rules, or explain one (`gpu2tpu rules G2T101`)")
+    rules.add_argument("code", nargs="?", help="a rule code")
+    rules.add_argument("--format", choices=["text", "json"], default="text")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    if args.command == "rules":
+        from .rewrite.rules_doc import explain_rules
+
+        return explain_rules(args.code, args.format, sys.stdout, sys.stderr)
+    if args.jobs < 0:
+        parser.error("--jobs must be 0 (all cores) or more")
+    from .rewrite.cli_run import run_rewrite_command
+
+    return run_rewrite_command(args, Path(os.getcwd()), sys.stdin, sys.stdout, sys.stderr)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,427 @@
+"""The edge of the codemod that touches files.
+
+paths -> discovery (excludes) -> byte prefilter -> `rewrite_source` / `rewrite_notebook` ->
+diff, or an atomic write only when the text changed. Files are processed in a process pool;
+one bad file becomes one error line and never stops the others.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import io
+import os
+import stat
+import tempfile
+import tokenize
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from .model import CellFinding, Finding, Options
+
+SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
+DEFAULT_EXCLUDES = (
+    ".git",
+    ".hg",
+    ".svn",
+    ".venv",
+    "venv",
+    ".tox",
+    ".nox",
+    "__pycache__",
+    "build",
+    "dist",
+    "node_modules",
+    "site-packages",
+    ".eggs",
+    "*.egg-info",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".ipynb_checkpoints",
+)
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+
+
+class Mode(StrEnum):
+    CHECK = "check"  # report findings, write nothing
+    WRITE = "write"  # rewrite files in place
+    DIFF = "diff"  # print a unified diff, write nothing
+    DRY = "dry"  # `rewrite --check`: say what would change, write nothing
+
+
+class Status(StrEnum):
+    UNCHANGED = "unchanged"
+    REWRITTEN = "rewritten"
+    WOULD_REWRITE = "would-rewrite"
+    PREFILTERED = "skipped"  # no CUDA-ish token: never parsed
+    EMPTY = "empty"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Config:
+    """Engine settings, from the command line and `[tool.gpu2tpu]` in pyproject.toml."""
+
+    options: Options = Options()
+    exclude: tuple[str, ...] = ()
+    max_bytes: int = DEFAULT_MAX_BYTES
+    jobs: int = 0  # 0: all cores
+    root: Path | None = None  # where `exclude` patterns are anchored
+
+
+@dataclass
+class FileOutcome:
+    path: str
+    status: Status
+    edits: list[CellFinding | Finding] = field(default_factory=list)
+    findings: list[CellFinding | Finding] = field(default_factory=list)
+    error: str | None = None
+    cell_errors: list[str] = field(default_factory=list)
+    diff: str = ""
+
+    @property
+    def is_notebook(self) -> bool:
+        return self.path.endswith(".ipynb")
+
+
+@dataclass
+class RunReport:
+    files: list[FileOutcome]
+    discovery_errors: list[str]
+    mode: Mode
+
+    @property
+    def errors(self) -> list[str]:
+        return [*self.discovery_errors, *(f"{o.path}: {o.error}" for o in self.files if o.error)]
+
+    def count(self, status: Status) -> int:
+        return sum(1 for o in self.files if o.status is status)
+
+
+# -- configuration -----------------------------------------------------------------------------
+
+
+def find_project_root(start: Path) -> Path | None:
+    for folder in (start, *start.parents):
+        if (folder / "pyproject.toml").is_file():
+            return folder
+    return None
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def load_config(start: Path) -> dict:
+    """`[tool.gpu2tpu]` of the nearest pyproject.toml above `start`, or {}."""
+    import tomllib
+
+    root = find_project_root(start)
+    if root is None:
+        return {}
+    path = root / "pyproject.toml"
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read [tool.gpu2tpu]: {err}") from None
+    section = data.get("tool", {}).get("gpu2tpu", {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"{path}: [tool.gpu2tpu] must be a table")
+    known = {"exclude", "select", "ignore", "unsafe-fixes", "max-file-size"}
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise ConfigError(f"{path}: unknown [tool.gpu2tpu] key(s): {', '.join(unknown)}")
+    section = dict(section)
+    section["__root__"] = root
+    return section
+
+
+# -- discovery ---------------------------------------------------------------------------------
+
+
+def _excluded(rel: str, name: str, patterns: Iterable[str]) -> bool:
+    for pattern in patterns:
+        if fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch(rel, pattern):
+            return True
+        if rel == pattern.rstrip("/") or rel.startswith(pattern.rstrip("/") + "/"):
+            return True
+    return False
+
+
+def discover(paths: Iterable[str], config: Config) -> tuple[list[str], list[str]]:
+    """Source files under `paths` (explicit files are always taken), and one line per problem."""
+    files: list[str] = []
+    errors: list[str] = []
+    seen: set[str] = set()
+    root = config.root
+    patterns = (*DEFAULT_EXCLUDES, *config.exclude)
+
+    def rel_of(p: Path) -> str:
+        if root is None:
+            return p.as_posix()
+        try:
+            return p.resolve().relative_to(root.resolve()).as_posix()
+        except (ValueError, OSError):
+            return p.as_posix()
+
+    def add(p: str) -> None:
+        if p not in seen:
+            seen.add(p)
+            files.append(p)
+
+    for raw in paths:
+        if raw == "-":
+            add("-")
+            continue
+        p = Path(raw)
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            reason = "broken symbolic link" if p.is_symlink() else "no such file or directory"
+            errors.append(f"{raw}: {reason}")
+            continue
+        except OSError as err:
+            errors.append(f"{raw}: {_os_reason(err)}")
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            for found in _walk(p, patterns, rel_of, errors):
+                add(found)
+        else:
+            add(raw)
+    return files, errors
+
+
+def _walk(top: Path, patterns: tuple[str, ...], rel_of, errors: list[str]) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    def onerror(err: OSError) -> None:
+        errors.append(f"{err.filename}: {_os_reason(err)}")
+
+    for folder, dirnames, filenames in os.walk(top, onerror=onerror):
+        base = Path(folder)
+        dirnames[:] = sorted(
+            d for d in dirnames if not _excluded(rel_of(base / d), d, patterns)
+        )
+        for name in sorted(filenames):
+            if not name.endswith(SOURCE_SUFFIXES):
+                continue
+            path = base / name
+            if _excluded(rel_of(path), name, patterns):
+                continue
+            yield str(path)
+
+
+def _os_reason(err: OSError) -> str:
+    if isinstance(err, PermissionError):
+        return "permission denied"
+    if err.errno == 40:  # ELOOP
+        return "symbolic link loop"
+    if isinstance(err, IsADirectoryError):
+        return "is a directory"
+    return err.strerror or str(err)
+
+
+# -- one file ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Decoded:
+    text: str
+    encoding: str
+
+
+def decode_source(data: bytes) -> _Decoded:
+    """Decode Python source the way the interpreter does (BOM, PEP 263 cookie), strictly."""
+    if b"\x00" in data:
+        raise ValueError("binary file (contains NUL bytes), not Python source")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as err:
+        raise ValueError(f"bad encoding declaration: {err.msg}") from None
+    try:
+        text = data.decode(encoding)
+    except (UnicodeDecodeError, LookupError):
+        declared = "declared" if encoding not in ("utf-8", "utf-8-sig") else "UTF-8"
+        raise ValueError(f"not valid {declared} text ({encoding}); file left as it is") from None
+    if encoding == "utf-8-sig":
+        text = text.removeprefix("\ufeff")
+    return _Decoded(text, encoding)
+
+
+def process_file(path: str, config: Config, mode: Mode, tokens: tuple[bytes, ...]) -> FileOutcome:
+    """Rewrite or check one file; every problem becomes `FileOutcome.error`."""
+    from .source import SourceError
+
+    try:
+        data = _read(path, config)
+    except (OSError, ValueError) as err:
+        reason = _os_reason(err) if isinstance(err, OSError) else str(err)
+        return FileOutcome(path, Status.ERROR, error=reason)
+    if not data.strip():
+        return FileOutcome(path, Status.EMPTY)
+    if not any(t in data for t in tokens):
+        return FileOutcome(path, Status.PREFILTERED)
+    try:
+        if path.endswith(".ipynb"):
+            return _process_notebook(path, data, config, mode)
+        decoded = decode_source(data)
+        from .source import rewrite_source
+
+        result = rewrite_source(decoded.text, config.options)
+    except SourceError as err:
+        where = f" (line {err.line}, col {err.col})" if err.line else ""
+        return FileOutcome(path, Status.ERROR, error=f"{err.reason}{where}; file left as it is")
+    except ValueError as err:
+        return FileOutcome(path, Status.ERROR, error=str(err))
+    except RecursionError:
+        return FileOutcome(path, Status.ERROR, error="too deeply nested to parse; file left as it is")
+    outcome = FileOutcome(
+        path, Status.UNCHANGED, edits=list(result.edits), findings=list(result.findings)
+    )
+    if result.new_text == decoded.text:
+        return outcome
+    return _finish(outcome, path, decoded.text, result.new_text, decoded.encoding, mode)
+
+
+def _read(path: str, config: Config) -> bytes:
+    if path == "-":
+        raise ValueError("standard input is handled by the caller")
+    p = Path(path)
+    st = p.stat()
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(21, "is a directory", path)
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError("not a regular file")
+    if st.st_size > config.max_bytes:
+        mib = config.max_bytes / (1024 * 1024)
+        raise ValueError(
+            f"file is {st.st_size / (1024 * 1024):.1f} MiB, over the {mib:g} MiB limit "
+            "(max-file-size in [tool.gpu2tpu]); file left as it is"
+        )
+    return p.read_bytes()
+
+
+def _process_notebook(path: str, data: bytes, config: Config, mode: Mode) -> FileOutcome:
+    from .notebook import NotebookError, notebook_diff, rewrite_notebook
+
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return FileOutcome(path, Status.ERROR, error="notebook is not valid UTF-8; file left as it is")
+    try:
+        result = rewrite_notebook(text, config.options)
+    except NotebookError as err:
+        return FileOutcome(path, Status.ERROR, error=f"{err.reason}; file left as it is")
+    outcome = FileOutcome(
+        path,
+        Status.UNCHANGED,
+        edits=list(result.edits),
+        findings=list(result.findings),
+        cell_errors=list(result.cell_errors),
+    )
+    if result.new_text == text:
+        return outcome
+    if mode is Mode.DIFF:
+        outcome.diff = notebook_diff(path, text, result.new_text)
+    return _finish(outcome, path, text, result.new_text, "utf-8", mode, diff_done=True)
+
+
+def _finish(
+    outcome: FileOutcome,
+    path: str,
+    old: str,
+    new: str,
+    encoding: str,
+    mode: Mode,
+    diff_done: bool = False,
+) -> FileOutcome:
+    if mode is Mode.WRITE:
+        try:
+            write_atomic(path, new, encoding)
+        except OSError as err:
+            outcome.status = Status.ERROR
+            outcome.error = f"cannot write: {_os_reason(err)}; file left as it is"
+            return outcome
+        outcome.status = Status.REWRITTEN
+        return outcome
+    outcome.status = Status.WOULD_REWRITE
+    if mode is Mode.DIFF and not diff_done:
+        outcome.diff = unified_diff(path, old, new)
+    return outcome
+
+
+def unified_diff(path: str, old: str, new: str) -> str:
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), path, path
+    )
+    out = []
+    for line in lines:
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def write_atomic(path: str, text: str, encoding: str) -> None:
+    """Replace `path` with `text` in one step, keeping encoding, BOM, newlines and mode."""
+    target = Path(path)
+    data = text.encode(encoding)
+    if encoding == "utf-8-sig" and not data.startswith(b"\xef\xbb\xbf"):
+        data = b"\xef\xbb\xbf" + data
+    mode = stat.S_IMODE(target.stat().st_mode)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".gpu2tpu", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        with _suppress():
+            os.unlink(tmp)
+        raise
+
+
+class _suppress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return True
+
+
+# -- many files --------------------------------------------------------------------------------
+
+
+def _worker(args: tuple[list[str], Config, Mode, tuple[bytes, ...]]) -> list[FileOutcome]:
+    paths, config, mode, tokens = args
+    return [process_file(p, config, mode, tokens) for p in paths]
+
+
+def run(paths: Iterable[str], config: Config, mode: Mode) -> RunReport:
+    """Discover and process files, in parallel when there are enough of them."""
+    from .source import prefilter_tokens
+
+    files, discovery_errors = discover(paths, config)
+    files = [f for f in files if f != "-"]
+    tokens = prefilter_tokens(config.options)
+    jobs = config.jobs or os.cpu_count() or 1
+    jobs = max(1, min(jobs, len(files) // 8 or 1))
+    outcomes: list[FileOutcome]
+    if jobs == 1:
+        outcomes = [process_file(p, config, mode, tokens) for p in files]
+    else:
+        chunks = _chunks(files, jobs * 4)
+        outcomes = []
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            for part in pool.map(_worker, [(c, config, mode, tokens) for c in chunks]):
+                outcomes.extend(part)
+        order = {p: i for i, p in enumerate(files)}
+        outcomes.sort(key=lambda o: order[o.path])
+    return RunReport(outcomes, discovery_errors, mode)
+
+
+def _chunks(items: list[str], n: int) -> list[list[str]]:
+    n = max(1, min(n, len(items)))
+    return [items[i::n] for i in range(n)]

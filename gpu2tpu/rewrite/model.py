@@ -1,0 +1,105 @@
+"""The records the codemod produces: options in, edits and findings out.
+
+They are plain frozen dataclasses so that they cross process boundaries (the engine runs
+files in a pool) and serialise to JSON without help.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+
+
+class Safety(StrEnum):
+    """How far a rule's fix can be trusted, in ruff's terms."""
+
+    SAFE = "safe"  # applied by default: behaviour is kept
+    UNSAFE = "unsafe"  # applied only with --unsafe-fixes: behaviour may change
+    REPORT = "report-only"  # no fix: a person decides
+
+
+class Severity(StrEnum):
+    ERROR = "error"  # fails on a TPU (or on any machine without CUDA)
+    WARNING = "warning"  # runs, but slowly or differently on a TPU
+
+
+@dataclass(frozen=True)
+class Options:
+    """What `rewrite_source` should do.
+
+    `select` and `ignore` hold rule codes or code prefixes (`G2T1`, `G2T101`), as in ruff.
+    `device_name` names a device variable that already exists outside this text (a notebook's
+    earlier cell); with `define_device=False` the rewrite never defines one itself.
+    """
+
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    unsafe_fixes: bool = False
+    fix: bool = True
+    device_name: str | None = None
+    define_device: bool = True
+
+    def enabled(self, code: str) -> bool:
+        """Whether a rule code is switched on: the longest matching prefix wins."""
+        sel = max((len(p) for p in self.select if code.startswith(p)), default=-1)
+        ign = max((len(p) for p in self.ignore if code.startswith(p)), default=-1)
+        if self.select and sel < 0:
+            return False
+        return ign < 0 or sel > ign
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One place in the text that is tied to CUDA or slow on a TPU.
+
+    `fixed` is True when the returned text already contains the fix (an edit); otherwise the
+    finding is left for a person, and `fixable` says whether `--unsafe-fixes` would fix it.
+    Lines are 1-based, columns 1-based (as ruff prints them).
+    """
+
+    code: str
+    name: str
+    line: int
+    col: int
+    message: str
+    hint: str
+    safety: Safety
+    severity: Severity
+    fixed: bool = False
+    fixable: bool = False
+    before: str = ""
+    after: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What `rewrite_source` returns: the new text, the edits in it, and what is left."""
+
+    new_text: str
+    edits: tuple[Finding, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    device_name: str | None = None
+    device_defined: bool = False
+    skipped: tuple[str, ...] = field(default=())
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.edits)
+
+    @property
+    def all(self) -> tuple[Finding, ...]:
+        """Edits and findings together, in text order."""
+        return tuple(sorted(self.edits + self.findings, key=lambda f: (f.line, f.col, f.code)))
+
+
+@dataclass(frozen=True)
+class CellFinding:
+    """A finding or edit inside a notebook: the code cell's index (0-based among all cells),
+    its id when the notebook has ids, and the finding with lines counted within the cell."""
+
+    cell_index: int
+    cell_id: str | None
+    finding: Finding

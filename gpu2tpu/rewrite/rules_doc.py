@@ -1,0 +1,68 @@
+"""`gpu2tpu rules`: the rule list, and one rule explained from its docstring, like `ruff rule`."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from typing import TextIO
+
+from .rules.base import Rule, all_rules
+
+
+def rule_record(rule: type[Rule]) -> dict:
+    return {
+        "code": rule.code,
+        "name": rule.name,
+        "safety": str(rule.safety),
+        "severity": str(rule.severity),
+        "message": rule.message,
+        "hint": rule.hint,
+        "min_torch": rule.min_torch,
+        "explanation": inspect.cleandoc(rule.__doc__ or ""),
+    }
+
+
+def explain_rules(code: str | None, fmt: str, out: TextIO, err: TextIO) -> int:
+    rules = all_rules()
+    if code is None:
+        if fmt == "json":
+            out.write(json.dumps([rule_record(r) for r in rules], indent=2) + "\n")
+            return 0
+        width = max(len(r.name) for r in rules)
+        for r in rules:
+            out.write(f"{r.code}  {r.name:<{width}}  {str(r.safety):<11}  {_first_line(r)}\n")
+        return 0
+    matches = [r for r in rules if r.code == code.upper() or r.name == code]
+    if not matches:
+        err.write(f"gpu2tpu: error: unknown rule {code!r}; `gpu2tpu rules` lists them\n")
+        return 2
+    rec = rule_record(matches[0])
+    if fmt == "json":
+        out.write(json.dumps(rec, indent=2) + "\n")
+        return 0
+    out.write(f"{rec['code']} {rec['name']} ({rec['safety']}, {rec['severity']})\n\n")
+    out.write(rec["explanation"] + "\n")
+    return 0
+
+
+def _first_line(rule: type[Rule]) -> str:
+    doc = inspect.cleandoc(rule.__doc__ or "")
+    return doc.splitlines()[0] if doc else rule.message
+
+
+def rules_markdown() -> str:
+    """docs/rules.md, generated from the rules themselves (`python -m gpu2tpu.rewrite.rules_doc`)."""
+    lines = ["# Rules", "", "Generated from the rule classes: `python -m gpu2tpu.rewrite.rules_doc > docs/rules.md`.", ""]
+    lines += ["| code | name | safety | what |", "|---|---|---|---|"]
+    for r in all_rules():
+        lines.append(f"| [{r.code}](#{r.code.lower()}) | {r.name} | {r.safety} | {_first_line(r)} |")
+    for r in all_rules():
+        rec = rule_record(r)
+        lines += ["", f"## {r.code}", "", f"**{r.name}** — {r.safety}, {r.severity}", "", "```text", rec["explanation"], "```"]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(rules_markdown())

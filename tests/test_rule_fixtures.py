@@ -1,0 +1,74 @@
+"""Every fixture pair under tests/fixtures/rules/ is one test.
+
+`<CODE>_<name>.in.py` is rewritten and must equal `<CODE>_<name>.out.py`; the output must
+parse and be stable under a second run. An optional `<CODE>_<name>.findings` lists the
+expected `line:col CODE` of every edit and finding (lines of the *input*), one per line.
+A first line `# gpu2tpu: --unsafe-fixes` (or `--select X`, `--ignore X`) sets the options.
+"""
+
+from __future__ import annotations
+
+import ast
+import shlex
+from pathlib import Path
+
+import pytest
+
+from gpu2tpu.rewrite.model import Options
+from gpu2tpu.rewrite.rules.base import all_rules
+from gpu2tpu.rewrite.source import rewrite_source
+
+FIXTURES = Path(__file__).parent / "fixtures" / "rules"
+CASES = sorted(FIXTURES.glob("*.in.py"))
+
+
+def options_for(text: str) -> Options:
+    first = text.splitlines()[0] if text else ""
+    if not first.startswith("# gpu2tpu:"):
+        return Options()
+    words = shlex.split(first.removeprefix("# gpu2tpu:"))
+    select: list[str] = []
+    ignore: list[str] = []
+    unsafe = False
+    it = iter(words)
+    for w in it:
+        if w == "--unsafe-fixes":
+            unsafe = True
+        elif w == "--select":
+            select += next(it).split(",")
+        elif w == "--ignore":
+            ignore += next(it).split(",")
+    return Options(select=tuple(select), ignore=tuple(ignore), unsafe_fixes=unsafe)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda p: p.name.removesuffix(".in.py"))
+def test_fixture(case: Path) -> None:
+    text = case.read_text()
+    options = options_for(text)
+    result = rewrite_source(text, options)
+    out = case.with_name(case.name.replace(".in.py", ".out.py"))
+    expected = out.read_text() if out.exists() else text
+    assert result.new_text == expected
+    ast.parse(result.new_text)
+    again = rewrite_source(result.new_text, options)
+    assert again.new_text == result.new_text, "a second run changed the output"
+    assert not again.edits
+    expected_findings = case.with_name(case.name.replace(".in.py", ".findings"))
+    if expected_findings.exists():
+        want = [ln.strip() for ln in expected_findings.read_text().splitlines() if ln.strip()]
+        got = [f"{f.line}:{f.col} {f.code}" for f in result.all]
+        assert got == want
+
+
+def test_every_rule_has_a_fixture_and_docs() -> None:
+    codes_with_fixture = {p.name.split("_")[0] for p in CASES}
+    for rule in all_rules():
+        assert rule.code in codes_with_fixture, f"{rule.code} has no fixture"
+        doc = rule.__doc__ or ""
+        assert "Why:" in doc and "Example:" in doc, f"{rule.code} docs lack Why/Example"
+        assert rule.name and rule.message
+
+
+def test_fixtures_import_nothing_from_gpu2tpu() -> None:
+    for out in FIXTURES.glob("*.out.py"):
+        assert "gpu2tpu" not in out.read_text().replace("# gpu2tpu:", ""), out.name
