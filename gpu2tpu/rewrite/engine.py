@@ -7,6 +7,7 @@ one bad file becomes one error line and never stops the others.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import fnmatch
 import io
@@ -403,6 +404,9 @@ def run(paths: Iterable[str], config: Config, mode: Mode) -> RunReport:
     """Discover and process files, in parallel when there are enough of them."""
     from .source import prefilter_tokens
 
+    if mode is Mode.CHECK and config.options.fix:
+        # `check` only decides: the rules still say what is fixable, nothing is transformed.
+        config = dataclasses.replace(config, options=dataclasses.replace(config.options, fix=False))
     files, discovery_errors = discover(paths, config)
     files = [f for f in files if f != "-"]
     tokens = prefilter_tokens(config.options)

@@ -35,7 +35,7 @@ def location(path: str, finding: Finding, cell: int | None) -> str:
 
 def finding_line(path: str, item: CellFinding | Finding, *, show_fix: bool = True) -> str:
     finding, cell, _ = _unpack(item)
-    marker = " [*]" if show_fix and (finding.fixed or (finding.fixable and finding.safety == "safe")) else ""
+    marker = " [*]" if show_fix and _would_fix(finding) else ""
     return f"{location(path, finding, cell)}: {finding.code}{marker} {finding.message}"
 
 
@@ -107,14 +107,21 @@ def error_lines(report: RunReport) -> list[str]:
     return lines
 
 
+def _would_fix(finding: Finding) -> bool:
+    return finding.fixed or (finding.fixable and finding.safety == "safe")
+
+
 def summary_counts(report: RunReport) -> dict:
+    """Counts for the summary; in `check` mode "edits" are the fixes a rewrite would make."""
     edits: Counter[str] = Counter()
     left: Counter[str] = Counter()
     for o in report.files:
-        for item in o.edits:
-            edits[_unpack(item)[0].code] += 1
-        for item in o.findings:
-            left[_unpack(item)[0].code] += 1
+        for item in (*o.edits, *o.findings):
+            finding = _unpack(item)[0]
+            if finding.fixed or (report.mode is Mode.CHECK and _would_fix(finding)):
+                edits[finding.code] += 1
+            else:
+                left[finding.code] += 1
     return {
         "files_scanned": len(report.files),
         "skipped_by_prefilter": report.count(Status.PREFILTERED) + report.count(Status.EMPTY),
@@ -155,7 +162,8 @@ def summary_text(report: RunReport) -> list[str]:
         )
     if c["edits_by_rule"]:
         by_rule = ", ".join(f"{k} x{v}" for k, v in c["edits_by_rule"].items())
-        lines.append(f"Edits by rule: {by_rule}")
+        label = "Fixable by rule" if report.mode is Mode.CHECK else "Edits by rule"
+        lines.append(f"{label}: {by_rule}")
     if c["errors"]:
         lines.append(f"{c['errors']} file{'s' * (c['errors'] != 1)} could not be processed (see errors above).")
     return lines

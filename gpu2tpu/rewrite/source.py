@@ -1,17 +1,19 @@
 """`rewrite_source`: CUDA-specific PyTorch text in, device-agnostic text out. Pure: no I/O.
 
-One libcst parse, every selected rule in one batched visit over qualified names, one
-transformer pass that applies the fixes, one codegen. Text that no rule could touch comes back
-as the very same string object.
+One libcst parse, every selected rule in one traversal over qualified names, one transformer
+pass that applies the fixes, one codegen. Text that no rule could touch comes back as the very
+same string object, and top-level statements that hold no token of any selected rule are not
+visited at all (docs/architecture.md explains the speed budget behind this).
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import libcst as cst
-from libcst.metadata import MetadataWrapper
 
 from .model import Options, Result
-from .rules.base import RuleContext, Rule, finalize, rules_for
+from .rules.base import Rule, RuleContext, finalize, rules_for
 
 
 class SourceError(ValueError):
@@ -42,23 +44,30 @@ def prefilter_tokens(options: Options) -> tuple[bytes, ...]:
     return tuple(sorted(tokens))
 
 
-def might_need_rewrite(data: bytes, tokens: tuple[bytes, ...]) -> bool:
-    return any(t in data for t in tokens)
-
-
 def rewrite_source(text: str, options: Options | None = None) -> Result:
-    """Rewrite one module's text; raise `SourceError` when it does not parse."""
+    """Rewrite one module's text; raise `SourceError` when it does not parse.
+
+    With `options.fix` False (the `check` mode) nothing is transformed: the rules only decide,
+    and the result lists what would be fixed.
+    """
     options = options or Options()
+    data = text.encode("utf-8", "surrogatepass")
+    selected = [r for r in rules_for(options) if any(t in data for t in r.tokens)]
+    if not selected:
+        return Result(text, (), (), options.device_name, False)
     module = parse_module(text)
-    ctx = RuleContext(text, options)
-    rules: list[Rule] = [rule(ctx) for rule in rules_for(options)]
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    wrapper.visit_batched([_ModuleFacts(ctx), *rules])
+    ctx = RuleContext(text, options, module)
+    ctx.index_statements()
+    _module_imports(module, ctx)
+    rules: list[Rule] = [rule(ctx) for rule in selected]
+    keep = _statements_to_visit(ctx, selected)
+    module.visit(_Dispatch(ctx, rules, keep))
+    ctx.resolve_pending()
     ctx.decide_device_name()
     if not ctx.fixes:
-        edits, findings = finalize(ctx)
+        _, findings = finalize(ctx)
         return Result(text, (), tuple(findings), ctx.device_name_or_none(), False)
-    new_module = wrapper.module.visit(_ApplyFixes(ctx))
+    new_module = module.visit(_ApplyFixes(ctx))
     new_module = _define_device(new_module, ctx)
     new_text = new_module.code
     edits, findings = finalize(ctx)
@@ -69,46 +78,93 @@ def rewrite_source(text: str, options: Options | None = None) -> Result:
     )
 
 
-class _ModuleFacts(cst.BatchableCSTVisitor):
-    """Facts every rule relies on: names in use, torch's alias, module-level imports."""
+def _module_imports(module: cst.Module, ctx: RuleContext) -> None:
+    """Imports at module level (also inside top-level try/if) and torch's module alias."""
+    stack: list[cst.CSTNode] = list(module.body)
+    while stack:
+        stmt = stack.pop(0)
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if not isinstance(small, cst.Import | cst.ImportFrom):
+                    continue
+                ctx.add_import(small)
+                if isinstance(small, cst.Import):
+                    for alias in small.names:
+                        if cst.helpers.get_full_name_for_node(alias.name) == "torch":
+                            name = alias.evaluated_alias or "torch"
+                            if ctx.torch_alias is None or name == "torch":
+                                ctx.torch_alias = name
+        elif isinstance(stmt, cst.Try | cst.If):
+            stack[0:0] = list(stmt.body.body)
 
-    def __init__(self, ctx: RuleContext) -> None:
+
+def _statements_to_visit(ctx: RuleContext, rules: list[type[Rule]]) -> set[int] | None:
+    """Ids of the top-level statements that hold a token of some rule (None: visit all)."""
+    assert ctx.module is not None
+    if any(r.whole_module for r in rules) or len(ctx.module.body) < 4:
+        return None
+    tokens = tuple({t.decode() for r in rules for t in r.tokens})
+    codes = ctx.statement_code()
+    return {id(s) for s, code in zip(ctx.module.body, codes) if any(t in code for t in tokens)}
+
+
+class _Dispatch(cst.CSTVisitor):
+    """Run many rules in one traversal (libcst's batched visitor, with the method lookup done
+    once per rule class) and record each node's parent for the rules to ask."""
+
+    _tables: ClassVar[dict[type, tuple[tuple[str, str], ...]]] = {}
+
+    def __init__(self, ctx: RuleContext, rules: list[Rule], keep: set[int] | None) -> None:
         super().__init__()
         self.ctx = ctx
-        self.depth = 0
-        self.not_variables: set[int] = set()  # attribute names and keyword names
+        self.keep = keep
+        self.visit_fns: dict[str, list] = {}
+        self.leave_fns: dict[str, list] = {}
+        for rule in rules:
+            for attr, node_type in self._methods(type(rule)):
+                table = self.visit_fns if attr.startswith("visit_") else self.leave_fns
+                table.setdefault(node_type, []).append(getattr(rule, attr))
+        self.stack: list[cst.CSTNode] = []
+        self.skipped: set[int] = set()
 
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        self.not_variables.add(id(node.attr))
+    @classmethod
+    def _methods(cls, rule_type: type) -> tuple[tuple[str, str], ...]:
+        found = cls._tables.get(rule_type)
+        if found is None:
+            names: dict[str, str] = {}
+            # Only methods the rules define: libcst's base classes define a no-op for each type.
+            for klass in rule_type.__mro__:
+                if not (isinstance(klass, type) and issubclass(klass, Rule)):
+                    continue
+                for attr in vars(klass):
+                    prefix, _, node_type = attr.partition("_")
+                    if prefix in ("visit", "leave") and node_type and "_" not in node_type:
+                        if isinstance(getattr(cst, node_type, None), type):
+                            names[attr] = node_type
+            found = cls._tables[rule_type] = tuple(names.items())
+        return found
 
-    def visit_Arg(self, node: cst.Arg) -> None:
-        if node.keyword is not None:
-            self.not_variables.add(id(node.keyword))
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.stack:
+            parent = self.stack[-1]
+            self.ctx.parents[id(node)] = parent
+            if self.keep is not None and parent is self.ctx.module and id(node) not in self.keep:
+                self.skipped.add(id(node))
+                return False
+        name = type(node).__name__
+        if len(self.stack) > 1 and isinstance(node, cst.Import | cst.ImportFrom):
+            self.ctx.add_import(node)
+        self.stack.append(node)
+        for fn in self.visit_fns.get(name, ()):
+            fn(node)
+        return True
 
-    def visit_Name(self, node: cst.Name) -> None:
-        if id(node) not in self.not_variables:
-            self.ctx.names_in_use.add(node.value)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.depth += 1
-
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.depth -= 1
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.depth += 1
-
-    def leave_ClassDef(self, node: cst.ClassDef) -> None:
-        self.depth -= 1
-
-    def visit_Import(self, node: cst.Import) -> None:
-        if self.depth:
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if id(original_node) in self.skipped:
             return
-        for alias in node.names:
-            if cst.helpers.get_full_name_for_node(alias.name) == "torch":
-                as_name = alias.asname.name.value if alias.asname else "torch"  # type: ignore[union-attr]
-                if self.ctx.torch_alias is None or as_name == "torch":
-                    self.ctx.torch_alias = as_name
+        self.stack.pop()
+        for fn in self.leave_fns.get(type(original_node).__name__, ()):
+            fn(original_node)
 
 
 class _ApplyFixes(cst.CSTTransformer):

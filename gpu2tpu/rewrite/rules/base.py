@@ -19,13 +19,8 @@ from typing import ClassVar
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import (
-    ParentNodeProvider,
-    PositionProvider,
-    QualifiedName,
-    QualifiedNameProvider,
-    QualifiedNameSource,
-)
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from ..model import Finding, Options, Safety, Severity
 
@@ -44,25 +39,40 @@ REGISTRY: dict[str, type[Rule]] = {}
 @dataclass
 class _Pending:
     rule: type[Rule]
-    line: int
-    col: int
+    node: cst.CSTNode
     message: str
     hint: str
     before: str
     fixed: bool
     fixable: bool
-    node_id: int | None = None
+    uses_device: bool = False
+    line: int = 0
+    col: int = 0
     after: list[str] = field(default_factory=list)
 
 
 class RuleContext:
-    """State shared by all rules of one `rewrite_source` call."""
+    """State shared by all rules of one `rewrite_source` call.
 
-    def __init__(self, source: str, options: Options) -> None:
+    It also answers the questions rules ask about the tree — qualified names, parents,
+    positions, other metadata — cheaply and lazily: libcst's metadata providers each cost
+    several times a parse, and most nodes are never asked about (docs/architecture.md).
+    """
+
+    def __init__(self, source: str, options: Options, module: cst.Module | None = None) -> None:
         self.options = options
+        self.source = source
+        self.module = module
+        self.imports: dict[str, str] = {}  # local name -> qualified name, from import statements
+        self.parents: dict[int, cst.CSTNode] = {}
+        self._wrapper: MetadataWrapper | None = None
+        self._stmt_lines: list[int] | None = None
+        self._stmt_index: dict[int, int] = {}
+        self._stmt_code: list[str] | None = None
+        self._positions: dict[int, dict[cst.CSTNode, object]] = {}
         self.fixes: dict[int, list[tuple[Fix, _Pending | None]]] = {}
         self.pending: list[_Pending] = []
-        self.names_in_use: set[str] = set()
+        self._names: set[str] | None = None
         self.torch_alias: str | None = None  # `import torch [as X]` at module level
         self.adopted_device: tuple[str, int] | None = None  # (name, line) of an idiom variable
         self.adopted_kind: str = "device"  # "device" (torch.device) or "str"
@@ -72,6 +82,116 @@ class RuleContext:
         self.device_defined = False
         self._noqa = self._noqa_lines(source)
         self.claimed: set[int] = set()
+
+    # -- questions about the tree -------------------------------------------------------------
+
+    def add_import(self, node: cst.Import | cst.ImportFrom) -> None:
+        """Record the names an import statement binds (at any depth: scopes are not tracked)."""
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                full = cst.helpers.get_full_name_for_node(alias.name) or ""
+                if alias.asname is not None:
+                    self.imports[alias.evaluated_alias or full] = full
+                else:
+                    top = full.split(".")[0]
+                    self.imports[top] = top
+            return
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return
+        base = cst.helpers.get_full_name_for_node(node.module) or ""
+        for alias in node.names:
+            name = alias.evaluated_name
+            self.imports[alias.evaluated_alias or name] = f"{base}.{name}"
+
+    def qualified_name(self, node: cst.CSTNode) -> str | None:
+        """`torch.cuda.synchronize` for `T.cuda.synchronize` after `import torch as T`."""
+        dotted = (
+            cst.helpers.get_full_name_for_node(node)
+            if isinstance(node, cst.Name | cst.Attribute)
+            else None
+        )
+        if not dotted:
+            return None
+        head, _, rest = dotted.partition(".")
+        target = self.imports.get(head)
+        if target is None:
+            return None
+        return f"{target}.{rest}" if rest else target
+
+    def lazy_metadata(self, key: type) -> object:
+        """Any libcst metadata provider's mapping, computed on first use only."""
+        assert self.module is not None
+        if self._wrapper is None:
+            self._wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
+        return self._wrapper.resolve(key)
+
+    def position(self, node: cst.CSTNode) -> tuple[int, int]:
+        """1-based line and column of `node` in the original text.
+
+        Only the top-level statement holding the node is laid out with positions; the lines
+        before it come from the code of the statements before it.
+        """
+        assert self.module is not None
+        top = node
+        while True:
+            parent = self.parents.get(id(top))
+            if parent is None or parent is self.module:
+                break
+            top = parent
+        index = self._stmt_index.get(id(top))
+        if index is None:
+            pos = self.lazy_metadata(PositionProvider)[node]  # type: ignore[index]
+            return pos.start.line, pos.start.column + 1
+        if self._stmt_lines is None:
+            self._stmt_lines = self._statement_first_lines()
+        computed = self._positions.get(index)
+        if computed is None:
+            provider = PositionProvider()
+            state = PositionProvidingCodegenState(
+                default_indent=self.module.default_indent,
+                default_newline=self.module.default_newline,
+                provider=provider,
+            )
+            top._codegen(state)
+            computed = self._positions[index] = provider._computed
+        pos = computed[node]  # type: ignore[index]
+        return self._stmt_lines[index] + pos.start.line - 1, pos.start.column + 1  # type: ignore[attr-defined]
+
+    def _statement_first_lines(self) -> list[int]:
+        assert self.module is not None
+        lines = []
+        line = 1 + len(self.module.header)
+        for code in self.statement_code():
+            lines.append(line)
+            line += code.count("\n")
+        return lines
+
+    def index_statements(self) -> None:
+        assert self.module is not None
+        self._stmt_index = {id(stmt): i for i, stmt in enumerate(self.module.body)}
+
+    def statement_code(self) -> list[str]:
+        """The code of each top-level statement (computed once)."""
+        assert self.module is not None
+        if self._stmt_code is None:
+            self._stmt_code = [self.module.code_for_node(s) for s in self.module.body]
+        return self._stmt_code
+
+    def resolve_pending(self) -> None:
+        """After the traversal: place every report, drop those silenced by `# noqa`."""
+        kept: list[_Pending] = []
+        for p in self.pending:
+            p.line, p.col = self.position(p.node)
+            if self.suppressed(p.rule.code, p.line):
+                fixes = self.fixes.get(id(p.node), [])
+                fixes[:] = [f for f in fixes if f[1] is not p]
+                if not fixes:
+                    self.fixes.pop(id(p.node), None)
+                continue
+            if p.fixed and p.uses_device:
+                self.device_use_lines.append(p.line)
+            kept.append(p)
+        self.pending = kept
 
     def claim(self, node: cst.CSTNode) -> None:
         """Mark the nodes under `node` as handled by its fix, so no other rule reports them."""
@@ -141,6 +261,32 @@ class RuleContext:
             return cst.parse_expression(f"({expr}).type")
         return cst.parse_expression(expr)
 
+    def name_in_use(self, name: str) -> bool:
+        """Whether `name` is a variable anywhere in the text (attributes and keywords aside)."""
+        if name not in self.source:
+            return False
+        if self._names is None:
+            import ast
+
+            try:
+                tree = ast.parse(self.source)
+            except (SyntaxError, ValueError, RecursionError):
+                return True
+            names: set[str] = set()
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Name):
+                    names.add(node.id)
+                elif isinstance(node, ast.arg):
+                    names.add(node.arg)
+                elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                    names.add(node.name)
+                elif isinstance(node, ast.alias):
+                    names.add((node.asname or node.name).split(".")[0])
+                elif isinstance(node, ast.Global | ast.Nonlocal):
+                    names.update(node.names)
+            self._names = names
+        return name in self._names
+
     def device_name_or_none(self) -> str | None:
         """The device variable later text (a notebook's next cell) may reuse, if any."""
         if self.options.device_name:
@@ -161,7 +307,7 @@ class RuleContext:
             self._device_name = self.adopted_device[0]
             return
         for candidate in (*DEVICE_NAMES, *(f"device_{i}" for i in range(2, 100))):
-            if candidate not in self.names_in_use:
+            if not self.name_in_use(candidate):
                 self._device_name = candidate
                 self.device_defined = bool(self.device_use_lines) and self.options.define_device
                 return
@@ -175,7 +321,7 @@ class Rule(cst.BatchableCSTVisitor):
     possibly fire: the engine's prefilter skips files that contain none of any selected rule.
     """
 
-    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
+    METADATA_DEPENDENCIES = ()
 
     code: ClassVar[str]
     name: ClassVar[str]
@@ -185,6 +331,9 @@ class Rule(cst.BatchableCSTVisitor):
     hint: ClassVar[str] = ""
     tokens: ClassVar[tuple[bytes, ...]] = (b"cuda",)
     min_torch: ClassVar[str] = "2.6"
+    # A rule that must see top-level statements without its tokens (module-wide facts) says so;
+    # otherwise only the top-level statements holding one of its tokens are visited.
+    whole_module: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -199,43 +348,36 @@ class Rule(cst.BatchableCSTVisitor):
 
     # -- helpers for subclasses ------------------------------------------------------------
 
+    def get_metadata(self, key, node, default=None):  # type: ignore[no-untyped-def,override]
+        """Any libcst metadata, resolved lazily for the whole module on first use.
+
+        Parents of visited nodes come from the traversal itself, at no cost.
+        """
+        if key is ParentNodeProvider and id(node) in self.ctx.parents:
+            return self.ctx.parents[id(node)]
+        mapping = self.ctx.lazy_metadata(key)
+        return mapping.get(node, default)  # type: ignore[attr-defined]
+
     def qualified_names(self, node: cst.CSTNode) -> set[str]:
         """Imported qualified names of a Name/Attribute/Call (aliases resolved)."""
         target = node.func if isinstance(node, cst.Call) else node
-        try:
-            names: set[QualifiedName] = self.get_metadata(QualifiedNameProvider, target, set())
-        except KeyError:
-            return set()
-        return {
-            q.name
-            for q in names
-            if q.source is QualifiedNameSource.IMPORT
-        }
+        name = self.ctx.qualified_name(target)
+        return {name} if name else set()
 
     def matches_name(self, node: cst.CSTNode, *qualified: str) -> str | None:
         """The first of `qualified` that `node` refers to, if any."""
-        names = self.qualified_names(node)
-        for q in qualified:
-            if q in names:
-                return q
-        return None
+        target = node.func if isinstance(node, cst.Call) else node
+        name = self.ctx.qualified_name(target)
+        return name if name in qualified else None
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        try:
-            return self.get_metadata(ParentNodeProvider, node)
-        except KeyError:
-            return None
+        return self.ctx.parents.get(id(node))
 
     def position(self, node: cst.CSTNode) -> tuple[int, int]:
-        pos = self.get_metadata(PositionProvider, node)
-        return pos.start.line, pos.start.column + 1
+        return self.ctx.position(node)
 
     def code_for(self, node: cst.CSTNode) -> str:
         return cst.Module(body=[]).code_for_node(node)
-
-    def uses_device(self, node: cst.CSTNode) -> None:
-        """Record that the fix for `node` refers to the module's device variable."""
-        self.ctx.device_use_lines.append(self.position(node)[0])
 
     def report(
         self,
@@ -249,9 +391,6 @@ class Rule(cst.BatchableCSTVisitor):
         """Record a finding at `node`; with `fix`, an edit when the options allow it."""
         if id(node) in self.ctx.claimed:
             return
-        line, col = self.position(node)
-        if self.ctx.suppressed(self.code, line):
-            return
         can_fix = fix is not None and self.safety is not Safety.REPORT
         apply = (
             can_fix
@@ -260,20 +399,17 @@ class Rule(cst.BatchableCSTVisitor):
         )
         pending = _Pending(
             rule=type(self),
-            line=line,
-            col=col,
+            node=node,
             message=message or self.message,
             hint=hint if hint is not None else self.hint,
             before=self.code_for(node),
             fixed=bool(apply),
             fixable=bool(can_fix),
-            node_id=id(node),
+            uses_device=uses_device,
         )
         self.ctx.pending.append(pending)
         if apply:
             assert fix is not None
-            if uses_device:
-                self.ctx.device_use_lines.append(line)
             self.ctx.fixes.setdefault(id(node), []).append((fix, pending))
 
 

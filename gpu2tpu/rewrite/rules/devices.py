@@ -65,7 +65,12 @@ class CudaMethod(Rule):
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
             assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
             rest = _without_args(updated, drop_positional=True, drop=frozenset({"device"}))
-            dev = cst.Arg(ctx.device(), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if rest else cst.MaybeSentinel.DEFAULT)
+            dev = cst.Arg(
+                ctx.device(),
+                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                if rest
+                else cst.MaybeSentinel.DEFAULT,
+            )
             return updated.with_changes(
                 func=updated.func.with_changes(attr=cst.Name("to")), args=[dev, *rest]
             )
@@ -97,7 +102,9 @@ class CudaDeviceString(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         if _is_torch_device_call(self, node):
-            args = [a for a in node.args if a.keyword is None or a.keyword.value in ("type", "index")]
+            args = [
+                a for a in node.args if a.keyword is None or a.keyword.value in ("type", "index")
+            ]
             if args and cuda_literal(args[0].value) and len(args) <= 2:
                 parent = self.parent(node)
                 if isinstance(parent, cst.Call) and _is_torch_device_call(self, parent):
@@ -226,7 +233,9 @@ class CudaDeviceIdiom(Rule):
             if isinstance(value, cst.FormattedString):
                 return
             kind = "str"
-            self._fix(value, "str", message=f"`{target.value} = {self.code_for(value)}` names NVIDIA GPUs")
+            self._fix(
+                value, "str", message=f"`{target.value} = {self.code_for(value)}` names NVIDIA GPUs"
+            )
         if kind is None:
             return
         if self.ctx.adopted_device is None:
@@ -292,7 +301,9 @@ class _CudaRuntimeCall(Rule):
         assert isinstance(updated, cst.SimpleStatementLine)
         test = cst.Call(func=self.ctx.torch_attr("accelerator.is_available"))
         inner = updated.with_changes(leading_lines=[])
-        body = cst.SimpleStatementSuite(body=inner.body, trailing_whitespace=inner.trailing_whitespace)
+        body = cst.SimpleStatementSuite(
+            body=inner.body, trailing_whitespace=inner.trailing_whitespace
+        )
         return cst.If(test=test, body=body, leading_lines=updated.leading_lines)
 
 
@@ -421,7 +432,11 @@ class TensorIsCuda(Rule):
         parent = self.parent(node)
         wrap = isinstance(
             parent,
-            cst.Comparison | cst.ComparisonTarget | cst.BinaryOperation | cst.Attribute | cst.Subscript,
+            cst.Comparison
+            | cst.ComparisonTarget
+            | cst.BinaryOperation
+            | cst.Attribute
+            | cst.Subscript,
         )
         wrap = wrap or (isinstance(parent, cst.Call) and parent.func is node)
 
@@ -482,7 +497,10 @@ class CudaDeviceComparison(Rule):
     def visit_Comparison(self, node: cst.Comparison) -> None:
         operands = [node.left, *(t.comparator for t in node.comparisons)]
         ops = [t.operator for t in node.comparisons]
-        if not any(isinstance(o, cst.Equal | cst.NotEqual | cst.In | cst.NotIn | cst.Is | cst.IsNot) for o in ops):
+        if not any(
+            isinstance(o, cst.Equal | cst.NotEqual | cst.In | cst.NotIn | cst.Is | cst.IsNot)
+            for o in ops
+        ):
             return
         for operand in operands:
             if cuda_literal(operand):

@@ -1,0 +1,31 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def run_cli(*args: str, cwd: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """Run the real `gpu2tpu` command in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "gpu2tpu", *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def cli():
+    return run_cli

@@ -1,0 +1,149 @@
+"""The `gpu2tpu check` / `gpu2tpu rewrite` command line, run as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import run_cli
+
+CUDA_SCRIPT = """import torch
+
+model = torch.nn.Linear(4, 2).cuda()
+x = torch.randn(8, 4, device="cuda")
+if x.device.type == "cuda":
+    print("on gpu")
+"""
+PLAIN = "import torch\n\nmodel = torch.nn.Linear(4, 2)\n"
+
+
+def make_tree(tmp_path: Path) -> Path:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "train.py").write_text(CUDA_SCRIPT)
+    (tmp_path / "pkg" / "plain.py").write_text(PLAIN)
+    (tmp_path / ".venv" / "lib").mkdir(parents=True)
+    (tmp_path / ".venv" / "lib" / "vendored.py").write_text(CUDA_SCRIPT)
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "gen.py").write_text(CUDA_SCRIPT)
+    return tmp_path
+
+
+def test_check_lists_findings_like_ruff(tmp_path: Path) -> None:
+    root = make_tree(tmp_path)
+    proc = run_cli("check", ".", cwd=root)
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert "pkg/train.py:3:9: G2T101 [*] `.cuda()` ties the value to NVIDIA GPUs; use the module's device" in lines
+    assert any(ln.startswith("pkg/train.py:4:30: G2T102 [*]") for ln in lines)
+    # report-only finding: no fix marker
+    assert any(ln.startswith("pkg/train.py:5:4: G2T111 comparison") for ln in lines)
+    assert "Found 3 findings in 1 file (2 fixable with `gpu2tpu rewrite`, 1 needs a person)." in lines
+    assert not any(".venv" in ln or "build/" in ln for ln in lines), "default excludes ignored"
+    assert (root / "pkg" / "train.py").read_text() == CUDA_SCRIPT, "check must not write"
+
+
+def test_check_json_is_the_documented_schema(tmp_path: Path) -> None:
+    root = make_tree(tmp_path)
+    proc = run_cli("check", "pkg", "--format", "json", cwd=root)
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    assert doc["version"] == 1
+    keys = {"code", "name", "severity", "safety", "fixed", "fixable", "path", "cell", "cell_id",
+            "line", "col", "message", "hint", "url"}  # fmt: skip
+    assert all(set(f) == keys for f in doc["findings"])
+    first = doc["findings"][0]
+    assert (first["code"], first["path"], first["line"], first["col"]) == ("G2T101", "pkg/train.py", 3, 9)
+    assert first["safety"] == "safe" and first["fixable"] and not first["fixed"]
+    assert doc["summary"]["files_scanned"] == 2
+    assert doc["summary"]["skipped_by_prefilter"] == 1
+
+
+def test_rewrite_writes_and_is_idempotent(tmp_path: Path) -> None:
+    root = make_tree(tmp_path)
+    plain = root / "pkg" / "plain.py"
+    os.utime(plain, (1_000_000, 1_000_000))
+    proc = run_cli("rewrite", ".", cwd=root)
+    assert proc.returncode == 1  # one finding is left for a person
+    new = (root / "pkg" / "train.py").read_text()
+    assert ".cuda()" not in new and '"cuda")' not in new
+    assert "device = torch.accelerator.current_accelerator(check_available=True)" in new
+    assert "pkg/train.py:5:4: G2T111" in proc.stdout
+    assert "1 file rewritten" in proc.stdout
+    assert plain.stat().st_mtime == 1_000_000, "an unchanged file was written"
+    assert (root / ".venv" / "lib" / "vendored.py").read_text() == CUDA_SCRIPT
+    mtime = (root / "pkg" / "train.py").stat().st_mtime
+    again = run_cli("rewrite", ".", cwd=root)
+    assert "0 files rewritten" in again.stdout
+    assert (root / "pkg" / "train.py").stat().st_mtime == mtime
+    assert (root / "pkg" / "train.py").read_text() == new
+
+
+def test_rewrite_diff_and_check_write_nothing(tmp_path: Path) -> None:
+    root = make_tree(tmp_path)
+    diff = run_cli("rewrite", "--diff", "pkg", cwd=root)
+    assert diff.returncode == 1
+    assert diff.stdout.startswith("--- pkg/train.py\n+++ pkg/train.py\n")
+    assert "+model = torch.nn.Linear(4, 2).to(device)" in diff.stdout
+    check = run_cli("rewrite", "--check", "pkg", cwd=root)
+    assert check.returncode == 1
+    assert "would rewrite pkg/train.py" in check.stdout
+    assert (root / "pkg" / "train.py").read_text() == CUDA_SCRIPT
+    clean = run_cli("rewrite", "--check", "pkg/plain.py", cwd=root)
+    assert clean.returncode == 0
+
+
+def test_select_ignore_and_unknown_codes(tmp_path: Path) -> None:
+    root = make_tree(tmp_path)
+    only = run_cli("check", "pkg", "--select", "G2T102", cwd=root)
+    codes = {ln.split(": ")[1].split()[0] for ln in only.stdout.splitlines() if ": G2T" in ln}
+    assert codes == {"G2T102"}
+    ignored = run_cli("check", "pkg", "--ignore", "G2T1", cwd=root)
+    assert ignored.returncode == 0 and "All clear" in ignored.stdout
+    bad = run_cli("check", "pkg", "--select", "G2T999", cwd=root)
+    assert bad.returncode == 2 and "unknown rule code or prefix: G2T999" in bad.stderr
+
+
+def test_pyproject_exclude_and_select(tmp_path: Path) -> None:
+    root = make_tree(tmp_path)
+    (root / "pyproject.toml").write_text('[tool.gpu2tpu]\nexclude = ["pkg/train.py"]\n')
+    proc = run_cli("check", ".", cwd=root)
+    assert proc.returncode == 0, proc.stdout
+    (root / "pyproject.toml").write_text("[tool.gpu2tpu]\nbogus = 1\n")
+    proc = run_cli("check", ".", cwd=root)
+    assert proc.returncode == 2 and "unknown [tool.gpu2tpu] key(s): bogus" in proc.stderr
+
+
+def test_stdin_mode() -> None:
+    proc = run_cli("rewrite", "-", stdin="import torch\nx = torch.zeros(1).cuda()\n")
+    assert proc.returncode == 0
+    assert "x = torch.zeros(1).to(device)" in proc.stdout
+
+
+def test_rules_listing_and_explanation() -> None:
+    listing = run_cli("rules")
+    assert listing.returncode == 0
+    assert any(ln.startswith("G2T101  cuda-method") for ln in listing.stdout.splitlines())
+    one = run_cli("rules", "G2T101")
+    assert "Why:" in one.stdout and "Example:" in one.stdout
+    data = json.loads(run_cli("rules", "--format", "json").stdout)
+    assert {"code", "name", "safety", "explanation"} <= set(data[0])
+    assert run_cli("rules", "G2T999").returncode == 2
+
+
+def test_version_does_not_import_torch() -> None:
+    code = (
+        "import sys; from gpu2tpu.cli import main\n"
+        "try:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
+        "print('torch' in sys.modules, 'libcst' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.stdout.strip().endswith("False False"), proc.stdout + proc.stderr
+    assert proc.stdout.startswith("gpu2tpu 0.")
+
+
+def test_no_arguments_prints_help() -> None:
+    proc = run_cli()
+    assert proc.returncode == 2 and "check" in proc.stdout
