@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-CUDA_BODY = '''import torch
+CUDA_BODY = """import torch
 import torch.nn as nn
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -45,7 +45,7 @@ def build(n_blocks: int = {blocks}):
     torch.cuda.synchronize()
     x = torch.randn(8, {dim}, device="cuda")
     return model, x.to(device)
-'''
+"""
 TORCH_BODY = '''import math
 
 import torch

@@ -28,7 +28,9 @@ def _add_rewrite_options(p: argparse.ArgumentParser) -> None:
                    help="also apply fixes that may change behaviour (e.g. fp16 -> bf16)")  # fmt: skip
     p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
                    help="skip paths matching GLOB (added to [tool.gpu2tpu] exclude)")  # fmt: skip
-    p.add_argument("-j", "--jobs", type=int, default=0, help="worker processes (default: all cores)")
+    p.add_argument(
+        "-j", "--jobs", type=int, default=0, help="worker processes (default: all cores)"
+    )
     p.add_argument("--stdin-filename", default=None, help="name to report for `-` (standard input)")
     p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the summary")
 

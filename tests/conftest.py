@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
-def run_cli(*args: str, cwd: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess:
     """Run the real `gpu2tpu` command in a subprocess."""
     return subprocess.run(
         [sys.executable, "-m", "gpu2tpu", *args],

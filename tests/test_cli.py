@@ -36,11 +36,16 @@ def test_check_lists_findings_like_ruff(tmp_path: Path) -> None:
     proc = run_cli("check", ".", cwd=root)
     assert proc.returncode == 1
     lines = proc.stdout.splitlines()
-    assert "pkg/train.py:3:9: G2T101 [*] `.cuda()` ties the value to NVIDIA GPUs; use the module's device" in lines
+    assert (
+        "pkg/train.py:3:9: G2T101 [*] `.cuda()` ties the value to NVIDIA GPUs; use the module's device"
+        in lines
+    )
     assert any(ln.startswith("pkg/train.py:4:30: G2T102 [*]") for ln in lines)
     # report-only finding: no fix marker
     assert any(ln.startswith("pkg/train.py:5:4: G2T111 comparison") for ln in lines)
-    assert "Found 3 findings in 1 file (2 fixable with `gpu2tpu rewrite`, 1 needs a person)." in lines
+    assert (
+        "Found 3 findings in 1 file (2 fixable with `gpu2tpu rewrite`, 1 needs a person)." in lines
+    )
     assert not any(".venv" in ln or "build/" in ln for ln in lines), "default excludes ignored"
     assert (root / "pkg" / "train.py").read_text() == CUDA_SCRIPT, "check must not write"
 
@@ -55,7 +60,12 @@ def test_check_json_is_the_documented_schema(tmp_path: Path) -> None:
             "line", "col", "message", "hint", "url"}  # fmt: skip
     assert all(set(f) == keys for f in doc["findings"])
     first = doc["findings"][0]
-    assert (first["code"], first["path"], first["line"], first["col"]) == ("G2T101", "pkg/train.py", 3, 9)
+    assert (first["code"], first["path"], first["line"], first["col"]) == (
+        "G2T101",
+        "pkg/train.py",
+        3,
+        9,
+    )
     assert first["safety"] == "safe" and first["fixable"] and not first["fixed"]
     assert doc["summary"]["files_scanned"] == 2
     assert doc["summary"]["skipped_by_prefilter"] == 1

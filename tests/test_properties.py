@@ -110,4 +110,7 @@ def test_text_without_cuda_tokens_is_identical(text: str) -> None:
 def test_selection_never_breaks_parsing(text: str, ignore: tuple[str, ...]) -> None:
     result = rewrite_source(text, Options(ignore=ignore, unsafe_fixes=True))
     ast.parse(result.new_text)
-    assert rewrite_source(result.new_text, Options(ignore=ignore, unsafe_fixes=True)).new_text == result.new_text
+    assert (
+        rewrite_source(result.new_text, Options(ignore=ignore, unsafe_fixes=True)).new_text
+        == result.new_text
+    )

@@ -25,7 +25,9 @@ def build_config(args: argparse.Namespace, cwd: Path) -> Config:
     section = load_config(cwd)
     select = args.select if args.select is not None else section.get("select", [])
     ignore = args.ignore if args.ignore is not None else section.get("ignore", [])
-    unsafe = args.unsafe_fixes if args.unsafe_fixes is not None else section.get("unsafe-fixes", False)
+    unsafe = (
+        args.unsafe_fixes if args.unsafe_fixes is not None else section.get("unsafe-fixes", False)
+    )
     for key, value in (("select", select), ("ignore", ignore)):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"[tool.gpu2tpu] {key} must be a list of rule codes")
@@ -114,7 +116,12 @@ def run_rewrite_command(
 
 
 def _run_stdin(
-    args: argparse.Namespace, config: Config, mode: Mode, stdin: TextIO, stdout: TextIO, stderr: TextIO
+    args: argparse.Namespace,
+    config: Config,
+    mode: Mode,
+    stdin: TextIO,
+    stdout: TextIO,
+    stderr: TextIO,
 ) -> int:
     """`gpu2tpu rewrite -`: text in, rewritten text out (for editors and pipes)."""
     from .source import SourceError, rewrite_source

@@ -202,9 +202,7 @@ def _walk(top: Path, patterns: tuple[str, ...], rel_of, errors: list[str]) -> It
 
     for folder, dirnames, filenames in os.walk(top, onerror=onerror):
         base = Path(folder)
-        dirnames[:] = sorted(
-            d for d in dirnames if not _excluded(rel_of(base / d), d, patterns)
-        )
+        dirnames[:] = sorted(d for d in dirnames if not _excluded(rel_of(base / d), d, patterns))
         for name in sorted(filenames):
             if not name.endswith(SOURCE_SUFFIXES):
                 continue
@@ -277,7 +275,9 @@ def process_file(path: str, config: Config, mode: Mode, tokens: tuple[bytes, ...
     except ValueError as err:
         return FileOutcome(path, Status.ERROR, error=str(err))
     except RecursionError:
-        return FileOutcome(path, Status.ERROR, error="too deeply nested to parse; file left as it is")
+        return FileOutcome(
+            path, Status.ERROR, error="too deeply nested to parse; file left as it is"
+        )
     outcome = FileOutcome(
         path, Status.UNCHANGED, edits=list(result.edits), findings=list(result.findings)
     )
@@ -310,7 +310,9 @@ def _process_notebook(path: str, data: bytes, config: Config, mode: Mode) -> Fil
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return FileOutcome(path, Status.ERROR, error="notebook is not valid UTF-8; file left as it is")
+        return FileOutcome(
+            path, Status.ERROR, error="notebook is not valid UTF-8; file left as it is"
+        )
     try:
         result = rewrite_notebook(text, config.options)
     except NotebookError as err:

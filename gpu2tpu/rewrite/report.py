@@ -165,7 +165,9 @@ def summary_text(report: RunReport) -> list[str]:
         label = "Fixable by rule" if report.mode is Mode.CHECK else "Edits by rule"
         lines.append(f"{label}: {by_rule}")
     if c["errors"]:
-        lines.append(f"{c['errors']} file{'s' * (c['errors'] != 1)} could not be processed (see errors above).")
+        lines.append(
+            f"{c['errors']} file{'s' * (c['errors'] != 1)} could not be processed (see errors above)."
+        )
     return lines
 
 

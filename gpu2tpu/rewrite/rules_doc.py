@@ -52,13 +52,29 @@ def _first_line(rule: type[Rule]) -> str:
 
 def rules_markdown() -> str:
     """docs/rules.md, generated from the rules themselves (`python -m gpu2tpu.rewrite.rules_doc`)."""
-    lines = ["# Rules", "", "Generated from the rule classes: `python -m gpu2tpu.rewrite.rules_doc > docs/rules.md`.", ""]
+    lines = [
+        "# Rules",
+        "",
+        "Generated from the rule classes: `python -m gpu2tpu.rewrite.rules_doc > docs/rules.md`.",
+        "",
+    ]
     lines += ["| code | name | safety | what |", "|---|---|---|---|"]
     for r in all_rules():
-        lines.append(f"| [{r.code}](#{r.code.lower()}) | {r.name} | {r.safety} | {_first_line(r)} |")
+        lines.append(
+            f"| [{r.code}](#{r.code.lower()}) | {r.name} | {r.safety} | {_first_line(r)} |"
+        )
     for r in all_rules():
         rec = rule_record(r)
-        lines += ["", f"## {r.code}", "", f"**{r.name}** — {r.safety}, {r.severity}", "", "```text", rec["explanation"], "```"]
+        lines += [
+            "",
+            f"## {r.code}",
+            "",
+            f"**{r.name}** — {r.safety}, {r.severity}",
+            "",
+            "```text",
+            rec["explanation"],
+            "```",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -105,7 +105,7 @@ def _statements_to_visit(ctx: RuleContext, rules: list[type[Rule]]) -> set[int] 
         return None
     tokens = tuple({t.decode() for r in rules for t in r.tokens})
     codes = ctx.statement_code()
-    return {id(s) for s, code in zip(ctx.module.body, codes) if any(t in code for t in tokens)}
+    return {id(s) for s, code in zip(ctx.module.body, codes, strict=True) if any(t in code for t in tokens)}
 
 
 class _Dispatch(cst.CSTVisitor):
