@@ -1,0 +1,548 @@
+"""A comparison of devices in time and money per step: rows, ratios, and their renderings.
+
+`ComparisonRow` is one device at one step time, labelled by where that time came from:
+"measured" (timed here), "baseline" (timed earlier on another machine and loaded from a
+file), "estimated" (roofline from the measured run, docs/profiler.md) or "compiled" (the
+forecast's compiler figures). `Comparison` holds the rows, the chip the ratios are against,
+and the prices used, and renders as a rich table, plain text, JSON, CSV, a DataFrame, static
+HTML or a notebook widget. Rows are generic, so the forecast builds them the same way.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from datetime import date
+from typing import Any
+
+from .catalogue import Chip, HardwareCatalogue, describe_age, parse_date
+from .cost import cost_per_million_tokens, cost_per_step, price_per_hour, steps_per_epoch
+
+SOURCES = ("measured", "baseline", "compiled", "estimated")
+# When two rows share a chip, the baseline is the most trustworthy one.
+_SOURCE_RANK = {s: i for i, s in enumerate(SOURCES)}
+
+
+@dataclass
+class ComparisonRow:
+    """One device at one step time, with what that step costs there.
+
+    Money is USD; `cost_per_epoch` needs a dataset size and samples per step;
+    `speedup_vs_baseline` > 1 means faster than the baseline, `cost_ratio_vs_baseline` < 1
+    means cheaper. `fits` says whether the step's memory fits the chips' HBM (None: unknown).
+    """
+
+    device_key: str
+    device_name: str
+    source: str
+    step_seconds: float | None = None
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    cost_per_step: float | None = None
+    cost_per_1k_steps: float | None = None
+    cost_per_epoch: float | None = None
+    cost_per_1m_tokens: float | None = None
+    speedup_vs_baseline: float | None = None
+    cost_ratio_vs_baseline: float | None = None
+    mfu: float | None = None
+    memory_bytes: int | None = None
+    fits: bool | None = None
+    note: str = ""
+    chips: int = 1
+    price_per_hour: float | None = None
+    step_p10: float | None = None
+    step_p90: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(
+                f"row source must be one of {', '.join(SOURCES)}, not {self.source!r}."
+            )
+
+    @classmethod
+    def build(
+        cls,
+        chip: Chip,
+        step_seconds: float | None,
+        source: str,
+        *,
+        chips: int = 1,
+        price: str = "on_demand",
+        samples_per_step: float | None = None,
+        tokens_per_step: float | None = None,
+        dataset_size: int | None = None,
+        flops_per_step: float | None = None,
+        memory_bytes: int | None = None,
+        fits: bool | None = None,
+        note: str = "",
+        step_p10: float | None = None,
+        step_p90: float | None = None,
+        mfu: float | None = None,
+        device_name: str | None = None,
+    ) -> ComparisonRow:
+        """A row with throughput and costs computed from a step time and the chip's price.
+
+        `mfu` is computed from `flops_per_step` and the chip's peak unless given; `fits`
+        from `memory_bytes` (per step, all chips together) against the chips' HBM unless given.
+        """
+        hourly = price_per_hour(chip, chips, price)
+        row = cls(
+            device_key=chip.key,
+            device_name=device_name or chip.name,
+            source=source,
+            step_seconds=step_seconds,
+            chips=chips,
+            price_per_hour=hourly,
+            memory_bytes=memory_bytes,
+            note=note,
+            step_p10=step_p10,
+            step_p90=step_p90,
+        )
+        if fits is None and memory_bytes is not None and chip.hbm_bytes > 0:
+            fits = memory_bytes <= chip.hbm_bytes * chips
+        row.fits = fits
+        if step_seconds is None or step_seconds <= 0:
+            return row
+        if samples_per_step:
+            row.samples_per_s = samples_per_step / step_seconds
+        if tokens_per_step:
+            row.tokens_per_s = tokens_per_step / step_seconds
+        row.cost_per_step = cost_per_step(step_seconds, chip, chips, price)
+        if row.cost_per_step is not None:
+            row.cost_per_1k_steps = row.cost_per_step * 1000
+            if dataset_size and samples_per_step:
+                row.cost_per_epoch = row.cost_per_step * steps_per_epoch(
+                    dataset_size, samples_per_step
+                )
+            if tokens_per_step:
+                row.cost_per_1m_tokens = cost_per_million_tokens(
+                    step_seconds, tokens_per_step, chip, chips, price
+                )
+        if mfu is None and flops_per_step and chip.has_peak:
+            mfu = flops_per_step / (step_seconds * chip.peak_bf16_flops * chips)
+        row.mfu = mfu
+        return row
+
+    @property
+    def label(self) -> str:
+        """The device as the views show it: "TPU v5e", or "TPU v5e x8" for several chips."""
+        return self.device_name if self.chips == 1 else f"{self.device_name} x{self.chips}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Comparison:
+    """Rows of devices, the chip the ratios are against, and which prices were used.
+
+    `prices_used` holds the price column, each chip's price date and source, and any user
+    overrides (see `HardwareCatalogue.prices_used`); `workload` keeps what repricing needs
+    (tokens and samples per step, dataset size).
+    """
+
+    rows: list[ComparisonRow]
+    baseline_key: str | None = None
+    prices_used: dict[str, Any] = field(default_factory=dict)
+    workload: dict[str, Any] = field(default_factory=dict)
+    title: str = "gpu2tpu profile"
+    catalogue: HardwareCatalogue | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_rows(
+        cls,
+        rows: Iterable[ComparisonRow],
+        *,
+        baseline_key: str | None = None,
+        catalogue: HardwareCatalogue | None = None,
+        price: str = "on_demand",
+        workload: Mapping[str, Any] | None = None,
+        title: str = "gpu2tpu profile",
+    ) -> Comparison:
+        """A comparison with ratios filled in against `baseline_key` and prices recorded."""
+        rows = list(rows)
+        catalogue = catalogue or HardwareCatalogue.load()
+        known = [r.device_key for r in rows if catalogue.find(r.device_key) is not None]
+        comparison = cls(
+            rows=rows,
+            baseline_key=baseline_key,
+            prices_used=catalogue.prices_used(list(dict.fromkeys(known)), price),
+            workload=dict(workload or {}),
+            title=title,
+            catalogue=catalogue,
+        )
+        comparison.apply_ratios()
+        return comparison
+
+    # -- ratios and repricing --------------------------------------------------------------
+
+    def baseline_row(self) -> ComparisonRow | None:
+        """The row ratios are against: the baseline chip's most trustworthy row."""
+        if self.baseline_key is None:
+            return None
+        matches = [r for r in self.rows if r.device_key == self.baseline_key]
+        if not matches:
+            return None
+        return min(matches, key=lambda r: _SOURCE_RANK.get(r.source, len(SOURCES)))
+
+    def apply_ratios(self) -> None:
+        """Fill speed-up and cost ratios of every row against the baseline row."""
+        base = self.baseline_row()
+        for row in self.rows:
+            row.speedup_vs_baseline = None
+            row.cost_ratio_vs_baseline = None
+            if base is None or not row.step_seconds or not base.step_seconds:
+                continue
+            row.speedup_vs_baseline = base.step_seconds / row.step_seconds
+            if row.cost_per_step is not None and base.cost_per_step:
+                row.cost_ratio_vs_baseline = row.cost_per_step / base.cost_per_step
+
+    def repriced(self, price: str, catalogue: HardwareCatalogue | None = None) -> Comparison:
+        """The same step times costed with another price column ("on_demand" or "spot")."""
+        catalogue = catalogue or self.catalogue or HardwareCatalogue.load()
+        rows = []
+        for row in self.rows:
+            chip = catalogue.find(row.device_key)
+            if chip is None:
+                rows.append(replace(row))
+                continue
+            rebuilt = ComparisonRow.build(
+                chip,
+                row.step_seconds,
+                row.source,
+                chips=row.chips,
+                price=price,
+                samples_per_step=self.workload.get("samples_per_step"),
+                tokens_per_step=self.workload.get("tokens_per_step"),
+                dataset_size=self.workload.get("dataset_size"),
+                memory_bytes=row.memory_bytes,
+                fits=row.fits,
+                note=row.note,
+                step_p10=row.step_p10,
+                step_p90=row.step_p90,
+                mfu=row.mfu,
+                device_name=row.device_name,
+            )
+            rows.append(rebuilt)
+        return Comparison.from_rows(
+            rows,
+            baseline_key=self.baseline_key,
+            catalogue=catalogue,
+            price=price,
+            workload=self.workload,
+            title=self.title,
+        )
+
+    # -- prices ------------------------------------------------------------------------------
+
+    def prices_summary(self, today: date | None = None) -> str:
+        """One sentence: which price column, how old the prices are, and any overrides."""
+        used = self.prices_used or {}
+        column = used.get("column", "on_demand").replace("_", "-")
+        dates = {k: v for k, v in (used.get("as_of") or {}).items() if v}
+        text = (
+            f"Prices: {column}, {used.get('currency', 'USD')} {used.get('unit', 'per chip-hour')}"
+        )
+        if dates:
+            parsed = [(parse_date(v), v) for v in dates.values()]
+            valid = [p for p in parsed if p[0] is not None]
+            if valid:
+                oldest = min(valid)[1]
+                newest = max(valid)[1]
+                text += f"; oldest {describe_age(oldest, today)}"
+                if newest != oldest:
+                    text += f"; newest {describe_age(newest, today)}"
+        overrides = used.get("overrides") or {}
+        if overrides:
+            parts = [
+                f"{k} {', '.join(f'{f}={v}' for f, v in o.items() if f != 'note')}"
+                for k, o in overrides.items()
+            ]
+            text += f"; your overrides: {'; '.join(parts)}"
+            if used.get("override_source"):
+                text += f" (from {used['override_source']})"
+        missing = [k for k, v in (used.get("prices") or {}).items() if v is None]
+        if missing:
+            text += f"; no public price for {', '.join(missing)}"
+        return text + "."
+
+    # -- data --------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "baseline_key": self.baseline_key,
+            "prices_used": self.prices_used,
+            "workload": self.workload,
+            "rows": [r.to_dict() for r in self.rows],
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(_json_safe(self.to_dict()), indent=indent)
+
+    def to_csv(self) -> str:
+        """One line per row, every ComparisonRow field as a column (raw numbers, USD)."""
+        out = io.StringIO()
+        names = [f.name for f in fields(ComparisonRow)]
+        writer = csv.DictWriter(out, fieldnames=names, lineterminator="\n")
+        writer.writeheader()
+        for row in self.rows:
+            writer.writerow({k: ("" if v is None else v) for k, v in row.to_dict().items()})
+        return out.getvalue()
+
+    def to_dataframe(self) -> Any:
+        """A pandas DataFrame of the rows (pandas is optional: a clear error without it)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError(
+                "to_dataframe() needs pandas: `pip install pandas` (to_csv() and to_json() do not)."
+            ) from None
+        frame = pd.DataFrame([r.to_dict() for r in self.rows])
+        frame.attrs["baseline_key"] = self.baseline_key
+        frame.attrs["prices_used"] = self.prices_used
+        return frame
+
+    # -- text --------------------------------------------------------------------------------
+
+    def columns(self, *, compact: bool = False) -> list[Column]:
+        """The display columns that have at least one value (an all-empty column is noise).
+
+        `compact` drops the columns a narrow view can spare ($/step, which $/1k steps says
+        more readably); the data exports always keep every field.
+        """
+        return [
+            c
+            for c in COLUMNS
+            if (c.always or any(c.value(r) is not None for r in self.rows))
+            and not (compact and c.spare)
+        ]
+
+    def table_cells(self) -> tuple[list[str], list[list[str]]]:
+        cols = self.columns()
+        return [c.header for c in cols], [[c.text(r, self) for c in cols] for r in self.rows]
+
+    def __repr__(self) -> str:
+        headers, body = self.table_cells()
+        widths = [
+            max(len(h), *(len(r[i]) for r in body)) if body else len(h)
+            for i, h in enumerate(headers)
+        ]
+        lines = [self.title]
+        lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
+        lines.append("  ".join("-" * w for w in widths))
+        for cells in body:
+            lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)))
+        if self.baseline_key:
+            lines.append(f"Ratios are against {self.baseline_key}.")
+        lines.append(self.prices_summary())
+        notes = [f"  {r.label} ({r.source}): {r.note}" for r in self.rows if r.note]
+        if notes:
+            lines.append("Notes:")
+            lines.extend(notes)
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+    def __rich__(self) -> Any:
+        from rich.table import Table
+
+        headers, body = self.table_cells()
+        caption = self.prices_summary()
+        if self.baseline_key:
+            caption = f"Ratios are against {self.baseline_key}. " + caption
+        table = Table(title=self.title, caption=caption, caption_justify="left")
+        for col in self.columns():
+            table.add_column(
+                col.header, justify="left" if col.key in ("device", "source") else "right"
+            )
+        styles = {"measured": "bold", "baseline": "green", "estimated": "dim", "compiled": "cyan"}
+        for row, cells in zip(self.rows, body, strict=True):
+            table.add_row(*cells, style=styles.get(row.source))
+        return table
+
+    # -- notebook ------------------------------------------------------------------------------
+
+    def to_html(self, *, series: Any = None, details: Mapping[str, Any] | None = None) -> str:
+        """Static HTML (table, SVG bars, series, details): for nbconvert, GitHub, e-mail."""
+        from gpu2tpu.widgets.render import static_html
+
+        return static_html(self, series=series, details=details)
+
+    def widget(self, *, series: Any = None, details: Mapping[str, Any] | None = None) -> Any:
+        from gpu2tpu.widgets import comparison_view
+
+        return comparison_view(self, series=series, details=details)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return mimebundle(self, repr(self), self.to_html, self.widget)
+
+
+def mimebundle(obj: Any, text: str, html: Any, widget: Any) -> dict[str, Any]:
+    """text/plain + static text/html always; the live widget too when a kernel can show it.
+
+    Frontends without the widget manager (nbconvert, GitHub, a bare console) fall back to
+    the HTML or the text, as tqdm learnt to (jupyter.md §3).
+    """
+    bundle: dict[str, Any] = {"text/plain": text, "text/html": html()}
+    if _in_kernel():
+        try:
+            view = widget()
+            bundle.update(view._repr_mimebundle_() or {})
+            bundle["text/plain"] = text
+        except Exception:  # no widget support here: the HTML fallback is already in the bundle
+            pass
+    return bundle
+
+
+def _in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+# -- formatting --------------------------------------------------------------------------------
+
+
+def format_seconds(value: float | None) -> str:
+    """ "812 µs", "12.3 ms", "1.52 s"; an em dash for no value."""
+    if value is None:
+        return "—"
+    if value < 1e-3:
+        return f"{value * 1e6:.3g} µs"
+    if value < 1:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value:.3g} s"
+
+
+def format_money(value: float | None) -> str:
+    """USD, about three significant digits: "$1.19e-05", "$0.0123", "$4.56", "$1,234"."""
+    if value is None:
+        return "—"
+    if value == 0:
+        return "$0"
+    if abs(value) >= 1000:
+        return f"${value:,.0f}"
+    if abs(value) >= 1:
+        return f"${value:.2f}"
+    if abs(value) < 1e-3:
+        return f"${value:.3g}"
+    return f"${value:.{2 - math.floor(math.log10(abs(value)))}f}"
+
+
+def format_rate(value: float | None) -> str:
+    if value is None:
+        return "—"
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def format_ratio(value: float | None) -> str:
+    """ "2.41×", "0.0029×": three significant digits, so small ratios do not read as zero."""
+    return "—" if value is None else f"{value:.3g}×"
+
+
+def format_percent(value: float | None) -> str:
+    """ "41.3%", "0.047%": small fractions keep two significant digits."""
+    if value is None:
+        return "—"
+    if 0 < abs(value) < 0.01:
+        return f"{value * 100:.2g}%"
+    return f"{value * 100:.1f}%"
+
+
+def format_bytes(value: float | None) -> str:
+    if value is None:
+        return "—"
+    for scale, suffix in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if value >= scale:
+            return f"{value / scale:.3g} {suffix}"
+    return f"{value:.0f} B"
+
+
+def format_flops(value: float | None) -> str:
+    """ "1.23 TFLOP" for a count (append "/s" yourself for a rate)."""
+    if value is None:
+        return "—"
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}FLOP"
+    return f"{value:.3g} FLOP"
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    header: str
+    always: bool = False
+    spare: bool = False  # left out of compact views
+
+    def value(self, row: ComparisonRow) -> Any:
+        if self.key == "device":
+            return row.label
+        if self.key == "fits":
+            return row.fits
+        return getattr(row, self.key)
+
+    def text(self, row: ComparisonRow, comparison: Comparison) -> str:
+        value = self.value(row)
+        if self.key == "device":
+            return value
+        if self.key == "source":
+            return row.source
+        if self.key == "step_seconds":
+            text = format_seconds(value)
+            if row.step_p10 is not None and row.step_p90 is not None and value is not None:
+                text += f" ({format_seconds(row.step_p10)}–{format_seconds(row.step_p90)})"
+            return text
+        if self.key in ("samples_per_s", "tokens_per_s"):
+            return format_rate(value)
+        if self.key.startswith("cost_per") or self.key == "price_per_hour":
+            return format_money(value)
+        if self.key in ("speedup_vs_baseline", "cost_ratio_vs_baseline"):
+            return format_ratio(value)
+        if self.key == "mfu":
+            return format_percent(value)
+        if self.key == "memory_bytes":
+            return format_bytes(value)
+        if self.key == "fits":
+            return "—" if value is None else ("yes" if value else "no")
+        return "—" if value is None else str(value)
+
+
+COLUMNS: Sequence[Column] = (
+    Column("device", "Device", always=True),
+    Column("source", "Source", always=True),
+    Column("step_seconds", "Step p50 (p10–p90)", always=True),
+    Column("samples_per_s", "Samples/s"),
+    Column("tokens_per_s", "Tokens/s"),
+    Column("price_per_hour", "$/hour"),
+    Column("cost_per_step", "$/step", spare=True),
+    Column("cost_per_1k_steps", "$/1k steps"),
+    Column("cost_per_epoch", "$/epoch"),
+    Column("cost_per_1m_tokens", "$/1M tokens"),
+    Column("speedup_vs_baseline", "Speed-up"),
+    Column("cost_ratio_vs_baseline", "Cost ratio"),
+    Column("mfu", "MFU"),
+    Column("memory_bytes", "Memory"),
+    Column("fits", "Fits"),
+)

@@ -1,0 +1,721 @@
+"""A profile's result: the measurement, its costs beside other chips, and baseline files.
+
+`build_result` turns a timed run into a `ProfileResult`: step statistics, throughput, FLOPs
+and MFU, memory, compilations and host syncs, and a `Comparison` with the measured device,
+any loaded GPU baseline and estimated targets. Estimates scale the roofline of the measured
+step's FLOPs and bytes on each target by the efficiency the measured run reached on its own
+roofline (docs/profiler.md explains the method and its error).
+
+A baseline file (`result.save_baseline(path)` on a GPU machine, `compare_to=path` elsewhere)
+is small JSON: the step-time statistics, the workload (FLOPs, tokens and samples per step)
+and where and when it was measured.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .catalogue import Chip, HardwareCatalogue
+from .compare import (
+    Comparison,
+    ComparisonRow,
+    format_bytes,
+    format_flops,
+    format_percent,
+    format_seconds,
+    mimebundle,
+)
+from .cost import efficiency_from_run, roofline_seconds
+from .timer import Costing, ProfileError, StepStats, summarize
+
+if TYPE_CHECKING:
+    from .flops import HostPeak, StepCount
+    from .timer import RunRecord
+
+BASELINE_FORMAT = 1
+# A baseline whose step did a different amount of work than this one is flagged.
+WORKLOAD_TOLERANCE = 0.05
+# Below this, an estimated step is flagged as a lower bound: per-step launch and dispatch
+# costs (tens of microseconds on any accelerator) are not in the roofline.
+FIXED_COST_SECONDS = 100e-6
+
+
+@dataclass(frozen=True)
+class BaselineRecord:
+    """A step time measured earlier on another machine, read from a baseline file."""
+
+    device_key: str
+    device_name: str
+    chips: int
+    backend: str
+    stats: StepStats
+    samples_per_step: float | None
+    tokens_per_step: float | None
+    flops_per_step: float | None
+    memory_peak_bytes: int | None
+    memory_kind: str
+    created: str
+    host: str
+    path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpu2tpu_baseline": BASELINE_FORMAT,
+            "device_key": self.device_key,
+            "device_name": self.device_name,
+            "chips": self.chips,
+            "backend": self.backend,
+            "step_seconds": self.stats.median,
+            "stats": self.stats.to_dict(),
+            "samples_per_step": self.samples_per_step,
+            "tokens_per_step": self.tokens_per_step,
+            "flops_per_step": self.flops_per_step,
+            "memory_peak_bytes": self.memory_peak_bytes,
+            "memory_kind": self.memory_kind,
+            "created": self.created,
+            "host": self.host,
+        }
+
+
+def load_baseline(path: str | Path) -> BaselineRecord:
+    """Read a baseline file written by `ProfileResult.save_baseline`."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProfileError(
+            f"baseline file {path} does not exist; save one with result.save_baseline(path)."
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProfileError(f"baseline file {path} cannot be read as JSON ({exc}).") from None
+    if not isinstance(data, dict) or "gpu2tpu_baseline" not in data:
+        raise ProfileError(
+            f"{path} is not a gpu2tpu baseline file (it has no 'gpu2tpu_baseline' key)."
+        )
+    if data["gpu2tpu_baseline"] != BASELINE_FORMAT:
+        raise ProfileError(
+            f"baseline file {path} has format {data['gpu2tpu_baseline']!r}; this gpu2tpu reads "
+            f"format {BASELINE_FORMAT}: save the baseline again."
+        )
+    try:
+        raw = data["stats"]
+        stats = StepStats(
+            n=int(raw["n"]),
+            median=float(raw["median"]),
+            p10=float(raw["p10"]),
+            p90=float(raw["p90"]),
+            mean=float(raw["mean"]),
+            min=float(raw["min"]),
+            max=float(raw["max"]),
+        )
+        if not stats.median > 0:
+            raise ValueError("step time must be positive")
+        return BaselineRecord(
+            device_key=str(data["device_key"]),
+            device_name=str(data["device_name"]),
+            chips=int(data.get("chips", 1)),
+            backend=str(data.get("backend", "")),
+            stats=stats,
+            samples_per_step=data.get("samples_per_step"),
+            tokens_per_step=data.get("tokens_per_step"),
+            flops_per_step=data.get("flops_per_step"),
+            memory_peak_bytes=data.get("memory_peak_bytes"),
+            memory_kind=str(data.get("memory_kind", "unknown")),
+            created=str(data.get("created", "")),
+            host=str(data.get("host", "")),
+            path=str(path),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProfileError(
+            f"baseline file {path} is malformed ({type(exc).__name__}: {exc})."
+        ) from None
+
+
+@dataclass
+class ProfileResult:
+    """What `profile()` measured, and the comparison built from it.
+
+    Times are seconds; `step_times` are the steady steps only (each the mean of
+    `group_size` steps when the step was too short to time alone); `warmup_times` are the
+    warm-up steps, where compilation happens. `mfu` is against the chip's catalogue peak, or
+    on the CPU against this host's measured matmul rate (`peak_source` says which).
+    """
+
+    device_key: str
+    device_name: str
+    backend: str
+    chips: int
+    steps: int
+    warmup: int
+    warmup_times: list[float]
+    step_times: list[float]
+    group_size: int
+    stats: StepStats
+    timed_wall_seconds: float
+    timer_floor: float
+    samples_per_step: float | None
+    tokens_per_step: float | None
+    flops_per_step: float | None
+    bytes_per_step: float | None
+    flops_source: str | None
+    top_ops: list[tuple[str, float]]
+    peak_flops: float | None
+    peak_bandwidth: float | None
+    peak_source: str | None
+    efficiency: float | None
+    memory_peak_bytes: int | None
+    memory_kind: str
+    compilations_warmup: int | None
+    compilations_timed: int | None
+    host_syncs_per_step: int | None
+    host_syncs_timed: int | None
+    sync_ops: list[tuple[str, int]]
+    comparison: Comparison
+    notes: list[str] = field(default_factory=list)
+    created: str = ""
+
+    # -- numbers --------------------------------------------------------------------------
+
+    @property
+    def median(self) -> float:
+        return self.stats.median
+
+    @property
+    def p10(self) -> float:
+        return self.stats.p10
+
+    @property
+    def p90(self) -> float:
+        return self.stats.p90
+
+    @property
+    def spread(self) -> float:
+        return self.stats.spread
+
+    @property
+    def samples_per_s(self) -> float | None:
+        return self.samples_per_step / self.median if self.samples_per_step else None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.tokens_per_step / self.median if self.tokens_per_step else None
+
+    @property
+    def achieved_flops(self) -> float | None:
+        """FLOP/s reached in a median step (all chips together)."""
+        return self.flops_per_step / self.median if self.flops_per_step else None
+
+    @property
+    def mfu(self) -> float | None:
+        achieved = self.achieved_flops
+        return achieved / self.peak_flops if achieved and self.peak_flops else None
+
+    @property
+    def compile_seconds(self) -> float | None:
+        """Time the warm-up spent beyond steady steps: compilation and first-touch costs."""
+        if not self.warmup_times:
+            return None
+        return max(0.0, sum(self.warmup_times) - len(self.warmup_times) * self.median)
+
+    @property
+    def measured_row(self) -> ComparisonRow:
+        return next(r for r in self.comparison.rows if r.source == "measured")
+
+    def row(self, device_key: str) -> ComparisonRow:
+        """The comparison row for a chip key (the measured one first if there are two)."""
+        for source in ("measured", "baseline", "compiled", "estimated"):
+            for r in self.comparison.rows:
+                if r.device_key == device_key and r.source == source:
+                    return r
+        raise KeyError(
+            f"no row for {device_key!r}; rows are {', '.join(r.device_key for r in self.comparison.rows)}."
+        )
+
+    # -- baselines ------------------------------------------------------------------------
+
+    def to_baseline(self) -> BaselineRecord:
+        return BaselineRecord(
+            device_key=self.device_key,
+            device_name=self.device_name,
+            chips=self.chips,
+            backend=self.backend,
+            stats=self.stats,
+            samples_per_step=self.samples_per_step,
+            tokens_per_step=self.tokens_per_step,
+            flops_per_step=self.flops_per_step,
+            memory_peak_bytes=self.memory_peak_bytes,
+            memory_kind=self.memory_kind,
+            created=self.created,
+            host=platform.node(),
+        )
+
+    def save_baseline(self, path: str | Path) -> Path:
+        """Write this run as a baseline file for `profile(..., compare_to=path)` elsewhere."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_baseline().to_dict(), indent=2) + "\n", encoding="utf-8")
+        return path
+
+    # -- views ----------------------------------------------------------------------------
+
+    def series(self) -> dict[str, Any]:
+        """The step-time series for the views: warm-up steps, then steady steps."""
+        return {
+            "warmup": list(self.warmup_times),
+            "steps": list(self.step_times),
+            "group_size": self.group_size,
+        }
+
+    def details(self) -> dict[str, str]:
+        """Label -> text for the details tab and the terminal summary."""
+        d: dict[str, str] = {}
+        d["Device"] = f"{self.device_name} ({self.device_key}) x{self.chips} via {self.backend}"
+        d["Steps"] = f"{self.warmup} warm-up + {self.stats.n} timed" + (
+            f" (each the mean of {self.group_size} steps)" if self.group_size > 1 else ""
+        )
+        d["Step time"] = (
+            f"median {format_seconds(self.median)}, p10 {format_seconds(self.p10)}, "
+            f"p90 {format_seconds(self.p90)}, spread {self.spread:.1%}"
+        )
+        if self.warmup_times:
+            d["Warm-up"] = (
+                f"first step {format_seconds(self.warmup_times[0])}; "
+                f"compile and first-touch time about {format_seconds(self.compile_seconds)}"
+            )
+        if self.samples_per_s is not None:
+            d["Samples/s"] = f"{self.samples_per_s:,.1f}"
+        if self.tokens_per_s is not None:
+            d["Tokens/s"] = f"{self.tokens_per_s:,.1f}"
+        if self.flops_per_step is not None:
+            d["FLOPs per step"] = f"{format_flops(self.flops_per_step)} ({self.flops_source})"
+        if self.bytes_per_step is not None:
+            d["Bytes per step"] = f"{format_bytes(self.bytes_per_step)} (unfused upper bound)"
+        if self.achieved_flops is not None:
+            d["Achieved"] = f"{self.achieved_flops / 1e12:.3g} TFLOP/s"
+        if self.mfu is not None:
+            d["MFU"] = f"{format_percent(self.mfu)} of {self.peak_source}"
+        if self.efficiency is not None:
+            d["Roofline efficiency"] = f"{format_percent(self.efficiency)} (used for the estimates)"
+        if self.memory_peak_bytes is not None:
+            d["Peak memory"] = f"{format_bytes(self.memory_peak_bytes)} ({self.memory_kind})"
+        d["Compilations"] = (
+            f"warm-up {_or_unknown(self.compilations_warmup)}, "
+            f"timed steps {_or_unknown(self.compilations_timed)}"
+        )
+        if self.host_syncs_per_step is not None:
+            ops = ", ".join(f"{n} {op}" for op, n in self.sync_ops) or "none"
+            d["Host syncs per step"] = f"{self.host_syncs_per_step} ({ops})"
+        if self.host_syncs_timed is not None:
+            d["Host syncs in timed steps"] = str(self.host_syncs_timed)
+        if self.top_ops:
+            d["Top ops by FLOPs"] = ", ".join(f"{op} {format_flops(n)}" for op, n in self.top_ops)
+        d["Timer"] = f"{self.timer_floor * 1e6:.2f} µs per synchronize + clock reading"
+        d["Prices"] = self.comparison.prices_summary()
+        for i, note in enumerate(self.notes, 1):
+            d[f"Note {i}"] = note
+        return d
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device_key": self.device_key,
+            "device_name": self.device_name,
+            "backend": self.backend,
+            "chips": self.chips,
+            "steps": self.steps,
+            "warmup": self.warmup,
+            "group_size": self.group_size,
+            "stats": self.stats.to_dict(),
+            "warmup_times": self.warmup_times,
+            "step_times": self.step_times,
+            "compile_seconds": self.compile_seconds,
+            "timed_wall_seconds": self.timed_wall_seconds,
+            "timer_floor": self.timer_floor,
+            "samples_per_step": self.samples_per_step,
+            "tokens_per_step": self.tokens_per_step,
+            "samples_per_s": self.samples_per_s,
+            "tokens_per_s": self.tokens_per_s,
+            "flops_per_step": self.flops_per_step,
+            "bytes_per_step": self.bytes_per_step,
+            "flops_source": self.flops_source,
+            "achieved_flops": self.achieved_flops,
+            "mfu": self.mfu,
+            "peak_flops": self.peak_flops,
+            "peak_bandwidth": self.peak_bandwidth,
+            "peak_source": self.peak_source,
+            "efficiency": self.efficiency,
+            "memory_peak_bytes": self.memory_peak_bytes,
+            "memory_kind": self.memory_kind,
+            "compilations_warmup": self.compilations_warmup,
+            "compilations_timed": self.compilations_timed,
+            "host_syncs_per_step": self.host_syncs_per_step,
+            "host_syncs_timed": self.host_syncs_timed,
+            "sync_ops": [list(s) for s in self.sync_ops],
+            "top_ops": [list(t) for t in self.top_ops],
+            "notes": self.notes,
+            "created": self.created,
+            "comparison": self.comparison.to_dict(),
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        from .compare import _json_safe
+
+        return json.dumps(_json_safe(self.to_dict()), indent=indent)
+
+    def to_csv(self) -> str:
+        """The comparison table as CSV (one line per device)."""
+        return self.comparison.to_csv()
+
+    def to_dataframe(self) -> Any:
+        """The comparison table as a pandas DataFrame."""
+        return self.comparison.to_dataframe()
+
+    def to_html(self) -> str:
+        return self.comparison.to_html(series=self.series(), details=self.details())
+
+    def widget(self) -> Any:
+        """The notebook view: table, bars, step-time series, details."""
+        from gpu2tpu.widgets import comparison_view
+
+        return comparison_view(self.comparison, series=self.series(), details=self.details())
+
+    def __repr__(self) -> str:
+        lines = [f"ProfileResult: {self.device_name} x{self.chips} via {self.backend}"]
+        lines += [f"  {k}: {v}" for k, v in self.details().items() if k != "Prices"]
+        lines.append("")
+        lines.append(repr(self.comparison))
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+    def __rich__(self) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+
+        summary = Table(
+            title=f"{self.device_name} x{self.chips} ({self.backend})", show_header=False
+        )
+        summary.add_column(style="bold")
+        summary.add_column()
+        for key, value in self.details().items():
+            if key != "Prices":
+                summary.add_row(key, value)
+        return Group(summary, self.comparison.__rich__())
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return mimebundle(self, repr(self), self.to_html, self.widget)
+
+
+def _or_unknown(value: int | None) -> str:
+    return "unknown" if value is None else str(value)
+
+
+# -- building ---------------------------------------------------------------------------------
+
+
+def parse_target(target: str | tuple[str, int]) -> tuple[str, int]:
+    """ "v5e" -> ("v5e", 1); "v5e:8" or ("v5e", 8) -> ("v5e", 8)."""
+    if isinstance(target, tuple):
+        if len(target) != 2:
+            raise ProfileError(f"a target is 'key', 'key:chips' or (key, chips), not {target!r}.")
+        name, chips = target
+    else:
+        name, _, count = str(target).partition(":")
+        chips = 1
+        if count:
+            if not count.strip().isdigit():
+                raise ProfileError(
+                    f"target {target!r}: the chip count after ':' must be a whole number."
+                )
+            chips = int(count)
+    if isinstance(chips, bool) or not isinstance(chips, int) or chips < 1:
+        raise ProfileError(f"target {target!r}: the chip count must be at least 1.")
+    return str(name).strip(), chips
+
+
+def _unknown_chip(key: str, name: str, kind: str) -> Chip:
+    """A chip the catalogue lacks (TPU v3, say): no peak, no price, still shown."""
+    return Chip(
+        key=key,
+        name=name,
+        vendor="unknown",
+        kind=kind if kind in ("tpu", "gpu", "trainium", "cpu") else "gpu",
+        peak_bf16_flops=0.0,
+        hbm_bytes=0,
+        hbm_bandwidth=0.0,
+        price_on_demand=None,
+        price_spot=None,
+        sources={},
+        as_of="",
+        notes="not in the hardware catalogue",
+    )
+
+
+def _baseline_records(compare_to: Any) -> list[BaselineRecord]:
+    if compare_to is None:
+        return []
+    items = compare_to if isinstance(compare_to, list | tuple) else [compare_to]
+    records = []
+    for item in items:
+        if isinstance(item, BaselineRecord):
+            records.append(item)
+        elif isinstance(item, ProfileResult):
+            records.append(item.to_baseline())
+        elif isinstance(item, str | Path):
+            records.append(load_baseline(item))
+        else:
+            raise ProfileError(
+                f"compare_to takes a baseline file path or a ProfileResult, not {type(item).__name__}."
+            )
+    return records
+
+
+def _measured_peak(
+    chip: Chip, chips: int
+) -> tuple[float | None, float | None, str | None, HostPeak | None]:
+    if chip.has_peak:
+        return (
+            chip.peak_bf16_flops * chips,
+            chip.hbm_bandwidth * chips,
+            f"{chip.name} x{chips} catalogue peak ({chip.peak_bf16_flops / 1e12:g} TFLOP/s BF16 each)",
+            None,
+        )
+    if chip.kind == "cpu":
+        from .flops import measure_host_peak
+
+        host = measure_host_peak()
+        return (
+            host.flops_per_s,
+            host.bytes_per_s,
+            f"this host's measured matmul rate ({host.flops_per_s / 1e9:.3g} GFLOP/s; {host.method})",
+            host,
+        )
+    return None, None, None, None
+
+
+def build_result(record: RunRecord, costing: Costing) -> ProfileResult:
+    """Cost a timed run and compare it with the baseline and target chips."""
+    catalogue = costing.catalogue or HardwareCatalogue.load()
+    if costing.prices is not None:
+        catalogue = catalogue.with_overrides(costing.prices)
+    backend = record.backend
+    try:
+        info = backend.chip()
+        runtime_name, kind_key, count = info.name, info.kind, info.count
+    except Exception:  # a runtime that cannot name its chip is still timed
+        runtime_name, kind_key, count = backend.name, backend.name, 1
+    chip = catalogue.find(kind_key) or catalogue.find(runtime_name)
+    if chip is None:
+        chip = _unknown_chip(
+            kind_key, runtime_name, "tpu" if "tpu" in runtime_name.lower() else "gpu"
+        )
+    chips = costing.chips or max(1, int(count or 1))
+    stats = summarize(record.step_times)
+    notes = list(record.notes)
+    if stats.spread > 0.25 and stats.n >= 5:
+        notes.append(
+            f"Step times vary by {stats.spread:.0%} between p10 and p90: something else is "
+            "competing for the device or the host; time more steps or a quieter machine."
+        )
+
+    count_: StepCount | None = record.count
+    flops = (
+        costing.flops_per_step
+        if costing.flops_per_step is not None
+        else (count_.flops if count_ else None)
+    )
+    bytes_ = (
+        costing.bytes_per_step
+        if costing.bytes_per_step is not None
+        else (count_.bytes_accessed if count_ else None)
+    )
+    flops_source = (
+        "given" if costing.flops_per_step is not None else (count_.source if count_ else None)
+    )
+    if count_ is not None and count_.flops == 0 and costing.flops_per_step is None:
+        notes.append(
+            "FlopCounterMode saw no matmul, convolution or attention FLOPs in the step: MFU "
+            "is not reported and estimates rest on bytes moved alone."
+        )
+
+    peak, bandwidth, peak_source, _host = _measured_peak(chip, chips)
+    efficiency = None
+    if peak and bandwidth and ((flops or 0) > 0 or (bytes_ or 0) > 0):
+        efficiency = efficiency_from_run(stats.median, flops or 0.0, bytes_ or 0.0, peak, bandwidth)
+        if efficiency >= 1.0:
+            notes.append(
+                "The step ran at or above its roofline on the peak figures used, so the "
+                "efficiency was capped at 100%: the FLOP or byte count is probably too high."
+            )
+
+    device_memory = record.memory_peak_bytes if record.memory_kind == "device" else None
+    workload = {
+        "samples_per_step": costing.samples_per_step,
+        "tokens_per_step": costing.tokens_per_step,
+        "dataset_size": costing.dataset_size,
+        "flops_per_step": flops,
+        "bytes_per_step": bytes_,
+        "efficiency": efficiency,
+        "measured_device": chip.key,
+    }
+    common = {
+        "price": costing.price,
+        "samples_per_step": costing.samples_per_step,
+        "tokens_per_step": costing.tokens_per_step,
+        "dataset_size": costing.dataset_size,
+    }
+    measured_mfu = flops / (stats.median * peak) if flops and peak else None
+    rows = [
+        ComparisonRow.build(
+            chip,
+            stats.median,
+            "measured",
+            chips=chips,
+            flops_per_step=flops,
+            memory_bytes=device_memory,
+            step_p10=stats.p10,
+            step_p90=stats.p90,
+            mfu=measured_mfu,
+            device_name=chip.name if chip.kind != "cpu" else f"CPU ({runtime_name})",
+            note=f"timed here, {stats.n} steps via {backend.name}",
+            **common,
+        )
+    ]
+    present = {(chip.key, chips)}
+
+    for base in _baseline_records(costing.compare_to):
+        base_chip = catalogue.find(base.device_key) or _unknown_chip(
+            base.device_key, base.device_name, "gpu"
+        )
+        note = f"timed on {base.device_name} ({base.created or 'date unknown'})"
+        if base.path:
+            note += f", loaded from {base.path}"
+        if (
+            flops
+            and base.flops_per_step
+            and abs(base.flops_per_step - flops) > WORKLOAD_TOLERANCE * flops
+        ):
+            note += (
+                f"; its step did {format_flops(base.flops_per_step)}, this one "
+                f"{format_flops(flops)}: not the same workload"
+            )
+        rows.append(
+            ComparisonRow.build(
+                base_chip,
+                base.stats.median,
+                "baseline",
+                chips=base.chips,
+                flops_per_step=base.flops_per_step,
+                memory_bytes=base.memory_peak_bytes if base.memory_kind == "device" else None,
+                step_p10=base.stats.p10,
+                step_p90=base.stats.p90,
+                device_name=base_chip.name if base_chip.sources else base.device_name,
+                note=note,
+                **common,
+            )
+        )
+        present.add((base_chip.key, base.chips))
+
+    if costing.baseline is not None:
+        baseline_key: str | None = catalogue.get(costing.baseline).key
+    elif chip.kind == "gpu":
+        baseline_key = chip.key
+    elif len(rows) > 1:
+        baseline_key = rows[1].device_key
+    else:
+        baseline_key = "h100" if "h100" in catalogue else None
+
+    wanted = [(catalogue.get(name), n) for name, n in map(parse_target, costing.targets)]
+    shown = {r.device_key for r in rows} | {c.key for c, _ in wanted}
+    if baseline_key is not None and baseline_key not in shown:
+        wanted.append((catalogue.get(baseline_key), 1))
+    for target, n in wanted:
+        if (target.key, n) in present:
+            continue
+        present.add((target.key, n))
+        rows.append(_estimate(target, n, flops, bytes_, efficiency, chip, device_memory, common))
+
+    comparison = Comparison.from_rows(
+        rows,
+        baseline_key=baseline_key,
+        catalogue=catalogue,
+        price=costing.price,
+        workload=workload,
+    )
+    return ProfileResult(
+        device_key=chip.key,
+        device_name=runtime_name if chip.kind == "cpu" else chip.name,
+        backend=backend.name,
+        chips=chips,
+        steps=len(record.step_times) * record.group_size,
+        warmup=len(record.warmup_times),
+        warmup_times=record.warmup_times,
+        step_times=record.step_times,
+        group_size=record.group_size,
+        stats=stats,
+        timed_wall_seconds=record.timed_wall_seconds,
+        timer_floor=record.timer_floor,
+        samples_per_step=costing.samples_per_step,
+        tokens_per_step=costing.tokens_per_step,
+        flops_per_step=flops,
+        bytes_per_step=bytes_,
+        flops_source=flops_source,
+        top_ops=list(count_.top_ops) if count_ else [],
+        peak_flops=peak,
+        peak_bandwidth=bandwidth,
+        peak_source=peak_source,
+        efficiency=efficiency,
+        memory_peak_bytes=record.memory_peak_bytes,
+        memory_kind=record.memory_kind,
+        compilations_warmup=record.compilations_warmup,
+        compilations_timed=record.compilations_timed,
+        host_syncs_per_step=count_.host_syncs if count_ else None,
+        host_syncs_timed=record.host_syncs_timed,
+        sync_ops=list(count_.sync_ops) if count_ else [],
+        comparison=comparison,
+        notes=notes,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+
+
+def _estimate(
+    target: Chip,
+    chips: int,
+    flops: float | None,
+    bytes_: float | None,
+    efficiency: float | None,
+    measured: Chip,
+    device_memory: int | None,
+    common: Mapping[str, Any],
+) -> ComparisonRow:
+    if efficiency is None or not target.has_peak:
+        why = (
+            f"{target.name} has no peak figure in the catalogue"
+            if not target.has_peak
+            else "no estimate: the step's FLOPs and bytes were not counted"
+        )
+        return ComparisonRow.build(target, None, "estimated", chips=chips, note=why, **common)
+    seconds = roofline_seconds((flops or 0.0) / chips, (bytes_ or 0.0) / chips, target, efficiency)
+    note = f"roofline x {efficiency:.1%} efficiency of the {measured.key} run"
+    if chips > 1:
+        note += f", split over {chips} chips with no communication cost"
+    if seconds < FIXED_COST_SECONDS:
+        note += (
+            f"; under {format_seconds(FIXED_COST_SECONDS)} a step's fixed launch and dispatch "
+            "costs, which the roofline leaves out, dominate: read this as a lower bound"
+        )
+    return ComparisonRow.build(
+        target,
+        seconds,
+        "estimated",
+        chips=chips,
+        flops_per_step=flops,
+        memory_bytes=device_memory,
+        note=note,
+        **common,
+    )

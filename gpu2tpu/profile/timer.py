@@ -1,0 +1,638 @@
+"""Timing training steps: `StepTimer`, `profile(step_fn)`, the `Profiler` loop form, `cell_profile`.
+
+Every lap is bracketed by the backend's synchronize, because accelerators run asynchronously
+and a bare host clock would time the launch, not the work. Warm-up steps (where compilation
+happens) are timed apart from steady steps. A step so short that the clock and the
+synchronize themselves weigh on it is re-timed in groups of many steps, and the result says
+so. Nothing is reported as measured for a run whose step raised: the error propagates with
+its own traceback.
+
+The hot loop does only `step(); synchronize(); perf_counter(); append` so that the profiler
+costs the same as a hand-written loop with a synchronize per step (benchmarks/profiler_overhead.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpu2tpu.backends import Backend
+
+    from .catalogue import HardwareCatalogue
+    from .flops import StepCount
+    from .result import ProfileResult
+
+# A step must be this many times longer than one timer reading (synchronize + clock) for a
+# per-step time to be trusted to about 1%; shorter steps are timed in groups.
+RESOLUTION_FACTOR = 100
+# ...and never shorter than this, whatever the timer overhead (clock granularity, jitter).
+MIN_TRUSTED_STEP_S = 20e-6
+# A group of steps is sized to last at least this long.
+GROUP_TARGET_S = 2e-3
+# Re-timing a very fast step never takes longer than this.
+MAX_RETIME_S = 2.0
+
+DEFAULT_TARGETS = ("v5e", "v6e", "v5p", "tpu7x", "a100-80gb", "h100")
+
+
+class ProfileError(ValueError):
+    """Arguments the profiler cannot work with; the message names the argument."""
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Summary of steady step times in seconds; `spread` is (p90 - p10) / median."""
+
+    n: int
+    median: float
+    p10: float
+    p90: float
+    mean: float
+    min: float
+    max: float
+
+    @property
+    def spread(self) -> float:
+        return (self.p90 - self.p10) / self.median if self.median > 0 else 0.0
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "n": self.n,
+            "median": self.median,
+            "p10": self.p10,
+            "p90": self.p90,
+            "mean": self.mean,
+            "min": self.min,
+            "max": self.max,
+            "spread": self.spread,
+        }
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) with linear interpolation, as numpy's default."""
+    if not values:
+        raise ValueError("percentile of no values.")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def summarize(times: Sequence[float]) -> StepStats:
+    """Median, p10, p90, mean, min and max of step times."""
+    if not times:
+        raise ValueError("no step times to summarize.")
+    return StepStats(
+        n=len(times),
+        median=statistics.median(times),
+        p10=percentile(times, 10),
+        p90=percentile(times, 90),
+        mean=statistics.fmean(times),
+        min=min(times),
+        max=max(times),
+    )
+
+
+class StepTimer:
+    """Laps between synchronize points: `start()`, then `lap()` after every step.
+
+    `synchronize` waits for queued device work (the backend's); `clock` is a monotonic
+    clock in seconds. `lap()` returns the time since the previous lap and keeps it.
+    """
+
+    def __init__(
+        self,
+        synchronize: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._sync = synchronize or _no_sync
+        self._clock = clock
+        self._last: float | None = None
+        self.times: list[float] = []
+
+    def start(self) -> None:
+        """Synchronize, then mark the start of the next lap."""
+        self._sync()
+        self._last = self._clock()
+
+    def lap(self) -> float:
+        """Synchronize, record the time since the last mark, and mark again."""
+        self._sync()
+        now = self._clock()
+        if self._last is None:
+            raise RuntimeError("StepTimer.lap() was called before StepTimer.start().")
+        elapsed = now - self._last
+        self._last = now
+        self.times.append(elapsed)
+        return elapsed
+
+    def reset(self) -> None:
+        self._last = None
+        self.times = []
+
+    def reading_cost(self, samples: int = 64) -> float:
+        """Median seconds one reading (synchronize + clock) costs: the timer's floor."""
+        sync, clock = self._sync, self._clock
+        costs = []
+        for _ in range(samples):
+            t0 = clock()
+            sync()
+            t1 = clock()
+            costs.append(t1 - t0)
+        resolution = (
+            time.get_clock_info("perf_counter").resolution if clock is time.perf_counter else 0
+        )
+        return max(statistics.median(costs), resolution)
+
+
+def _no_sync() -> None:
+    return None
+
+
+# -- backends -----------------------------------------------------------------------------
+
+
+def resolve_backend(backend: str | Backend | None) -> Backend:
+    """A backend object for a name, an object, or None (auto; the GPU when CUDA is here)."""
+    from gpu2tpu.backends import Backend, get_backend
+
+    if isinstance(backend, Backend):
+        return backend
+    if backend is None:
+        chosen = get_backend("auto")
+        if chosen.name == "cpu":
+            import torch
+
+            if torch.cuda.is_available():
+                return get_backend("cuda")
+        return chosen
+    if not isinstance(backend, str):
+        raise ProfileError(f"backend must be a name such as 'cpu' or a Backend, not {backend!r}.")
+    return get_backend(backend)
+
+
+def _count(backend: Backend) -> int | None:
+    try:
+        return backend.compilation_count()
+    except Exception:  # a runtime that cannot count must not stop the measurement
+        return None
+
+
+def _diff(after: int | None, before: int | None) -> int | None:
+    return None if after is None or before is None else after - before
+
+
+def _check_count(value: Any, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProfileError(f"{name} must be a whole number, not {value!r}.")
+    if value < minimum:
+        raise ProfileError(f"{name} must be at least {minimum}, got {value}.")
+    return value
+
+
+def _check_optional_positive(value: Any, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ProfileError(f"{name} must be a positive number, not {value!r}.")
+    return float(value)
+
+
+@dataclass
+class RunRecord:
+    """What a measurement produced, before it is costed and compared (see result.py)."""
+
+    backend: Backend
+    warmup_times: list[float]
+    step_times: list[float]
+    group_size: int
+    timed_wall_seconds: float
+    timer_floor: float
+    count: StepCount | None
+    compilations_warmup: int | None
+    compilations_timed: int | None
+    memory_peak_bytes: int | None
+    memory_kind: str
+    notes: list[str]
+    host_syncs_timed: int | None = None
+
+
+@dataclass(frozen=True)
+class Costing:
+    """How to cost and compare a run: everything `profile()` takes besides the step itself."""
+
+    tokens_per_step: float | None = None
+    samples_per_step: float | None = None
+    compare_to: Any = None
+    targets: Iterable[str | tuple[str, int]] = DEFAULT_TARGETS
+    baseline: str | None = None
+    dataset_size: int | None = None
+    prices: Mapping[str, Mapping[str, Any]] | str | Path | None = None
+    price: str = "on_demand"
+    chips: int | None = None
+    catalogue: HardwareCatalogue | None = None
+    flops_per_step: float | None = None
+    bytes_per_step: float | None = None
+
+    def validated(self) -> Costing:
+        _check_optional_positive(self.tokens_per_step, "tokens_per_step")
+        _check_optional_positive(self.samples_per_step, "samples_per_step")
+        if self.dataset_size is not None:
+            _check_count(self.dataset_size, "dataset_size", 1)
+        if self.chips is not None:
+            _check_count(self.chips, "chips", 1)
+        if self.price not in ("on_demand", "spot"):
+            raise ProfileError(f"price must be 'on_demand' or 'spot', not {self.price!r}.")
+        for name in ("flops_per_step", "bytes_per_step"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or value < 0
+            ):
+                raise ProfileError(f"{name} must be a non-negative number, not {value!r}.")
+        if isinstance(self.targets, str):
+            raise ProfileError(
+                f"targets must be a list of chip keys such as ['v5e', 'h100'], not the string "
+                f"{self.targets!r}."
+            )
+        return self
+
+
+def _memory_peak(backend: Backend) -> tuple[int | None, str]:
+    try:
+        info = backend.memory()
+    except Exception:  # a runtime that cannot report memory must not stop the measurement
+        return None, "unknown"
+    if info is None or info.peak_bytes is None:
+        return None, "unknown"
+    return int(info.peak_bytes), "host RSS" if backend.name == "cpu" else "device"
+
+
+def _reset_peak(backend: Backend) -> None:
+    # A runtime that cannot reset its peak still runs; the window then covers the process.
+    with contextlib.suppress(Exception):
+        backend.reset_peak_memory()
+
+
+def _count_step(step: Callable[[], Any]) -> tuple[StepCount | None, str | None]:
+    from .flops import count_step
+
+    try:
+        return count_step(step), None
+    except Exception as exc:  # counting is best-effort; the timed steps still run the step
+        return None, f"FLOPs were not counted ({type(exc).__name__}: {exc})."
+
+
+def profile(
+    step_fn: Callable[..., Any],
+    *args: Any,
+    steps: int = 20,
+    warmup: int = 3,
+    backend: str | Backend | None = None,
+    tokens_per_step: float | None = None,
+    samples_per_step: float | None = None,
+    compare_to: Any = None,
+    targets: Iterable[str | tuple[str, int]] = DEFAULT_TARGETS,
+    baseline: str | None = None,
+    dataset_size: int | None = None,
+    prices: Mapping[str, Mapping[str, Any]] | str | Path | None = None,
+    price: str = "on_demand",
+    chips: int | None = None,
+    catalogue: HardwareCatalogue | None = None,
+    count_flops: bool = True,
+    count_syncs: bool = False,
+    flops_per_step: float | None = None,
+    bytes_per_step: float | None = None,
+) -> ProfileResult:
+    """Time `step_fn(*args)` and set it beside other chips in time and money.
+
+    Runs `warmup` steps (compilation lands here, timed apart), one untimed step under
+    PyTorch's FlopCounterMode (FLOPs, bytes moved, host syncs; skipped with
+    `count_flops=False` or when `flops_per_step` is given), then `steps` timed steps with
+    the backend's synchronize after each. `count_syncs=True` also counts host syncs in the
+    timed steps themselves, which slows them, so it is off by default.
+
+    Costs use the catalogue's `price` column ("on_demand" or "spot") with `prices`
+    overrides; `targets` are chip keys (or `(key, chips)` / "key:chips") estimated from the
+    measured run; `compare_to` is a baseline file saved with `result.save_baseline(path)`
+    (or a ProfileResult); `baseline` picks the chip the ratios are against.
+    """
+    steps = _check_count(steps, "steps", 1)
+    warmup = _check_count(warmup, "warmup", 0)
+    if not callable(step_fn):
+        raise ProfileError(f"step_fn must be callable, not {type(step_fn).__name__}.")
+    costing = Costing(
+        tokens_per_step=tokens_per_step,
+        samples_per_step=samples_per_step,
+        compare_to=compare_to,
+        targets=targets,
+        baseline=baseline,
+        dataset_size=dataset_size,
+        prices=prices,
+        price=price,
+        chips=chips,
+        catalogue=catalogue,
+        flops_per_step=flops_per_step,
+        bytes_per_step=bytes_per_step,
+    ).validated()
+    be = resolve_backend(backend)
+
+    def step() -> Any:
+        return step_fn(*args)
+
+    record = measure(
+        step,
+        backend=be,
+        steps=steps,
+        warmup=warmup,
+        count_flops=count_flops and flops_per_step is None,
+        count_syncs=count_syncs,
+    )
+    from .result import build_result
+
+    return build_result(record, costing)
+
+
+def measure(
+    step: Callable[[], Any],
+    *,
+    backend: Backend,
+    steps: int,
+    warmup: int,
+    count_flops: bool = True,
+    count_syncs: bool = False,
+) -> RunRecord:
+    """Warm up, count one step, time `steps` steps; re-time in groups if they are too fast."""
+    timer = StepTimer(backend.synchronize)
+    notes: list[str] = []
+    _reset_peak(backend)
+    c0 = _count(backend)
+
+    timer.start()
+    for _ in range(warmup):
+        step()
+        timer.lap()
+    warmup_times = list(timer.times)
+
+    count = None
+    if count_flops:
+        count, why = _count_step(step)
+        if why:
+            notes.append(why)
+        backend.synchronize()
+    c1 = _count(backend)
+
+    floor = timer.reading_cost()
+    sync_counter = None
+    if count_syncs:
+        from .flops import HostSyncCounter
+
+        sync_counter = HostSyncCounter()
+        sync_counter.__enter__()
+    try:
+        timer.reset()
+        sync, clock = backend.synchronize, time.perf_counter
+        times = timer.times
+        sync()
+        wall0 = last = clock()
+        for _ in range(steps):
+            step()
+            sync()
+            now = clock()
+            times.append(now - last)
+            last = now
+        wall = last - wall0
+    finally:
+        if sync_counter is not None:
+            sync_counter.__exit__(None, None, None)
+    step_times = list(times)
+    group = 1
+
+    median = statistics.median(step_times)
+    threshold = max(RESOLUTION_FACTOR * floor, MIN_TRUSTED_STEP_S)
+    if median < threshold:
+        group = max(
+            2, math.ceil(max(GROUP_TARGET_S, RESOLUTION_FACTOR * floor) / max(median, 1e-9))
+        )
+        samples = steps
+        if group * samples * median > MAX_RETIME_S:
+            samples = max(5, int(MAX_RETIME_S / (group * max(median, 1e-9))))
+        step_times, wall = _grouped(step, sync, group, samples)
+        notes.append(
+            f"A step takes about {median * 1e6:.1f} µs, close to the timer's own cost "
+            f"({floor * 1e6:.2f} µs per synchronize and clock reading), so each time is the mean "
+            f"of a group of {group} steps ({samples} groups, {group * samples} steps timed)."
+        )
+    c2 = _count(backend)
+    memory_peak, memory_kind = _memory_peak(backend)
+    return RunRecord(
+        backend=backend,
+        warmup_times=warmup_times,
+        step_times=step_times,
+        group_size=group,
+        timed_wall_seconds=wall,
+        timer_floor=floor,
+        count=count,
+        compilations_warmup=_diff(c1, c0),
+        compilations_timed=_diff(c2, c1),
+        memory_peak_bytes=memory_peak,
+        memory_kind=memory_kind,
+        notes=notes,
+        host_syncs_timed=None if sync_counter is None else sync_counter.count,
+    )
+
+
+def _grouped(
+    step: Callable[[], Any], sync: Callable[[], None], group: int, samples: int
+) -> tuple[list[float], float]:
+    clock = time.perf_counter
+    times = []
+    sync()
+    wall0 = last = clock()
+    for _ in range(samples):
+        for _ in range(group):
+            step()
+        sync()
+        now = clock()
+        times.append((now - last) / group)
+        last = now
+    return times, last - wall0
+
+
+def cell_profile(
+    run_cell: Callable[[], object],
+    *,
+    backend: str | Backend | None,
+    steps: int = 10,
+    warmup: int = 2,
+    **kw: Any,
+) -> ProfileResult:
+    """Profile a notebook cell for `%%tpu --profile`: the cell is run as the step.
+
+    `run_cell()` runs the cell's (already rewritten) code once; it is called `warmup` times,
+    once more to count FLOPs, then `steps` timed times, so the cell should hold one training
+    step. `**kw` are `profile()`'s keywords (tokens_per_step, targets, prices, ...). An error
+    in the cell propagates unchanged; nothing is reported for it.
+    """
+    return profile(run_cell, steps=steps, warmup=warmup, backend=backend, **kw)
+
+
+class Profiler:
+    """The loop form, for training loops that already exist.
+
+    ```
+    with Profiler(warmup=2, tokens_per_step=4096) as prof:
+        for batch in loader:
+            train_step(batch)
+            prof.step()
+    print(prof.result)
+    ```
+    The first `warmup` steps are warm-up; with `count_flops=True` the step after them runs
+    under the FLOP counter and is left out of the timing; `steps`, if given, stops the
+    timing after that many timed steps (later `prof.step()` calls cost nothing). If the loop
+    raises, the error propagates and there is no result.
+    """
+
+    def __init__(
+        self,
+        *,
+        warmup: int = 2,
+        steps: int | None = None,
+        backend: str | Backend | None = None,
+        count_flops: bool = True,
+        **costing: Any,
+    ) -> None:
+        self.warmup = _check_count(warmup, "warmup", 0)
+        self.steps = None if steps is None else _check_count(steps, "steps", 1)
+        self.count_flops = count_flops and costing.get("flops_per_step") is None
+        try:
+            self.costing = Costing(**costing).validated()
+        except TypeError as exc:
+            raise ProfileError(f"Profiler got an unknown keyword: {exc}.") from None
+        self._backend_arg = backend
+        self._result: ProfileResult | None = None
+        self._failed: BaseException | None = None
+        self._active = False
+
+    def __enter__(self) -> Profiler:
+        self.backend = resolve_backend(self._backend_arg)
+        self._sync = self.backend.synchronize
+        self._clock = time.perf_counter
+        self._warm: list[float] = []
+        self._times: list[float] = []
+        self._counter: Any = None
+        self._count: StepCount | None = None
+        self._notes: list[str] = []
+        self._n = 0
+        self._result = None
+        self._failed = None
+        _reset_peak(self.backend)
+        self._c0 = _count(self.backend)
+        self._c1: int | None = None
+        self._floor = StepTimer(self._sync).reading_cost(32)
+        self._active = True
+        if self.warmup == 0:
+            self._after_warmup()  # the first step is the counted one
+        self._sync()
+        self._last = self._clock()
+        return self
+
+    def step(self) -> None:
+        """Mark the end of one step (synchronizes with the device)."""
+        if not self._active:
+            raise RuntimeError("Profiler.step() was called outside its `with` block.")
+        n = self._n
+        if self.steps is not None and len(self._times) >= self.steps:
+            return
+        self._sync()
+        now = self._clock()
+        elapsed = now - self._last
+        self._n = n + 1
+        if n < self.warmup:
+            self._warm.append(elapsed)
+            if n + 1 == self.warmup:
+                self._after_warmup()
+        elif self._counter is not None:
+            self._finish_count()
+            self._c1 = _count(self.backend)
+        else:
+            self._times.append(elapsed)
+        self._last = self._clock()
+
+    def _after_warmup(self) -> None:
+        if self.count_flops:
+            from .flops import StepCounter
+
+            self._counter = StepCounter()
+            self._counter.__enter__()
+        else:
+            self._c1 = _count(self.backend)
+
+    def _finish_count(self) -> None:
+        counter, self._counter = self._counter, None
+        try:
+            counter.__exit__(None, None, None)
+            self._count = counter.result()
+        except Exception as exc:  # counting is best-effort
+            self._notes.append(f"FLOPs were not counted ({type(exc).__name__}: {exc}).")
+
+    def __exit__(self, exc_type, exc, tb) -> bool:  # type: ignore[no-untyped-def]
+        self._active = False
+        if self._counter is not None:
+            counter, self._counter = self._counter, None
+            counter.__exit__(exc_type, exc, tb)
+        if exc is not None:
+            self._failed = exc
+            return False
+        if not self._times:
+            self._failed = ProfileError(
+                f"the Profiler saw {self._n} step() calls: {self.warmup} warm-up"
+                f"{' + 1 counted' if self.count_flops else ''} and no timed step; "
+                "call prof.step() after every step and run more steps."
+            )
+            raise self._failed
+        if self._c1 is None:
+            self._c1 = _count(self.backend)
+        memory_peak, memory_kind = _memory_peak(self.backend)
+        record = RunRecord(
+            backend=self.backend,
+            warmup_times=self._warm,
+            step_times=self._times,
+            group_size=1,
+            timed_wall_seconds=sum(self._times),
+            timer_floor=self._floor,
+            count=self._count,
+            compilations_warmup=_diff(self._c1, self._c0),
+            compilations_timed=_diff(_count(self.backend), self._c1),
+            memory_peak_bytes=memory_peak,
+            memory_kind=memory_kind,
+            notes=self._notes,
+        )
+        median = statistics.median(self._times)
+        if median < max(RESOLUTION_FACTOR * self._floor, MIN_TRUSTED_STEP_S):
+            record.notes.append(
+                f"A step takes about {median * 1e6:.1f} µs, close to the timer's own cost "
+                f"({self._floor * 1e6:.2f} µs per reading): the loop form cannot group steps, "
+                "so use profile(step_fn) to time a step this short."
+            )
+        from .result import build_result
+
+        self._result = build_result(record, self.costing)
+        return False
+
+    @property
+    def result(self) -> ProfileResult:
+        """The measured result; raises if the block raised or has not finished."""
+        if self._failed is not None:
+            raise RuntimeError(
+                "the profiled loop did not finish, so nothing was measured."
+            ) from self._failed
+        if self._result is None:
+            raise RuntimeError("Profiler.result is ready only after the `with` block ends.")
+        return self._result

@@ -1,0 +1,350 @@
+"""HTML and inline SVG for the profiler's views, as plain strings.
+
+The notebook widget wraps these strings in core `ipywidgets.HTML`, and `to_html()` joins
+them into one static page, so the two never disagree and neither needs a front-end
+extension or a CDN (Colab, VS Code, nbconvert and GitHub all render them). Every value is
+escaped; colours fall back to fixed ones outside JupyterLab's theme variables.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gpu2tpu.profile.compare import format_money, format_seconds
+
+if TYPE_CHECKING:
+    from gpu2tpu.profile.compare import Comparison, ComparisonRow
+
+# One colour per row source, and a legend sentence for each.
+SOURCE_COLOURS = {
+    "measured": "#1f77b4",
+    "baseline": "#2ca02c",
+    "compiled": "#9467bd",
+    "estimated": "#ff7f0e",
+}
+SOURCE_MEANING = {
+    "measured": "timed here",
+    "baseline": "timed earlier on another machine (baseline file)",
+    "compiled": "compiler figures for the chip (forecast)",
+    "estimated": "roofline estimate from the measured run",
+}
+
+# The table puts p10-p90 on a second line, so its header is shorter than the text one.
+HTML_HEADERS = {"step_seconds": "Step p50"}
+# Bars switch to a log scale when the longest is this many times the shortest (a CPU dry
+# run next to TPU estimates), so that every bar stays readable.
+LOG_BARS_ABOVE = 100
+
+STYLE = """
+<style>
+.g2t-view{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;
+color:var(--jp-ui-font-color1,#222)}
+.g2t-view h3{font-size:15px;margin:4px 0 6px}
+.g2t-table{border-collapse:collapse;margin:4px 0 8px}
+.g2t-table th,.g2t-table td{padding:3px 6px;border-bottom:1px solid var(--jp-border-color2,#ddd);
+text-align:right;white-space:nowrap}
+.g2t-table th{background:var(--jp-layout-color2,#f3f3f3);font-weight:600}
+.g2t-table td.g2t-left,.g2t-table th.g2t-left{text-align:left}
+.g2t-table tr.g2t-estimated td{font-style:italic;opacity:.85}
+.g2t-badge{display:inline-block;border-radius:3px;padding:0 5px;color:#fff;font-size:11px}
+.g2t-note{color:var(--jp-ui-font-color2,#666);font-size:12px;margin:2px 0}
+.g2t-warn{background:#fff4e5;border-left:3px solid #ff7f0e;padding:4px 8px;margin:4px 0;color:#5a3b00}
+.g2t-details td{padding:2px 10px 2px 0;vertical-align:top;text-align:left;white-space:normal}
+.g2t-details td:first-child{font-weight:600;white-space:nowrap}
+.g2t-charts{display:flex;flex-wrap:wrap;gap:16px}
+.g2t-scroll{overflow-x:auto;max-width:100%}
+.g2t-small{font-size:11px;color:var(--jp-ui-font-color2,#666)}
+</style>
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def badge(source: str) -> str:
+    colour = SOURCE_COLOURS.get(source, "#777")
+    title = SOURCE_MEANING.get(source, source)
+    return f'<span class="g2t-badge" style="background:{colour}" title="{_e(title)}">{_e(source)}</span>'
+
+
+def table_html(comparison: Comparison) -> str:
+    """The comparison table: one row per device, the columns that have values."""
+    cols = comparison.columns(compact=True)
+    head = "".join(
+        f'<th class="{"g2t-left" if c.key in ("device", "source") else ""}">{_e(HTML_HEADERS.get(c.key, c.header))}</th>'
+        for c in cols
+    )
+    body = []
+    base = comparison.baseline_row()
+    for row in comparison.rows:
+        cells = []
+        for c in cols:
+            if c.key == "source":
+                cells.append(f'<td class="g2t-left">{badge(row.source)}</td>')
+            elif c.key == "device":
+                mark = " ★" if row is base else ""
+                title = f' title="{_e(row.note)}"' if row.note else ""
+                cells.append(f'<td class="g2t-left"{title}>{_e(row.label)}{mark}</td>')
+            elif c.key == "step_seconds" and row.step_p10 is not None and row.step_p90 is not None:
+                spread = f"{format_seconds(row.step_p10)}–{format_seconds(row.step_p90)}"
+                cells.append(
+                    f"<td>{_e(format_seconds(row.step_seconds))}"
+                    f'<br><span class="g2t-small">p10–p90 {_e(spread)}</span></td>'
+                )
+            else:
+                cells.append(f"<td>{_e(c.text(row, comparison))}</td>")
+        body.append(f'<tr class="g2t-row g2t-{_e(row.source)}">{"".join(cells)}</tr>')
+    caption = ""
+    if base is not None:
+        caption = f'<p class="g2t-note">★ baseline for the ratios: {_e(base.label)} ({_e(base.source)}).</p>'
+    return (
+        f'<div class="g2t-scroll"><table class="g2t-table"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>{caption}"
+    )
+
+
+def bars_svg(
+    rows: Sequence[ComparisonRow],
+    attribute: str,
+    title: str,
+    formatter: Any,
+    *,
+    width: int = 460,
+) -> str:
+    """Horizontal bars, one per row with a value, labelled with the device and the value."""
+    items = [(r, getattr(r, attribute)) for r in rows]
+    items = [(r, v) for r, v in items if v is not None and v > 0 and math.isfinite(v)]
+    label_w, value_w, bar_h, gap, top = 150, 90, 18, 6, 24
+    height = top + max(1, len(items)) * (bar_h + gap) + 4
+    parts = [
+        f'<svg class="g2t-bars" data-metric="{_e(attribute)}" xmlns="http://www.w3.org/2000/svg" '
+        f'width="{width}" height="{height}" role="img" aria-label="{_e(title)}">',
+        f'<text x="0" y="15" font-size="13" font-weight="600" fill="currentColor">{_e(title)}</text>',
+    ]
+    if not items:
+        parts.append(
+            f'<text x="0" y="{top + 13}" font-size="12" fill="#777">no values to compare</text>'
+        )
+    longest = max((v for _, v in items), default=1.0)
+    shortest = min((v for _, v in items), default=1.0)
+    log = longest / shortest > LOG_BARS_ABOVE
+    span = width - label_w - value_w
+
+    def length(value: float) -> float:
+        if not log:
+            return span * value / longest
+        # a decade of headroom below the shortest bar keeps it visible
+        return span * (math.log10(value / shortest) + 1) / (math.log10(longest / shortest) + 1)
+
+    if log:
+        parts[1] = parts[1].replace("</text>", " — log scale</text>")
+    for i, (row, value) in enumerate(items):
+        y = top + i * (bar_h + gap)
+        w = max(1.0, length(value))
+        colour = SOURCE_COLOURS.get(row.source, "#777")
+        opacity = "0.65" if row.source == "estimated" else "1"
+        label = row.label if len(row.label) <= 22 else row.label[:21] + "…"
+        parts.append(
+            f'<text x="{label_w - 6}" y="{y + 13}" font-size="12" text-anchor="end" '
+            f'fill="currentColor">{_e(label)}</text>'
+        )
+        parts.append(
+            f'<rect class="g2t-bar" x="{label_w}" y="{y}" width="{w:.1f}" height="{bar_h}" '
+            f'fill="{colour}" fill-opacity="{opacity}" data-device="{_e(row.device_key)}" '
+            f'data-source="{_e(row.source)}"><title>{_e(row.label)} ({_e(row.source)}): '
+            f"{_e(formatter(value))}</title></rect>"
+        )
+        parts.append(
+            f'<text x="{label_w + w + 4:.1f}" y="{y + 13}" font-size="12" '
+            f'fill="currentColor">{_e(formatter(value))}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def legend_html(comparison: Comparison) -> str:
+    sources = list(dict.fromkeys(r.source for r in comparison.rows))
+    return (
+        '<p class="g2t-note">'
+        + " ".join(f"{badge(s)} {_e(SOURCE_MEANING.get(s, s))}" for s in sources)
+        + "</p>"
+    )
+
+
+def charts_html(comparison: Comparison) -> str:
+    """Bars for step time, and for $/1M tokens (or $/1k steps when tokens are unknown)."""
+    rows = comparison.rows
+    step = bars_svg(rows, "step_seconds", "Step time (lower is better)", format_seconds)
+    if any(r.cost_per_1m_tokens is not None for r in rows):
+        money = bars_svg(
+            rows, "cost_per_1m_tokens", "$ per 1M tokens (lower is better)", format_money
+        )
+    else:
+        money = bars_svg(
+            rows, "cost_per_1k_steps", "$ per 1,000 steps (lower is better)", format_money
+        )
+    return f'<div class="g2t-charts">{step}{money}</div>'
+
+
+def _series(series: Any) -> tuple[list[float], list[float], int]:
+    if series is None:
+        return [], [], 1
+    if isinstance(series, Mapping):
+        warm = [float(x) for x in series.get("warmup", ())]
+        steps = [float(x) for x in series.get("steps", ())]
+        return warm, steps, int(series.get("group_size", 1) or 1)
+    return [], [float(x) for x in series], 1
+
+
+def series_svg(series: Any, *, width: int = 640, height: int = 220) -> str:
+    """Step time per step, warm-up steps shaded; a log axis when compile dwarfs the rest."""
+    warm, steps, group = _series(series)
+    values = warm + steps
+    if not values:
+        return '<p class="g2t-note">No step-time series was recorded.</p>'
+    left, right, top, bottom = 64, 12, 26, 34
+    plot_w, plot_h = width - left - right, height - top - bottom
+    lo, hi = min(values), max(values)
+    log = lo > 0 and hi / lo > 20
+    if log:
+        y_lo, y_hi = math.log10(lo), math.log10(hi)
+    else:
+        y_lo, y_hi = 0.0, hi
+    if y_hi - y_lo <= 0:
+        y_hi = y_lo + (abs(y_lo) or 1.0)
+
+    def y_of(v: float) -> float:
+        t = (math.log10(v) if log else v) - y_lo
+        return top + plot_h - plot_h * t / (y_hi - y_lo)
+
+    n = len(values)
+
+    def x_of(i: int) -> float:
+        return left + (plot_w * i / (n - 1) if n > 1 else plot_w / 2)
+
+    parts = [
+        f'<svg class="g2t-series" xmlns="http://www.w3.org/2000/svg" width="{width}" '
+        f'height="{height}" role="img" aria-label="Step time per step">',
+        f'<text x="0" y="15" font-size="13" font-weight="600" fill="currentColor">'
+        f"Step time per step{' (log scale)' if log else ''}"
+        f"{f', each point the mean of {group} steps' if group > 1 else ''}</text>",
+    ]
+    if warm:
+        x_end = (x_of(len(warm) - 1) + x_of(len(warm))) / 2 if len(warm) < n else left + plot_w
+        parts.append(
+            f'<rect class="g2t-warmup" x="{left}" y="{top}" width="{max(2.0, x_end - left):.1f}" '
+            f'height="{plot_h}" fill="#999" fill-opacity="0.18"><title>warm-up and compilation'
+            f"</title></rect>"
+        )
+        parts.append(
+            f'<text x="{left + 4}" y="{top + 12}" font-size="11" fill="#666">warm-up / compile</text>'
+        )
+    # axes and three y ticks
+    parts.append(
+        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#999"/>'
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#999"/>'
+    )
+    for frac in (0.0, 0.5, 1.0):
+        raw = y_lo + (y_hi - y_lo) * frac
+        value = 10**raw if log else raw
+        y = top + plot_h - plot_h * frac
+        parts.append(
+            f'<text x="{left - 4}" y="{y + 4:.1f}" font-size="11" text-anchor="end" '
+            f'fill="currentColor">{_e(format_seconds(value))}</text>'
+        )
+    parts.append(
+        f'<text x="{left + plot_w / 2:.1f}" y="{height - 6}" font-size="11" text-anchor="middle" '
+        f'fill="currentColor">step ({len(warm)} warm-up, {len(steps)} timed)</text>'
+    )
+    points = " ".join(f"{x_of(i):.1f},{y_of(v):.1f}" for i, v in enumerate(values))
+    parts.append(
+        f'<polyline points="{points}" fill="none" stroke="{SOURCE_COLOURS["measured"]}" '
+        f'stroke-width="1.5"/>'
+    )
+    for i, v in enumerate(values):
+        colour = "#999" if i < len(warm) else SOURCE_COLOURS["measured"]
+        parts.append(
+            f'<circle cx="{x_of(i):.1f}" cy="{y_of(v):.1f}" r="2.5" fill="{colour}">'
+            f"<title>step {i + 1}: {_e(format_seconds(v))}</title></circle>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def details_html(comparison: Comparison, details: Mapping[str, Any] | None) -> str:
+    """Key facts of the run, then every price used with its source and date."""
+    rows = [
+        f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>"
+        for k, v in (details or {}).items()
+        if k != "Prices"
+    ]
+    used = comparison.prices_used or {}
+    price_rows = []
+    for key, value in (used.get("prices") or {}).items():
+        as_of = (used.get("as_of") or {}).get(key, "")
+        source = (used.get("sources") or {}).get(key, "")
+        shown = "no public price" if value is None else f"${value:g}/chip-hour"
+        override = key in (used.get("overrides") or {})
+        price_rows.append(
+            f"<tr><td>{_e(key)}</td><td>{_e(shown)}{' (your override)' if override else ''}"
+            f" — {_e(source)} (as of {_e(as_of)})</td></tr>"
+        )
+    notes = [
+        f"<tr><td>{_e(r.label)} ({_e(r.source)})</td><td>{_e(r.note)}</td></tr>"
+        for r in comparison.rows
+        if r.note
+    ]
+    out = ['<div class="g2t-details-box">']
+    if rows:
+        out.append(f'<h3>Run</h3><table class="g2t-details">{"".join(rows)}</table>')
+    out.append(f"<h3>Prices used</h3><p>{_e(comparison.prices_summary())}</p>")
+    if price_rows:
+        out.append(f'<table class="g2t-details">{"".join(price_rows)}</table>')
+    if notes:
+        out.append(
+            f'<h3>Where each row comes from</h3><table class="g2t-details">{"".join(notes)}</table>'
+        )
+    out.append("</div>")
+    return "".join(out)
+
+
+def warnings_html(details: Mapping[str, Any] | None) -> str:
+    """Recompiles during timed steps and host syncs: what makes a TPU comparison misleading."""
+    if not details:
+        return ""
+    boxes = []
+    compiles = str(details.get("Compilations", ""))
+    timed = re.search(r"timed steps (\d+)", compiles)
+    if timed and int(timed.group(1)) > 0:
+        boxes.append(
+            f"Recompilation during timed steps ({compiles}): shapes or code change per step."
+        )
+    syncs = str(details.get("Host syncs per step", ""))
+    count = re.match(r"(\d+)", syncs)
+    if count and int(count.group(1)) > 0:
+        boxes.append(f"Host syncs in every step: {syncs}. Each one stalls a TPU's pipeline.")
+    return "".join(f'<div class="g2t-warn">{_e(b)}</div>' for b in boxes)
+
+
+def header_html(comparison: Comparison) -> str:
+    return (
+        f"<h3>{_e(comparison.title)}</h3>"
+        f'<p class="g2t-note g2t-prices">{_e(comparison.prices_summary())}</p>'
+    )
+
+
+def static_html(
+    comparison: Comparison, *, series: Any = None, details: Mapping[str, Any] | None = None
+) -> str:
+    """Everything the widget shows, on one page, with no script."""
+    return (
+        f'{STYLE}<div class="g2t-view">{header_html(comparison)}{warnings_html(details)}'
+        f"{table_html(comparison)}{legend_html(comparison)}{charts_html(comparison)}"
+        f"{series_svg(series) if series is not None else ''}"
+        f"{details_html(comparison, details)}</div>"
+    )

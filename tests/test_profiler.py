@@ -1,0 +1,450 @@
+"""The profiler: timing with the backend's synchronize, counting, costing, baselines, bad input."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+from gpu2tpu.backends.base import Backend, ChipInfo, MemoryInfo
+from gpu2tpu.profile import (
+    ProfileError,
+    Profiler,
+    StepTimer,
+    cell_profile,
+    profile,
+    summarize,
+)
+from gpu2tpu.profile.catalogue import HardwareCatalogue, PriceOverrideError, UnknownChip
+from gpu2tpu.profile.cost import roofline_seconds, steps_per_epoch
+from gpu2tpu.profile.result import load_baseline
+
+B, IN, OUT = 16, 64, 32
+FORWARD_FLOPS = 2 * B * IN * OUT  # one addmm
+
+
+class FakeDevice(Backend):
+    """A backend whose work is asynchronous: a step queues 'device' work on a thread and only
+    `synchronize()` waits for it, as on a GPU or TPU. It also counts compilations and reports
+    device memory, as a real accelerator backend does."""
+
+    name = "fake"
+    title = "fake accelerator"
+    install = "nothing"
+
+    def __init__(
+        self, chip: ChipInfo, work_s: float = 0.004, compiles: tuple[int, ...] = ()
+    ) -> None:
+        self._chip = chip
+        self.work_s = work_s
+        self.pending: list[threading.Thread] = []
+        self.calls = 0
+        self.syncs = 0
+        self.compiles = compiles
+        self.memory_peak = 3 * 2**30
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        return None
+
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def launch(self) -> None:
+        """Queue one step's device work and return at once."""
+        self.calls += 1
+        t = threading.Thread(target=time.sleep, args=(self.work_s,))
+        t.start()
+        self.pending.append(t)
+
+    def synchronize(self) -> None:
+        self.syncs += 1
+        while self.pending:
+            self.pending.pop().join()
+
+    def memory(self) -> MemoryInfo:
+        return MemoryInfo(in_use_bytes=1, peak_bytes=self.memory_peak, total_bytes=16 * 2**30)
+
+    def chip(self) -> ChipInfo:
+        return self._chip
+
+    def compilation_count(self) -> int:
+        # one compile on each listed call number
+        return sum(1 for n in self.compiles if n <= self.calls)
+
+
+@pytest.fixture
+def linear_step():
+    layer = torch.nn.Linear(IN, OUT)
+    x = torch.randn(B, IN)
+
+    def step():
+        with torch.no_grad():
+            return layer(x)
+
+    return step
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+
+def test_profile_a_real_step_on_the_cpu(linear_step):
+    r = profile(
+        linear_step, steps=6, warmup=2, backend="cpu", samples_per_step=B, tokens_per_step=B * 10
+    )
+    assert len(r.warmup_times) == 2
+    assert r.stats.n == len(r.step_times)
+    assert r.p10 <= r.median <= r.p90
+    assert r.flops_per_step == FORWARD_FLOPS  # FlopCounterMode on one step
+    assert r.bytes_per_step > 0
+    assert r.samples_per_s == pytest.approx(B / r.median)
+    assert r.tokens_per_s == pytest.approx(B * 10 / r.median)
+    assert r.achieved_flops == pytest.approx(FORWARD_FLOPS / r.median)
+    assert r.memory_kind == "host RSS" and r.memory_peak_bytes > 0
+    assert r.device_key == "cpu" and r.measured_row.source == "measured"
+    assert r.host_syncs_per_step == 0
+    assert "measured matmul rate" in r.peak_source
+    assert 0 < r.mfu < 1
+
+
+def test_timing_waits_for_the_device_through_synchronize():
+    dev = FakeDevice(ChipInfo("TPU v5 lite", "v5e", 1), work_s=0.004)
+    r = profile(dev.launch, steps=5, warmup=1, backend=dev, count_flops=False)
+    # launch() returns at once; only synchronize makes the 4 ms visible
+    assert r.p10 >= 0.004
+    assert dev.syncs >= 1 + 5
+
+
+def test_warmup_compilations_are_counted_apart_from_timed_ones():
+    dev = FakeDevice(ChipInfo("TPU v5 lite", "v5e", 1), work_s=0.001, compiles=(1, 4))
+    r = profile(dev.launch, steps=4, warmup=2, backend=dev, count_flops=False)
+    assert (r.compilations_warmup, r.compilations_timed) == (1, 1)
+    assert "Recompilation" in r.to_html()
+
+
+def test_an_accelerator_run_is_costed_from_the_catalogue():
+    dev = FakeDevice(ChipInfo("TPU v5 lite", "v5e", 4), work_s=0.003)
+    r = profile(
+        dev.launch,
+        steps=4,
+        warmup=1,
+        backend=dev,
+        count_flops=False,
+        flops_per_step=1e12,
+        bytes_per_step=1e9,
+    )
+    row = r.measured_row
+    v5e = HardwareCatalogue.load().get("v5e")
+    assert (row.device_key, row.chips) == ("v5e", 4)
+    assert row.price_per_hour == pytest.approx(4 * v5e.price_on_demand)
+    assert row.cost_per_step == pytest.approx(4 * v5e.price_on_demand * r.median / 3600)
+    assert r.mfu == pytest.approx(1e12 / r.median / (4 * v5e.peak_bf16_flops))
+    assert r.memory_kind == "device" and row.fits is True  # 3 GiB in 4 x 16 GB
+    assert r.comparison.baseline_key == "h100"  # no GPU measured: estimated H100 baseline
+
+
+def test_host_syncs_are_counted(linear_step):
+    def step_with_item():
+        return linear_step().sum().item()
+
+    r = profile(step_with_item, steps=3, warmup=1, backend="cpu", count_syncs=True)
+    assert r.host_syncs_per_step == 1
+    assert dict(r.sync_ops) == {"aten._local_scalar_dense": 1}
+    assert r.host_syncs_timed == 3
+    assert "Host syncs in every step" in r.to_html()
+
+
+def test_a_step_too_fast_for_the_timer_is_timed_in_groups():
+    calls = []
+
+    def tiny():
+        calls.append(1)
+
+    r = profile(tiny, steps=10, warmup=1, backend="cpu", count_flops=False)
+    assert r.group_size > 1
+    assert r.steps == r.group_size * r.stats.n > 10
+    assert len(calls) >= 1 + 10 + r.steps
+    assert any("timer" in n and "group" in n for n in r.notes)
+
+
+def test_summarize_and_percentiles():
+    s = summarize([5.0, 1.0, 2.0, 3.0, 4.0])
+    assert (s.median, s.min, s.max, s.mean) == (3.0, 1.0, 5.0, 3.0)
+    assert s.p10 == pytest.approx(1.4) and s.p90 == pytest.approx(4.6)
+    assert s.spread == pytest.approx((4.6 - 1.4) / 3.0)
+
+
+def test_step_timer_uses_its_synchronize_and_clock():
+    ticks = iter([0.0, 1.0, 3.0])
+    synced = []
+    timer = StepTimer(lambda: synced.append(1), clock=lambda: next(ticks))
+    timer.start()
+    assert timer.lap() == 1.0 and timer.lap() == 2.0
+    assert len(synced) == 3
+    with pytest.raises(RuntimeError, match="start"):
+        StepTimer().lap()
+
+
+# -- the loop form and the magic's hook ---------------------------------------------------------
+
+
+def test_profiler_loop_form(linear_step):
+    with Profiler(warmup=2, backend="cpu", samples_per_step=B) as prof:
+        for _ in range(9):
+            linear_step()
+            prof.step()
+    r = prof.result
+    assert len(r.warmup_times) == 2
+    assert r.stats.n == 9 - 2 - 1  # the counted step is left out of the timing
+    assert r.flops_per_step == FORWARD_FLOPS
+
+
+def test_profiler_without_warmup_counts_the_first_step(linear_step):
+    with Profiler(warmup=0, backend="cpu") as prof:
+        for _ in range(4):
+            linear_step()
+            prof.step()
+    assert prof.result.flops_per_step == FORWARD_FLOPS
+    assert prof.result.stats.n == 3 and prof.result.warmup_times == []
+
+
+def test_profiler_stops_timing_after_steps(linear_step):
+    with Profiler(warmup=0, steps=3, backend="cpu", count_flops=False) as prof:
+        for _ in range(10):
+            linear_step()
+            prof.step()
+    assert prof.result.stats.n == 3
+
+
+def test_profiler_loop_that_raises_reports_nothing(linear_step):
+    prof = Profiler(warmup=1, backend="cpu")
+    with pytest.raises(ZeroDivisionError), prof:
+        for i in range(5):
+            linear_step()
+            prof.step()
+            if i == 3:
+                1 / 0  # noqa: B018
+    with pytest.raises(RuntimeError, match="nothing was measured") as err:
+        _ = prof.result
+    assert isinstance(err.value.__cause__, ZeroDivisionError)
+
+
+def test_profiler_without_timed_steps_says_so(linear_step):
+    with (
+        pytest.raises(ProfileError, match="no timed step"),
+        Profiler(warmup=2, backend="cpu") as prof,
+    ):
+        linear_step()
+        prof.step()
+    with pytest.raises(RuntimeError, match="outside"):
+        prof.step()
+
+
+def test_cell_profile_runs_the_cell_as_the_step():
+    runs = []
+
+    def run_cell():
+        runs.append(1)
+        return torch.ones(4).sum()
+
+    r = cell_profile(run_cell, backend="cpu", steps=4, warmup=2)
+    assert len(runs) >= 2 + 1 + 4
+    assert len(r.warmup_times) == 2 and r.stats.n >= 4
+
+
+# -- bad input ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"steps": 0}, "steps"),
+        ({"steps": -3}, "steps"),
+        ({"steps": 2.5}, "steps"),
+        ({"warmup": -1}, "warmup"),
+        ({"tokens_per_step": 0}, "tokens_per_step"),
+        ({"price": "reserved"}, "price"),
+        ({"targets": "v5e"}, "targets"),
+        ({"backend": 3}, "backend"),
+    ],
+)
+def test_bad_arguments_name_the_argument(linear_step, kwargs, named):
+    with pytest.raises(ProfileError, match=named):
+        profile(linear_step, **{"backend": "cpu", **kwargs})
+
+
+def test_a_step_that_raises_surfaces_with_its_traceback():
+    calls = []
+
+    def failing_step():
+        calls.append(1)
+        raise ValueError("shape mismatch in my model")
+
+    with pytest.raises(ValueError, match="shape mismatch") as err:
+        profile(failing_step, steps=3, warmup=1, backend="cpu")
+    assert any(entry.name == "failing_step" for entry in err.traceback)
+    assert len(calls) == 1  # stopped at the first failure; no result was built
+
+
+def test_unknown_target_lists_the_known_chips(linear_step):
+    with pytest.raises(UnknownChip, match=r"known chips are v4, v5e"):
+        profile(linear_step, steps=2, warmup=0, backend="cpu", targets=["v5e", "tpu v9"])
+
+
+def test_malformed_price_override_names_the_field(linear_step):
+    with pytest.raises(PriceOverrideError, match="v5e.price_on_demand"):
+        profile(
+            linear_step,
+            steps=2,
+            warmup=0,
+            backend="cpu",
+            prices={"v5e": {"price_on_demand": "cheap"}},
+        )
+
+
+# -- costing and comparing ---------------------------------------------------------------------
+
+
+def test_estimates_follow_the_documented_method(linear_step):
+    r = profile(
+        linear_step,
+        steps=5,
+        warmup=1,
+        backend="cpu",
+        targets=["v5e", "v6e:8"],
+        tokens_per_step=1000,
+    )
+    cat = HardwareCatalogue.load()
+    eff = r.efficiency
+    assert 0 < eff <= 1
+    # efficiency = roofline on the host's measured peaks / measured median
+    bound = max(r.flops_per_step / r.peak_flops, r.bytes_per_step / r.peak_bandwidth)
+    assert eff == pytest.approx(min(1.0, bound / r.median))
+    v5e = r.row("v5e")
+    assert v5e.source == "estimated"
+    assert v5e.step_seconds == pytest.approx(
+        roofline_seconds(r.flops_per_step, r.bytes_per_step, cat.get("v5e"), eff)
+    )
+    v6e = next(row for row in r.comparison.rows if row.device_key == "v6e")
+    assert v6e.chips == 8
+    assert v6e.step_seconds == pytest.approx(
+        roofline_seconds(r.flops_per_step / 8, r.bytes_per_step / 8, cat.get("v6e"), eff)
+    )
+    assert v6e.price_per_hour == pytest.approx(8 * 2.70)
+    assert "lower bound" in v5e.note  # a microsecond step on a TPU is flagged
+
+
+def test_prices_ratios_and_epochs(linear_step):
+    r = profile(
+        linear_step,
+        steps=4,
+        warmup=1,
+        backend="cpu",
+        targets=["v5e", "h100"],
+        samples_per_step=B,
+        tokens_per_step=B * 128,
+        dataset_size=1000,
+        prices={"v5e": {"price_on_demand": 0.6}},
+        baseline="h100",
+    )
+    v5e, h100 = r.row("v5e"), r.row("h100")
+    assert v5e.price_per_hour == 0.6
+    assert v5e.cost_per_epoch == pytest.approx(v5e.cost_per_step * steps_per_epoch(1000, B))
+    assert v5e.cost_per_1k_steps == pytest.approx(1000 * v5e.cost_per_step)
+    assert h100.speedup_vs_baseline == 1.0 and h100.cost_ratio_vs_baseline == 1.0
+    assert v5e.speedup_vs_baseline == pytest.approx(h100.step_seconds / v5e.step_seconds)
+    assert v5e.cost_ratio_vs_baseline == pytest.approx(v5e.cost_per_step / h100.cost_per_step)
+    used = r.comparison.prices_used
+    assert used["overrides"] == {"v5e": {"price_on_demand": 0.6}}
+    assert "your overrides: v5e price_on_demand=0.6" in r.comparison.prices_summary()
+    spot = r.comparison.repriced("spot")
+    assert spot.rows[1].price_per_hour == 0.213 and spot.prices_used["column"] == "spot"
+
+
+def test_a_gpu_run_is_its_own_baseline_and_can_be_saved(tmp_path, linear_step):
+    gpu = FakeDevice(ChipInfo("NVIDIA H100 80GB HBM3", "h100", 1), work_s=0.006)
+    on_gpu = profile(
+        gpu.launch,
+        steps=4,
+        warmup=1,
+        backend=gpu,
+        flops_per_step=FORWARD_FLOPS,
+        tokens_per_step=512,
+    )
+    assert on_gpu.comparison.baseline_key == "h100"
+    assert on_gpu.measured_row.speedup_vs_baseline == 1.0
+    path = on_gpu.save_baseline(tmp_path / "h100.json")
+    assert json.loads(path.read_text())["device_key"] == "h100"
+
+    here = profile(
+        linear_step, steps=4, warmup=1, backend="cpu", compare_to=path, tokens_per_step=512
+    )
+    base = here.row("h100")
+    assert base.source == "baseline"
+    assert base.step_seconds == pytest.approx(on_gpu.median)
+    assert here.comparison.baseline_key == "h100"
+    assert here.measured_row.speedup_vs_baseline == pytest.approx(on_gpu.median / here.median)
+    assert not any(r.device_key == "h100" and r.source == "estimated" for r in here.comparison.rows)
+    assert "not the same workload" not in base.note
+
+    other = profile(gpu.launch, steps=3, warmup=0, backend=gpu, flops_per_step=10 * FORWARD_FLOPS)
+    mixed = profile(linear_step, steps=3, warmup=0, backend="cpu", compare_to=other)
+    assert "not the same workload" in mixed.row("h100").note
+
+
+def test_bad_baseline_files_name_the_file(tmp_path):
+    with pytest.raises(ProfileError, match="does not exist"):
+        load_baseline(tmp_path / "missing.json")
+    (tmp_path / "x.json").write_text('{"rows": []}')
+    with pytest.raises(ProfileError, match="not a gpu2tpu baseline"):
+        load_baseline(tmp_path / "x.json")
+    (tmp_path / "y.json").write_text('{"gpu2tpu_baseline": 1, "device_key": "h100"}')
+    with pytest.raises(ProfileError, match="malformed"):
+        load_baseline(tmp_path / "y.json")
+
+
+# -- data views ------------------------------------------------------------------------------
+
+
+def test_json_csv_dataframe_and_text(linear_step):
+    r = profile(
+        linear_step, steps=3, warmup=1, backend="cpu", targets=["v5e", "h100"], tokens_per_step=100
+    )
+    data = json.loads(r.to_json())
+    assert data["stats"]["median"] == r.median
+    assert [row["device_key"] for row in data["comparison"]["rows"]] == ["cpu", "v5e", "h100"]
+    assert data["comparison"]["prices_used"]["as_of"]["v5e"] == "2026"
+    rows = list(csv.DictReader(io.StringIO(r.to_csv())))
+    assert [row["source"] for row in rows] == ["measured", "estimated", "estimated"]
+    assert float(rows[1]["step_seconds"]) == pytest.approx(r.row("v5e").step_seconds)
+    frame = r.to_dataframe()
+    assert list(frame["device_key"]) == ["cpu", "v5e", "h100"]
+    text = repr(r)
+    assert "TPU v5e" in text and "estimated" in text and "Prices: on-demand" in text
+    bundle = r._repr_mimebundle_()
+    assert set(bundle) == {"text/plain", "text/html"}  # no kernel here: no widget view
+
+
+def test_rich_table(linear_step):
+    from rich.console import Console
+
+    r = profile(linear_step, steps=3, warmup=1, backend="cpu", targets=["v6e"])
+    console = Console(record=True, width=220)
+    console.print(r)
+    out = console.export_text()
+    assert "TPU v6e (Trillium)" in out and "measured" in out and "as of 2026" in out
+    assert math.isfinite(r.median)
+
+
+def test_importing_the_profiler_is_cheap():
+    code = "import sys, gpu2tpu.profile; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
