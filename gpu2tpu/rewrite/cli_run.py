@@ -50,9 +50,9 @@ def build_config(args: argparse.Namespace, cwd: Path) -> Config:
 
 
 def _check_codes(config: Config) -> str | None:
-    from .rules.base import all_rules
+    from .rules_doc import documented_rules
 
-    known = [r.code for r in all_rules()]
+    known = [r.code for r in documented_rules()]
     for code in (*config.options.select, *config.options.ignore):
         if code != "ALL" and not any(k.startswith(code) for k in known):
             return f"unknown rule code or prefix: {code} (see `gpu2tpu rules`)"

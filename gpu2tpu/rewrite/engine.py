@@ -260,7 +260,7 @@ def process_file(path: str, config: Config, mode: Mode, tokens: tuple[bytes, ...
         return FileOutcome(path, Status.ERROR, error=reason)
     if not data.strip():
         return FileOutcome(path, Status.EMPTY)
-    if not any(t in data for t in tokens):
+    if not any(t in data for t in tokens) and not _notebook_tokens(path, data):
         return FileOutcome(path, Status.PREFILTERED)
     try:
         if path.endswith(".ipynb"):
@@ -284,6 +284,15 @@ def process_file(path: str, config: Config, mode: Mode, tokens: tuple[bytes, ...
     if result.new_text == decoded.text:
         return outcome
     return _finish(outcome, path, decoded.text, result.new_text, decoded.encoding, mode)
+
+
+def _notebook_tokens(path: str, data: bytes) -> bool:
+    """Notebooks have checks of their own (GPU runtime metadata, `!nvidia-smi`)."""
+    if not path.endswith(".ipynb"):
+        return False
+    from .notebook import NOTEBOOK_TOKENS
+
+    return any(t in data for t in NOTEBOOK_TOKENS)
 
 
 def _read(path: str, config: Config) -> bytes:

@@ -8,6 +8,7 @@ visited at all (docs/architecture.md explains the speed budget behind this).
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 import libcst as cst
@@ -26,12 +27,19 @@ class SourceError(ValueError):
         self.col = col
 
 
+_ERROR_AT = re.compile(r"error at (\d+):(\d+):?")
+
+
 def parse_module(text: str) -> cst.Module:
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as err:
         first = str(err.message).strip().splitlines()[0] if err.message else "invalid syntax"
-        raise SourceError(f"syntax error: {first}", err.raw_line, err.raw_column + 1) from None
+        # libcst's raw_line can point past the error; its message names the real place.
+        at = _ERROR_AT.search(first)
+        line, col = (int(at[1]), int(at[2]) + 1) if at else (err.raw_line, err.raw_column + 1)
+        first = _ERROR_AT.sub("", first).removeprefix("parser error: ").strip(" :")
+        raise SourceError(f"syntax error: {first}", line, col) from None
     except RecursionError:
         raise SourceError("too deeply nested for the parser") from None
 
@@ -219,7 +227,8 @@ def _define_device(module: cst.Module, ctx: RuleContext) -> cst.Module:
     if ctx.device_defined:
         expr = cst.Module(body=[]).code_for_node(ctx.device_expression())
         definition = cst.parse_statement(f"{ctx.device_name()} = {expr}\n")
-        new.append(definition.with_changes(leading_lines=[cst.EmptyLine()] if insert_at else []))
+        spaced = insert_at or ctx.needs_torch_import
+        new.append(definition.with_changes(leading_lines=[cst.EmptyLine()] if spaced else []))
     if ctx.needs_torch_import:
         new.insert(0, cst.parse_statement("import torch\n"))
     if not new:

@@ -113,7 +113,9 @@ class RuleContext:
         if not dotted:
             return None
         head, _, rest = dotted.partition(".")
-        target = self.imports.get(head)
+        # `torch` itself resolves even when this text does not import it (a notebook cell
+        # after the import cell, or code the rewrite adds `import torch` to).
+        target = self.imports.get(head, "torch" if head == "torch" else None)
         if target is None:
             return None
         return f"{target}.{rest}" if rest else target

@@ -1,0 +1,1095 @@
+"""`.ipynb` text in, `.ipynb` text out: code cells rewritten as `.py` files are, nothing else touched.
+
+Pure: `rewrite_notebook` takes the file's text and returns the new text; the engine reads and
+writes. Each code cell's Python (IPython syntax masked, see `ipython_syntax`) goes through the
+same `rewrite_source` as a `.py` file. The notebook shares one device variable: the first cell
+that needs it defines it after its imports, later cells reuse it, and a device variable the
+notebook already builds with the usual `'cuda' if torch.cuda.is_available() else 'cpu'` idiom
+is kept and reused.
+
+Fidelity: the JSON is edited as text, not re-serialised through nbformat. When `json.dumps`
+with the file's own indent and escaping reproduces the file exactly, the changed notebook is
+dumped the same way; otherwise (hand-edited JSON) only the changed values are spliced into the
+original text. Either way the result is checked to hold exactly the intended JSON, so outputs,
+ids, metadata, key order, indent, escapes and the trailing newline stay byte for byte.
+
+Notebook-only checks (IPython syntax and metadata that libcst never sees):
+G2T510 NVIDIA tools in shell escapes, G2T511 `CUDA_VISIBLE_DEVICES`, G2T512 installing a
+CUDA-only package, G2T513 a notebook that asks Colab or Kaggle for a GPU runtime.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import re
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from json.decoder import scanstring
+
+from .ipython_syntax import (
+    PYTHON_CELL_MAGICS,
+    SCOPED_CELL_MAGICS,
+    Escape,
+    MaskedCell,
+    MaskError,
+    line_ending,
+    mask,
+    split_cell_magic,
+    split_lines,
+)
+from .model import CellFinding, Finding, Options, Result, Safety, Severity
+from .rules.base import DEVICE_NAMES
+from .source import SourceError, rewrite_source
+
+
+class NotebookError(ValueError):
+    """The file as a whole cannot be handled (not JSON, not nbformat 4, no cells...)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class NotebookResult:
+    """What `rewrite_notebook` returns.
+
+    `new_text` is the very same string when nothing changed. Findings of the notebook as a
+    whole (its runtime metadata) have `cell_index` -1, and their line and column point into
+    the file's JSON text. `device_name` is the notebook's device variable after its last cell;
+    `skipped` says why no cell was looked at (a notebook in another language), else "".
+    """
+
+    new_text: str
+    edits: tuple[CellFinding, ...] = ()
+    findings: tuple[CellFinding, ...] = ()
+    cell_errors: tuple[str, ...] = ()
+    device_name: str | None = None
+    skipped: str = ""
+
+
+def cell_label(index: int) -> str:
+    """How a cell is named in messages and diff headers (as the report names it)."""
+    return f"cell {index}"
+
+
+# -- the notebook-only rules ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NotebookRule:
+    """A check on IPython syntax or notebook metadata, documented like a libcst rule."""
+
+    code: str
+    name: str
+    safety: Safety
+    severity: Severity
+    doc: str
+
+
+NOTEBOOK_RULES: dict[str, NotebookRule] = {
+    r.code: r
+    for r in (
+        NotebookRule(
+            "G2T510",
+            "nvidia-tool-command",
+            Safety.REPORT,
+            Severity.ERROR,
+            """`!nvidia-smi` (or `!nvcc`) runs an NVIDIA tool from a notebook.
+
+            Why: a TPU machine has no NVIDIA driver or CUDA toolkit, so the command fails.
+            `%tpu_info` (after `%load_ext gpu2tpu`) shows the TPU instead.
+
+            Example:
+                !nvidia-smi   ->  %tpu_info
+            """,
+        ),
+        NotebookRule(
+            "G2T511",
+            "cuda-visible-devices",
+            Safety.REPORT,
+            Severity.WARNING,
+            """`%env CUDA_VISIBLE_DEVICES=...` (or `!CUDA_VISIBLE_DEVICES=0 cmd`) picks GPUs.
+
+            Why: the variable only selects NVIDIA GPUs and does nothing on a TPU; on a TPU VM
+            `TPU_VISIBLE_CHIPS` (with `TPU_PROCESS_BOUNDS`) selects chips.
+
+            Example:
+                %env CUDA_VISIBLE_DEVICES=0  ->  drop it (or %env TPU_VISIBLE_CHIPS=0)
+            """,
+        ),
+        NotebookRule(
+            "G2T512",
+            "cuda-only-package",
+            Safety.REPORT,
+            Severity.ERROR,
+            """`!pip install` (or `%pip`, `%conda`) of a package that only works with CUDA.
+
+            Why: the wheel has no TPU build (flash-attn, bitsandbytes, apex, cupy-cuda12x,
+            nvidia-*, triton, pynvml, ...): the install fails or the import does nothing useful.
+            Each finding names the portable replacement.
+
+            Example:
+                !pip install flash-attn  ->  torch.nn.functional.scaled_dot_product_attention
+            """,
+        ),
+        NotebookRule(
+            "G2T513",
+            "gpu-runtime-metadata",
+            Safety.UNSAFE,
+            Severity.WARNING,
+            """The notebook's metadata asks Colab or Kaggle for a GPU runtime.
+
+            Why: opened there, the notebook starts on a GPU. The unsafe fix asks for a TPU
+            instead: Colab `"accelerator": "TPU"` with `"gpuType": "V5E1"` (v5e-1, what Colab
+            itself writes for its TPU runtime), Kaggle `"accelerator": "tpuV5e8"` with
+            `"isGpuEnabled": false`. Only those values change in the file.
+
+            Example:
+                "accelerator": "GPU", "gpuType": "T4"  ->  "accelerator": "TPU", "gpuType": "V5E1"
+            """,
+        ),
+    )
+}
+
+COLAB_TPU = {"accelerator": "TPU", "gpuType": "V5E1"}
+COLAB_TPU_TYPES = frozenset({"V28", "V5E1", "V6E1"})
+KAGGLE_TPU = "tpuV5e8"
+
+# Packages with no TPU build, by normalised name, and what to use instead.
+CUDA_ONLY_PACKAGES: dict[str, str] = {
+    "flash-attn": "use `torch.nn.functional.scaled_dot_product_attention` (a Pallas kernel on TPU)",
+    "xformers": "use `torch.nn.functional.scaled_dot_product_attention`",
+    "bitsandbytes": "no TPU build: train in bf16, or quantise with torchao",
+    "apex": "use `torch.amp` and the fused optimizers in `torch.optim`",
+    "triton": "Triton kernels do not run on TPUs; Pallas is the TPU kernel language",
+    "pynvml": "NVML only sees NVIDIA GPUs; `%tpu_info` shows the TPU",
+    "nvidia-ml-py": "NVML only sees NVIDIA GPUs; `%tpu_info` shows the TPU",
+    "pycuda": "use PyTorch or jax.numpy operations",
+    "cupy": "use NumPy, PyTorch or jax.numpy",
+    "onnxruntime-gpu": "use `onnxruntime` (CPU) or export to PyTorch/XLA",
+    "tensorrt": "TensorRT is NVIDIA-only; use `torch.compile` or XLA",
+    "torch-tensorrt": "TensorRT is NVIDIA-only; use `torch.compile` or XLA",
+    "mamba-ssm": "its selective-scan kernels are CUDA-only; use a pure PyTorch scan",
+    "causal-conv1d": "CUDA-only kernel; use `torch.nn.Conv1d` with left padding",
+    "auto-gptq": "GPTQ kernels are CUDA-only; serve in bf16 on TPU",
+    "autoawq": "AWQ kernels are CUDA-only; serve in bf16 on TPU",
+    "deepspeed": "DeepSpeed targets CUDA; use FSDP (torch.distributed) or PyTorch/XLA SPMD",
+}
+_CUDA_NAME = re.compile(r"(^nvidia-|^cupy-cuda|cuda|-cu\d+$)")
+_CUDA_INDEX = re.compile(r"/whl/cu\d+|\+cu\d+|/cu\d{2,3}(?:/|$)")
+# pip and conda options that take a value (the value is not a package name)
+_PIP_VALUE_OPTION_NAMES = (
+    "-r --requirement -c --constraint -e --editable -i --index-url --extra-index-url -f "
+    "--find-links -t --target --prefix --root --src --upgrade-strategy --progress-bar "
+    "--trusted-host --cache-dir --log --proxy --retries --timeout --exists-action --cert "
+    "--client-cert --platform --python-version --implementation --abi -C --config-settings "
+    "--channel --override --python -p --name -n"
+)
+_PIP_VALUE_OPTIONS = frozenset(_PIP_VALUE_OPTION_NAMES.split())
+_INDEX_OPTIONS = frozenset({"-i", "--index-url", "--extra-index-url", "-f", "--find-links"})
+_WRAPPERS = frozenset({"sudo", "time", "watch", "nohup", "exec", "command", "env"})
+_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=")
+_SHELL_MAGICS = frozenset({"system", "sx"})
+_INSTALLER_MAGICS = frozenset({"pip", "conda", "mamba", "micromamba", "uv"})
+_SHELL_CELL_MAGICS = frozenset({"bash", "sh", "system"})
+
+# Byte strings at least one of which a notebook must contain for G2T510-513 to fire; the
+# engine's prefilter should let notebooks with any of them through.
+NOTEBOOK_TOKENS: tuple[bytes, ...] = (
+    b"nvidia",
+    b"nvcc",
+    b"CUDA_VISIBLE_DEVICES",
+    b"GPU",
+    b"gpu",
+    b"Gpu",
+    b"cuda",
+    b"/cu1",
+    *(name.encode() for name in CUDA_ONLY_PACKAGES),
+    b"flash_attn",
+    b"mamba_ssm",
+)
+
+
+def _finding(code: str, line: int, col: int, message: str, hint: str, **kw: object) -> Finding:
+    rule = NOTEBOOK_RULES[code]
+    return Finding(
+        code=code,
+        name=rule.name,
+        line=line,
+        col=col,
+        message=message,
+        hint=hint,
+        safety=rule.safety,
+        severity=rule.severity,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+# -- shell commands (G2T510-512) ------------------------------------------------------------
+
+
+def _words(command: str) -> list[list[str]]:
+    """The simple commands of a shell line, each as its words (`a && b | c` -> 3 commands)."""
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|")
+        lexer.whitespace_split = True
+        lexer.commenters = "#"
+        tokens = list(lexer)
+    except ValueError:  # unbalanced quotes: IPython passes `{var}` and `$var` through as is
+        tokens = command.split()
+    commands: list[list[str]] = [[]]
+    for token in tokens:
+        if token and set(token) <= set(";&|"):
+            commands.append([])
+        else:
+            commands[-1].append(token)
+    return [c for c in commands if c]
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _cuda_only(spec: str) -> tuple[str, str] | None:
+    """(package, hint) when a requirement names a CUDA-only package or a CUDA extra."""
+    hit = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?", spec)
+    if hit is None:
+        return None
+    name = _normalise(hit.group(1))
+    extras = (hit.group(2) or "").lower()
+    if name in CUDA_ONLY_PACKAGES:
+        return name, CUDA_ONLY_PACKAGES[name]
+    if name.startswith("cupy-cuda") or name.startswith("cupy-rocm"):
+        return name, CUDA_ONLY_PACKAGES["cupy"]
+    if name.startswith("nvidia-"):
+        return name, "NVIDIA's CUDA libraries; a TPU machine needs none of them"
+    if "cuda" in extras:
+        return f"{name}{hit.group(2)}", f"install `{name}[tpu]` (or the plain package) instead"
+    if _CUDA_NAME.search(name):
+        return name, "a CUDA build; install the plain (CPU/TPU) package instead"
+    return None
+
+
+def _install_findings(args: list[str], tool: str) -> list[tuple[str, str, str]]:
+    """(needle, message, hint) for each CUDA-only thing in a `pip install ...` argument list."""
+    out: list[tuple[str, str, str]] = []
+    it = iter(args)
+    for arg in it:
+        if arg in _INDEX_OPTIONS:
+            url = next(it, "")
+            if _CUDA_INDEX.search(url):
+                out.append(
+                    (
+                        url,
+                        f"`{tool} install` uses a CUDA wheel index ({url})",
+                        "install the default wheels; on a TPU add torch_tpu or torch_xla",
+                    )
+                )
+            continue
+        if arg.startswith("-"):
+            name = arg.split("=", 1)[0]
+            if "=" in arg and name in _INDEX_OPTIONS and _CUDA_INDEX.search(arg):
+                out.append(
+                    (
+                        arg,
+                        f"`{tool} install` uses a CUDA wheel index",
+                        "install the default wheels; on a TPU add torch_tpu or torch_xla",
+                    )
+                )
+            elif name in _PIP_VALUE_OPTIONS and "=" not in arg:
+                next(it, None)
+            continue
+        hit = _cuda_only(arg)
+        if hit:
+            package, hint = hit
+            out.append((arg, f"`{tool} install {package}` installs a CUDA-only package", hint))
+    return out
+
+
+def shell_findings(command: str, line: int, col: int, lines: list[str]) -> list[Finding]:
+    """G2T510-512 findings for one shell command (`!cmd`, a `%%bash` line, `%pip ...`).
+
+    `lines` are the physical lines the command was written on, the first being `line`; a
+    finding points at the word it is about, else at (`line`, `col`).
+    """
+    found: list[Finding] = []
+
+    def at(needle: str) -> tuple[int, int]:
+        for k, text in enumerate(lines):
+            pos = text.find(needle)
+            if pos >= 0:
+                return line + k, pos + 1
+        return line, col
+
+    for words in _words(command):
+        while words and (hit := _ASSIGNMENT.match(words[0])):
+            if hit.group(1) == "CUDA_VISIBLE_DEVICES":
+                found.append(_cuda_visible(*at("CUDA_VISIBLE_DEVICES")))
+            words = words[1:]
+        if words and words[0] in ("export", "set"):
+            for w in words[1:]:
+                if w.startswith("CUDA_VISIBLE_DEVICES"):
+                    found.append(_cuda_visible(*at("CUDA_VISIBLE_DEVICES")))
+            continue
+        while words and words[0] in _WRAPPERS:
+            words = words[1:]
+            while words and (
+                words[0].startswith("-") or words[0].isdigit() or _ASSIGNMENT.match(words[0])
+            ):
+                words = words[1:]
+        if not words:
+            continue
+        tool = words[0].rsplit("/", 1)[-1]
+        rest = words[1:]
+        if tool == "nvidia-smi":
+            found.append(
+                _finding(
+                    "G2T510",
+                    *at("nvidia-smi"),
+                    "`!nvidia-smi` has no TPU equivalent; `%tpu_info` shows the TPU",
+                    "use `%tpu_info` after `%load_ext gpu2tpu`, or drop the line",
+                )
+            )
+            continue
+        if tool == "nvcc":
+            found.append(
+                _finding(
+                    "G2T510",
+                    *at("nvcc"),
+                    "`nvcc` is NVIDIA's CUDA compiler; a TPU machine has none",
+                    "drop it: TPU kernels are written in Pallas, not CUDA",
+                )
+            )
+            continue
+        if re.fullmatch(r"python[\d.]*", tool) and rest[:2] == ["-m", "pip"]:
+            tool, rest = "pip", rest[2:]
+        elif tool == "uv" and rest[:1] == ["pip"]:
+            tool, rest = "uv pip", rest[1:]
+        installer = re.fullmatch(r"pip[\d.]*", tool) or tool in (
+            "uv pip",
+            "conda",
+            "mamba",
+            "micromamba",
+        )
+        if installer and rest[:1] == ["install"]:
+            for needle, message, hint in _install_findings(rest[1:], tool):
+                found.append(_finding("G2T512", *at(needle), message, hint))
+    return found
+
+
+def _cuda_visible(line: int, col: int) -> Finding:
+    return _finding(
+        "G2T511",
+        line,
+        col,
+        "`CUDA_VISIBLE_DEVICES` selects NVIDIA GPUs and does nothing on a TPU",
+        "drop it; on a TPU VM `TPU_VISIBLE_CHIPS` selects chips",
+    )
+
+
+def escape_findings(escape: Escape, lines: list[str]) -> list[Finding]:
+    """G2T510-512 for one piece of IPython syntax (`!cmd`, `%pip ...`, `%env ...`)."""
+    written = lines[escape.line - 1 : escape.end_line]
+    first = written[0] if written else ""
+    if escape.kind in ("shell", "shell_capture"):
+        return shell_findings(escape.command, escape.line, escape.col, written)
+    if escape.kind != "line_magic":
+        return []
+    args = escape.command[len(escape.magic) :].strip()
+    if escape.magic in _SHELL_MAGICS:
+        return shell_findings(args, escape.line, escape.col, written)
+    if escape.magic in _INSTALLER_MAGICS:
+        return shell_findings(f"{escape.magic} {args}", escape.line, escape.col, written)
+    if escape.magic in ("env", "set_env"):
+        name = re.split(r"[=\s]", args, maxsplit=1)[0]
+        if name == "CUDA_VISIBLE_DEVICES" and args != name:
+            pos = first.find(name)
+            return [_cuda_visible(escape.line, pos + 1 if pos >= 0 else escape.col)]
+    return []
+
+
+def shell_body_findings(body: str, first_line: int) -> list[Finding]:
+    """G2T510-512 for the body of a `%%bash`-style cell; `first_line` is its first line."""
+    found: list[Finding] = []
+    lines = split_lines(body)
+    i = 0
+    while i < len(lines):
+        start = i
+        text = lines[i].rstrip("\r\n")
+        while text.endswith("\\") and i + 1 < len(lines):
+            i += 1
+            text = text[:-1] + " " + lines[i].rstrip("\r\n")
+        found += shell_findings(text, first_line + start, 1, lines[start : i + 1])
+        i += 1
+    return found
+
+
+# -- the notebook -----------------------------------------------------------------------------
+
+
+def _load(text: str) -> dict:
+    try:
+        nb = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise NotebookError(
+            f"not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})"
+        ) from None
+    except RecursionError:
+        raise NotebookError("JSON nested too deeply to read") from None
+    if not isinstance(nb, dict):
+        raise NotebookError("not a Jupyter notebook: the JSON is not an object")
+    version = nb.get("nbformat")
+    if version == 3 or "worksheets" in nb:
+        raise NotebookError(
+            "nbformat 3 notebook; convert it first with "
+            "`jupyter nbconvert --to notebook --nbformat 4`"
+        )
+    if version is None:
+        raise NotebookError("not a Jupyter notebook: no `nbformat` version")
+    if version != 4:
+        raise NotebookError(f"nbformat {version!r} is not supported (only nbformat 4)")
+    if not isinstance(nb.get("cells"), list):
+        raise NotebookError("not a Jupyter notebook: it has no `cells` list")
+    return nb
+
+
+def _language(nb: dict) -> str | None:
+    meta = nb.get("metadata")
+    if not isinstance(meta, dict):
+        return None
+    for key, field_name in (("language_info", "name"), ("kernelspec", "language")):
+        section = meta.get(key)
+        if isinstance(section, dict) and isinstance(section.get(field_name), str):
+            return section[field_name]
+    return None
+
+
+def _source_text(cell: dict) -> str | None:
+    source = cell.get("source")
+    if isinstance(source, str):
+        return source
+    if isinstance(source, list) and all(isinstance(s, str) for s in source):
+        return "".join(source)
+    return None
+
+
+@dataclass
+class _CodeCell:
+    """One code cell's Python, ready for the rewrite."""
+
+    index: int
+    cell_id: str | None
+    source: str
+    head: str = ""  # cell magic lines above the Python (`%%time\n`)
+    offset: int = 0  # number of lines in `head`
+    python: str | None = None  # the Python to rewrite; None when there is none
+    persists: bool = True  # what the Python defines outlives the cell (not `%%timeit`)
+    masked: MaskedCell | None = None
+    names: frozenset[str] = frozenset()
+    imports: tuple[str, ...] = ()  # its top-level import statements, one line each
+    idiom: tuple[str, str] | None = None  # (name, "device" | "str") of a device idiom
+    findings: list[Finding] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def newline(self) -> str:
+        first = split_lines(self.python or "")[:1]
+        return (line_ending(first[0]) if first else "") or "\n"
+
+
+def _prepare(index: int, cell: dict) -> _CodeCell:
+    source = _source_text(cell)
+    cell_id = cell.get("id") if isinstance(cell.get("id"), str) else None
+    if source is None:
+        return _CodeCell(index, cell_id, "", error="`source` is neither text nor a list of lines")
+    code = _CodeCell(index, cell_id, source)
+    if not source.strip():
+        return code
+    body = source
+    while (magic := split_cell_magic(body)) is not None:
+        if magic.name not in PYTHON_CELL_MAGICS:
+            script = magic.args.split()[:1]
+            if magic.name in _SHELL_CELL_MAGICS or (
+                magic.name == "script" and script and script[0] in ("bash", "sh", "zsh")
+            ):
+                code.findings += shell_body_findings(magic.body, code.offset + magic.head_lines + 1)
+            return code  # other languages (`%%writefile`, `%%html`, ...) are left alone
+        code.head += magic.head
+        code.offset += magic.head_lines
+        code.persists = code.persists and magic.name not in SCOPED_CELL_MAGICS
+        body = magic.body
+    code.python = body
+    try:
+        code.masked = mask(body)
+    except MaskError as err:
+        code.error = err.reason
+        return code
+    lines = split_lines(body)
+    for escape in code.masked.escapes:
+        for f in escape_findings(escape, lines):
+            code.findings.append(replace(f, line=f.line + code.offset))
+    code.names, code.imports = _facts(code.masked.text, code.masked.token_prefix)
+    return code
+
+
+def _facts(text: str, token_prefix: str) -> tuple[frozenset[str], tuple[str, ...]]:
+    """The variable names a cell's Python binds or reads (what `rewrite_source` counts as in
+    use), and its top-level imports (what later cells can refer to), one line each."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return frozenset(), ()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            names.update(node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    imports = tuple(
+        ast.unparse(node)
+        for node in tree.body
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        and not (isinstance(node, ast.ImportFrom) and node.module == "__future__")
+        and not any(a.name.startswith(token_prefix) for a in node.names)
+    )
+    return frozenset(names), imports
+
+
+# What a cell must contain to hold a device idiom (G2T103): `torch.cuda.is_available()`, or a
+# `device = "cuda"` setting; cells without either skip the extra parse.
+_IDIOM_HINT = re.compile(
+    r"cuda.*is_available|is_available.*cuda|^[ \t]*\w*device\w*[ \t]*=[^=].*cuda", re.M | re.I
+)
+
+
+def _idiom(text: str, prelude: str) -> tuple[str, str] | None:
+    """The device variable a cell builds with the `'cuda' if ... else 'cpu'` idiom, and whether
+    it holds a `torch.device` ("device") or a string ("str")."""
+    try:
+        result = rewrite_source(prelude + text, Options(select=("G2T103",), fix=False))
+    except SourceError:
+        return None
+    name = result.device_name
+    if name is None:
+        return None
+    for node in ast.walk(ast.parse(text)):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id == name
+        ):
+            return name, "device" if isinstance(node.value, ast.Call) else "str"
+    return None
+
+
+def _candidates() -> Iterable[str]:
+    """The device names `rewrite_source` tries, in its order."""
+    yield from DEVICE_NAMES
+    yield from (f"device_{i}" for i in range(2, 100))
+
+
+class _Imports:
+    """The import statements of the cells run so far: what a later cell's names refer to."""
+
+    def __init__(self) -> None:
+        self.lines: dict[str, None] = {}
+
+    def add(self, imports: Iterable[str]) -> None:
+        self.lines.update(dict.fromkeys(imports))
+
+    def prelude(self, newline: str) -> str:
+        return "".join(line + newline for line in self.lines)
+
+
+class _Planner:
+    """Walks the code cells in order and keeps the notebook's one device variable.
+
+    Each cell is rewritten with the imports of the cells above it put in front (a prelude,
+    taken off again), so that `torch.cuda.synchronize()` in cell 5 is recognised through the
+    `import torch` of cell 1, as the kernel would resolve it.
+    """
+
+    def __init__(self, cells: list[_CodeCell], options: Options) -> None:
+        self.options = options
+        self.all_names = frozenset().union(*(c.names for c in cells))
+        seen = _Imports()
+        for cell in cells:
+            assert cell.masked is not None
+            if options.enabled("G2T103") and cell.persists and _IDIOM_HINT.search(cell.masked.text):
+                cell.idiom = _idiom(cell.masked.text, seen.prelude(cell.newline))
+            if cell.persists:
+                seen.add(cell.imports)
+        self.first_idiom = next(((c.index, *c.idiom) for c in cells if c.idiom), None)
+        self.imports = _Imports()
+        self.name: str | None = options.device_name
+        self.kind = "device"
+
+    def reserved(self, cell: _CodeCell) -> list[str]:
+        """Names the cell must not pick for a new device variable: those other cells use, and
+        those before a later idiom cell's name (so that the notebook ends up with one name)."""
+        target = None
+        if self.first_idiom and self.first_idiom[0] > cell.index:
+            idiom_name = self.first_idiom[1]
+            if idiom_name in set(_candidates()) and idiom_name not in cell.names:
+                target = idiom_name
+        out = []
+        for name in _candidates():
+            if name == target or (target is None and name not in self.all_names):
+                break
+            if name not in cell.names:
+                out.append(name)
+        return out
+
+    def rewrite(self, cell: _CodeCell) -> tuple[str, Result]:
+        """The cell's new Python and the rewrite's result (positions in the cell's Python)."""
+        assert cell.masked is not None
+        try:
+            new, result, masked = self._decide(cell)
+        except (SourceError, MaskError):
+            if cell.persists:
+                self.imports.add(cell.imports)
+            raise
+        cell.masked = masked
+        if cell.persists:
+            changed = new != masked.text
+            self.imports.add(_facts(new, masked.token_prefix)[1] if changed else cell.imports)
+        return masked.unmask(new), result
+
+    def _decide(self, cell: _CodeCell) -> tuple[str, Result, MaskedCell]:
+        if self.name is None:
+            opts = replace(self.options, device_name=None)
+            new, result, masked = self._run(cell, opts, self.reserved(cell))
+            if cell.persists and result.device_name:
+                if result.device_defined:
+                    self.name, self.kind = result.device_name, "device"
+                elif cell.idiom and cell.idiom[0] == result.device_name:
+                    self.name, self.kind = cell.idiom
+            return new, result, masked
+        opts = replace(self.options, device_name=self.name, define_device=False)
+        new, result, masked = self._run(cell, opts, [])
+        if self.kind == "str" and _type_uses(self.name, new) > _type_uses(self.name, masked.text):
+            # the rules need a torch.device (`device.type`), but the idiom made a string
+            opts = replace(self.options, device_name=None)
+            new, result, masked = self._run(cell, opts, [*self.reserved(cell), self.name])
+            if cell.persists and result.device_defined and result.device_name:
+                self.name, self.kind = result.device_name, "device"
+        elif cell.persists and cell.idiom and cell.idiom[0] == self.name:
+            self.kind = cell.idiom[1]
+        return new, result, masked
+
+    def _run(
+        self, cell: _CodeCell, opts: Options, reserve: list[str]
+    ) -> tuple[str, Result, MaskedCell]:
+        """Rewrite the masked cell; if its line magics' Python does not parse in place, mask
+        those lines whole and try again."""
+        assert cell.masked is not None
+        try:
+            return (*self._with_prelude(cell.masked, cell.newline, opts, reserve), cell.masked)
+        except SourceError:
+            if not any(e.python for e in cell.masked.escapes):
+                raise
+        masked = mask(cell.python or "", python_magics=False)
+        return (*self._with_prelude(masked, cell.newline, opts, reserve), masked)
+
+    def _with_prelude(
+        self, masked: MaskedCell, newline: str, opts: Options, reserve: list[str]
+    ) -> tuple[str, Result]:
+        """Rewrite with the earlier cells' imports in front; without, should a fix touch them."""
+        prelude = self.imports.prelude(newline)
+        try:
+            return _rewrite_masked(masked.text, opts, reserve, prelude, newline)
+        except (_PreludeChanged, SourceError):  # a syntax error is told in the cell's own lines
+            return _rewrite_masked(masked.text, opts, reserve, "", newline)
+
+
+class _PreludeChanged(Exception):
+    """A fix touched the imports put in front of a cell; the cell is rewritten without them."""
+
+
+def _type_uses(name: str, text: str) -> int:
+    return len(re.findall(rf"\b{re.escape(name)}\.type\b", text))
+
+
+def _rewrite_masked(
+    text: str, opts: Options, reserve: list[str], prelude: str, newline: str
+) -> tuple[str, Result]:
+    """`rewrite_source` on a masked cell, with the earlier cells' imports in front and the
+    names other cells use kept off-limits by a line appended (a tuple of those names); both
+    are taken off again, and positions are given within the cell."""
+    appended = ""
+    if reserve:
+        line = "(" + ", ".join(reserve) + ",)"
+        appended = line + newline if text.endswith(("\n", "\r")) else newline + line
+    shift = len(split_lines(prelude))
+    result = rewrite_source(prelude + text + appended, opts)
+    new = result.new_text
+    if prelude:
+        if not new.startswith(prelude):
+            raise _PreludeChanged
+        new = new[len(prelude) :]
+        if new.startswith(newline) and not text.startswith(newline):
+            new = new[len(newline) :]  # the blank line set above a definition put first
+    if appended:
+        if not new.endswith(appended):
+            raise MaskError("the rewrite moved the end of the cell; the cell is left as it was")
+        new = new[: len(new) - len(appended)]
+    if new == text:
+        new = text
+    return new, replace(
+        result,
+        new_text=new,
+        edits=tuple(replace(f, line=f.line - shift) for f in result.edits if f.line > shift),
+        findings=tuple(replace(f, line=f.line - shift) for f in result.findings if f.line > shift),
+    )
+
+
+def rewrite_notebook(text: str, options: Options) -> NotebookResult:
+    """Rewrite a notebook's code cells; raise `NotebookError` when the file is not a notebook.
+
+    A cell that cannot be handled is skipped and named in `cell_errors`; the others are still
+    rewritten. Nothing but code-cell sources (and, with unsafe fixes, the runtime metadata)
+    changes in the text. Cells without any CUDA token are not parsed.
+    """
+    nb = _load(text)
+    language = _language(nb)
+    if language is not None and not language.lower().startswith(("python", "ipython")):
+        return NotebookResult(text, skipped=f"the notebook's language is {language}, not Python")
+    cells = [
+        _prepare(index, cell)
+        for index, cell in enumerate(nb["cells"])
+        if isinstance(cell, dict) and cell.get("cell_type") == "code"
+    ]
+    planner = _Planner([c for c in cells if c.masked is not None and not c.error], options)
+    edits: list[CellFinding] = []
+    findings: list[CellFinding] = []
+    errors: list[str] = []
+    new_sources: dict[int, str] = {}
+    for cell in cells:
+        cell_findings = [f for f in cell.findings if options.enabled(f.code)]
+        cell_edits: list[Finding] = []
+        if not cell.error and cell.masked is not None:
+            try:
+                new_python, result = planner.rewrite(cell)
+            except SourceError as err:
+                line = f" (line {err.line + cell.offset})" if err.line else ""
+                cell.error = f"{err.reason}{line}"
+            except MaskError as err:
+                cell.error = err.reason
+            except RecursionError:
+                cell.error = "too deeply nested to parse"
+            else:
+                cell_edits += [_shift(f, cell) for f in result.edits]
+                cell_findings += [_shift(f, cell) for f in result.findings]
+                new_source = cell.head + new_python
+                if new_source != cell.source:
+                    new_sources[cell.index] = new_source
+        if cell.error:
+            errors.append(f"{cell_label(cell.index)}: {cell.error}")
+        where = (cell.index, cell.cell_id)
+        edits += [CellFinding(*where, f) for f in sorted(cell_edits, key=_order)]
+        findings += [CellFinding(*where, f) for f in sorted(cell_findings, key=_order)]
+    meta_findings, meta_changes = _metadata(text, nb, options)
+    for f in meta_findings:
+        (edits if f.fixed else findings).append(CellFinding(-1, None, f))
+    new_text = _render(text, nb, new_sources, meta_changes) if new_sources or meta_changes else text
+    return NotebookResult(new_text, tuple(edits), tuple(findings), tuple(errors), planner.name)
+
+
+def _order(f: Finding) -> tuple[int, int, str]:
+    return f.line, f.col, f.code
+
+
+def _shift(f: Finding, cell: _CodeCell) -> Finding:
+    """A finding's position in the cell's Python -> its position in the cell."""
+    assert cell.masked is not None
+    return replace(f, line=f.line + cell.offset, col=f.col + cell.masked.column_shift(f.line))
+
+
+# -- runtime metadata (G2T513) --------------------------------------------------------------
+
+MetaPath = tuple[str, ...]
+
+
+def _metadata(
+    text: str, nb: dict, options: Options
+) -> tuple[list[Finding], dict[MetaPath, object]]:
+    """G2T513 findings, and the values the unsafe fix sets (only keys that exist change)."""
+    meta = nb.get("metadata")
+    if not options.enabled("G2T513") or not isinstance(meta, dict):
+        return [], {}
+    apply = options.fix and options.unsafe_fixes
+    found: list[Finding] = []
+    changes: dict[MetaPath, object] = {}
+    colab = meta.get("colab") if isinstance(meta.get("colab"), dict) else {}
+    accelerator = meta.get("accelerator")
+    gpu_type = colab.get("gpuType")
+    asks = accelerator.upper() if isinstance(accelerator, str) else ""
+    if asks == "GPU" or (
+        isinstance(gpu_type, str) and gpu_type and gpu_type not in COLAB_TPU_TYPES and asks != "TPU"
+    ):
+        fix: dict[MetaPath, object] = {}
+        if "accelerator" in meta:
+            fix[("metadata", "accelerator")] = COLAB_TPU["accelerator"]
+        if "gpuType" in colab:
+            fix[("metadata", "colab", "gpuType")] = COLAB_TPU["gpuType"]
+        found.append(
+            _runtime_finding(text, nb, "Colab", "Runtime > Change runtime type", fix, apply)
+        )
+        changes.update(fix if apply else {})
+    kaggle = meta.get("kaggle") if isinstance(meta.get("kaggle"), dict) else {}
+    k_acc = kaggle.get("accelerator")
+    k_gpu = isinstance(k_acc, str) and k_acc.lower().startswith(("gpu", "nvidia"))
+    if k_gpu or kaggle.get("isGpuEnabled") is True:
+        fix = {}
+        if k_gpu:
+            fix[("metadata", "kaggle", "accelerator")] = KAGGLE_TPU
+        if kaggle.get("isGpuEnabled") is True:
+            fix[("metadata", "kaggle", "isGpuEnabled")] = False
+        found.append(_runtime_finding(text, nb, "Kaggle", "the notebook's settings", fix, apply))
+        changes.update(fix if apply else {})
+    return found, changes
+
+
+def _get(nb: dict, path: MetaPath) -> object:
+    value: object = nb
+    for key in path:
+        value = value[key]  # type: ignore[index]
+    return value
+
+
+def _runtime_finding(
+    text: str, nb: dict, platform: str, where: str, fix: dict[MetaPath, object], apply: bool
+) -> Finding:
+    """One G2T513 finding, placed at the first metadata value its fix would change."""
+    before = ", ".join(f"{p[-1]}: {json.dumps(_get(nb, p))}" for p in fix)
+    after = ", ".join(f"{p[-1]}: {json.dumps(v)}" for p, v in fix.items())
+    first = next(iter(fix))
+    start, _ = _spans(text, [first])[first]
+    return _finding(
+        "G2T513",
+        text.count("\n", 0, start) + 1,
+        start - (text.rfind("\n", 0, start) + 1) + 1,
+        f"the notebook asks {platform} for a GPU runtime ({before})",
+        f"choose a TPU runtime ({where}); `--unsafe-fixes` writes {after}",
+        fixed=apply,
+        fixable=True,
+        before=before,
+        after=after if apply else "",
+    )
+
+
+# -- writing the JSON back ------------------------------------------------------------------
+
+_WS = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+JsonPath = tuple[object, ...]
+
+
+def _matches(path: JsonPath, pattern: JsonPath) -> bool:
+    return len(path) == len(pattern) and all(
+        p == "*" or p == x for x, p in zip(path, pattern, strict=True)
+    )
+
+
+def _spans(text: str, patterns: list[JsonPath]) -> dict[JsonPath, tuple[int, int]]:
+    """Start and end offsets in `text` of the JSON values at `patterns` ("*": any key/index).
+
+    Only containers on the way to a pattern are walked; every other value is skipped with the
+    C decoder. With duplicate keys the last one wins, as in `json.loads`.
+    """
+    found: dict[JsonPath, tuple[int, int]] = {}
+
+    def descend(path: JsonPath) -> bool:
+        return any(len(p) > len(path) and _matches(path, p[: len(path)]) for p in patterns)
+
+    def walk(i: int, path: JsonPath) -> int:
+        i = _WS.match(text, i).end()  # type: ignore[union-attr]
+        start, ch = i, text[i : i + 1]
+        if ch in ("{", "[") and descend(path):
+            close = "}" if ch == "{" else "]"
+            i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+            n = 0
+            while text[i] != close:
+                if ch == "{":
+                    key, i = scanstring(text, i + 1)
+                    i = _WS.match(text, i).end()  # type: ignore[union-attr]
+                    i = walk(i + 1, (*path, key))  # skips the ':'
+                else:
+                    i = walk(i, (*path, n))
+                n += 1
+                i = _WS.match(text, i).end()  # type: ignore[union-attr]
+                if text[i] == ",":
+                    i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+            end = i + 1
+        else:
+            _, end = _DECODER.raw_decode(text, i)
+        if any(_matches(path, p) for p in patterns):
+            found[path] = (start, end)
+        return end
+
+    walk(0, ())
+    return found
+
+
+def _split_newlines(text: str) -> list[str]:
+    return re.findall(r"[^\n]*\n|[^\n]+$", text)
+
+
+def _split_like(new: str, old: list[str]) -> list[str]:
+    """Split a new source into list items the way the original list was split."""
+    joined = "".join(old)
+    if old == joined.splitlines(keepends=True):
+        return new.splitlines(keepends=True)
+    return _split_newlines(new)
+
+
+def _reproduces(text: str, nb: dict) -> tuple[int | None, bool, str] | None:
+    """(indent, ensure_ascii, tail) with which `json.dumps` gives back `text` exactly, if any."""
+    hit = re.match(r"[{\[](?:\r?\n)( *)\S", text)
+    indent = len(hit.group(1)) if hit else None
+    ensure_ascii = text.isascii()
+    dumped = json.dumps(nb, indent=indent, ensure_ascii=ensure_ascii)
+    tail = text[len(dumped) :]
+    if text.startswith(dumped) and not tail.strip():
+        return indent, ensure_ascii, tail
+    return None
+
+
+def _ensure_ascii(piece: str, text: str) -> bool:
+    """Whether a changed value is written with `\\uXXXX` escapes, as the value it replaces was."""
+    if not piece.isascii():
+        return False
+    if any(int(h, 16) >= 0x80 for h in re.findall(r"\\u([0-9a-fA-F]{4})", piece)):
+        return True
+    return text.isascii()
+
+
+def _render(text: str, nb: dict, new_sources: dict[int, str], meta: dict[MetaPath, object]) -> str:
+    """The file's new text: `nb` with the new sources and metadata values, in the file's layout.
+
+    Raises `NotebookError` rather than return text that holds anything else.
+    """
+    layout = _reproduces(text, nb)
+    for index, new in new_sources.items():
+        cell = nb["cells"][index]
+        old = cell["source"]
+        cell["source"] = new if isinstance(old, str) else _split_like(new, old)
+    for path, value in meta.items():
+        parent = _get(nb, path[:-1])
+        parent[path[-1]] = value  # type: ignore[index]
+    if layout is not None:
+        indent, ensure_ascii, tail = layout
+        out = json.dumps(nb, indent=indent, ensure_ascii=ensure_ascii) + tail
+    else:
+        out = _splice(text, nb, new_sources, meta)
+    if not _same_json(out, nb):
+        raise NotebookError(
+            "the notebook's JSON layout cannot be kept while changing it; file left as it is"
+        )
+    return out
+
+
+def _same_json(text: str, value: object) -> bool:
+    """Whether `text` holds exactly `value` (NaN and Infinity compared as written)."""
+
+    def constant(name: str) -> tuple[str, str]:
+        return ("json constant", name)
+
+    try:
+        got = json.loads(text, parse_constant=constant)
+    except json.JSONDecodeError:
+        return False
+    return got == json.loads(json.dumps(value), parse_constant=constant)
+
+
+def _splice(text: str, nb: dict, new_sources: dict[int, str], meta: dict[MetaPath, object]) -> str:
+    """Replace only the changed values in the original text, formatted as their originals."""
+    patterns: list[JsonPath] = list(meta)
+    for index in new_sources:
+        patterns += [("cells", index, "source"), ("cells", index, "source", "*")]
+    spans = _spans(text, patterns)
+    pieces: list[tuple[int, int, str]] = []
+    for index in new_sources:
+        start, end = spans[("cells", index, "source")]
+        value = nb["cells"][index]["source"]
+        ascii_ = _ensure_ascii(text[start:end], text)
+        if isinstance(value, str):
+            pieces.append((start, end, json.dumps(value, ensure_ascii=ascii_)))
+            continue
+        items = sorted((k[3], v) for k, v in spans.items() if len(k) == 4 and k[1] == index)
+        pieces.append(
+            (start, end, _list_like(text, start, end, [s for _, s in items], value, ascii_))
+        )
+    for path, value in meta.items():
+        start, end = spans[path]
+        pieces.append(
+            (start, end, json.dumps(value, ensure_ascii=_ensure_ascii(text[start:end], text)))
+        )
+    parts: list[str] = []
+    done = 0
+    for start, end, piece in sorted(pieces):
+        parts += [text[done:start], piece]
+        done = end
+    return "".join([*parts, text[done:]])
+
+
+def _list_like(
+    text: str, start: int, end: int, items: list[tuple[int, int]], value: list[str], ascii_: bool
+) -> str:
+    """A JSON list of strings laid out as the list at text[start:end] was."""
+    encoded = [json.dumps(s, ensure_ascii=ascii_) for s in value]
+    if not items:
+        return "[" + ", ".join(encoded) + "]"
+    opening = text[start + 1 : items[0][0]]
+    closing = text[items[-1][1] : end - 1]
+    if len(items) > 1:
+        separator = text[items[0][1] : items[1][0]]
+    else:  # one item: take the space before commas from elsewhere in the file
+        comma = re.search(r'"([ \t]*),', text)
+        separator = (comma.group(1) if comma else "") + "," + opening
+    return "[" + opening + separator.join(encoded) + closing + "]" if encoded else "[]"
+
+
+# -- diff ------------------------------------------------------------------------------------
+
+
+def notebook_diff(path: str, old_text: str, new_text: str) -> str:
+    """A unified diff per changed cell (headers `path:cell N`) and for changed metadata."""
+    if old_text == new_text:
+        return ""
+    old, new = _load(old_text), _load(new_text)
+    out: list[str] = []
+    if old.get("metadata") != new.get("metadata"):
+        out += _diff(
+            json.dumps(old.get("metadata"), indent=1, ensure_ascii=False) + "\n",
+            json.dumps(new.get("metadata"), indent=1, ensure_ascii=False) + "\n",
+            f"{path}:metadata",
+        )
+    for index, (a, b) in enumerate(zip(old["cells"], new["cells"], strict=False)):
+        if not (isinstance(a, dict) and isinstance(b, dict)):
+            continue
+        before, after = _source_text(a) or "", _source_text(b) or ""
+        if before != after:
+            out += _diff(before, after, f"{path}:{cell_label(index)}")
+    return "".join(out)
+
+
+def _diff(before: str, after: str, name: str) -> list[str]:
+    a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    for lines in (a, b):
+        if lines and not lines[-1].endswith(("\n", "\r")):
+            lines[-1] += "\n"
+    return list(difflib.unified_diff(a, b, name, name))
