@@ -2,13 +2,43 @@
 
 Importing the package is cheap: torch, jax and the notebook machinery load only when a
 feature that needs them is used (`gpu2tpu --version` never imports torch).
+
+    import gpu2tpu
+    gpu2tpu.rewrite_source(text)              # the codemod, pure
+    gpu2tpu.profile(step, batch, steps=20)    # measure and cost a training step
+    gpu2tpu.forecast(model, (x, y), ...)      # compile for TPU generations, no TPU needed
+    gpu2tpu.dry_run(step, batch)              # what would be slow on a TPU
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension"]
+# public name -> (module, attribute or None for the module itself), imported on first use
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "rewrite_source": ("gpu2tpu.rewrite.source", "rewrite_source"),
+    "Options": ("gpu2tpu.rewrite.model", "Options"),
+    "rewrite_notebook": ("gpu2tpu.rewrite.notebook", "rewrite_notebook"),
+    "profile": ("gpu2tpu.profile", None),
+    "Profiler": ("gpu2tpu.profile", "Profiler"),
+    "forecast": ("gpu2tpu.profile.forecast", "forecast"),
+    "dry_run": ("gpu2tpu.profile.dryrun", "dry_run"),
+}
+
+__all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'gpu2tpu' has no attribute {name!r}")
+    module_name, attr = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value
 
 
 def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]

@@ -54,6 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
     modes.add_argument("--check", action="store_true",
                        help="write nothing; exit 1 when anything would change")  # fmt: skip
 
+    # These two parse their own options (`gpu2tpu doctor --help`, `gpu2tpu new --help`).
+    for name, text in (
+        ("doctor", "check that this environment can run PyTorch on a TPU; says how to fix it"),
+        ("new", "create a notebook from a template (`gpu2tpu new demo.ipynb --template migrate`)"),
+    ):
+        delegated = sub.add_parser(name, help=text, add_help=False)
+        delegated.add_argument("rest", nargs=argparse.REMAINDER)
+
     rules = sub.add_parser("rules", help="list the rules, or explain one (`gpu2tpu rules G2T101`)")
     rules.add_argument("code", nargs="?", help="a rule code")
     rules.add_argument("--format", choices=["text", "json"], default="text")
@@ -66,6 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if args.command == "doctor":
+        from .readiness.doctor import main as doctor_main
+
+        return doctor_main(args.rest)
+    if args.command == "new":
+        from .templates import main as new_main
+
+        return new_main(args.rest)
     if args.command == "rules":
         from .rewrite.rules_doc import explain_rules
 
