@@ -1,0 +1,518 @@
+"""The environment doctor: `gpu2tpu doctor` and `%tpu_doctor`.
+
+It says where the code runs, checks that the installed versions fit together and that the
+environment does not keep a TPU idle, and gives, for every problem, one sentence and the exact
+command that fixes it. With nothing wrong it says what is usable here. Exit code 1 when
+something is wrong, as `ruff check`.
+
+The version checks read metadata only (versions.py). Backends are asked whether they run
+here only when those checks found nothing wrong with torch, torch_tpu or torch_xla: importing
+a torch_tpu built for another torch can kill the process, which is the failure the doctor
+exists to explain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import os
+import platform
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .environment import Environment, detect_environment
+from .versions import (
+    CHECKED,
+    TCMALLOC_DIRS,
+    InstalledDistribution,
+    allocator_finding,
+    check_versions,
+    display_name,
+    read_installed,
+)
+
+if TYPE_CHECKING:
+    import ipywidgets
+    from rich.console import RenderableType
+
+    from ..backends import BackendStatus
+
+__all__ = ["DoctorReport", "Note", "Problem", "diagnose", "doctor_magic_output", "main"]
+
+# A problem with these distributions means torch itself might not import cleanly.
+_UNSAFE_TO_IMPORT = {"torch", "torch-tpu", "torch-xla", "python"}
+# What the forecast needs (pyproject's `forecast` extra).
+_FORECAST = ("jax", "jaxlib", "torchax", "optax", "libtpu")
+_OPTIONAL_BACKENDS = {"torch-tpu": "tpu", "torch-xla": "xla", "torchax": "jax"}
+# Sentences and commands wrap inside their cells (the shared table style keeps cells on one
+# line); a wrapped command still copies as one line.
+WRAP_STYLE = (
+    "<style>.g2t-table td.g2t-wrap{white-space:normal;max-width:38em;vertical-align:top}"
+    ".g2t-table td.g2t-wrap code{white-space:pre-wrap;word-break:break-word}</style>"
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something that will fail or keep the TPU idle: one sentence and the command that fixes it."""
+
+    message: str
+    fix: str
+    kind: str  # "versions", "python", "allocator" or "environment"
+    package: str = ""  # the distribution to change ("python" for the interpreter)
+    source: str = ""  # where the rule behind it is written
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Note:
+    """Worth knowing, but nothing fails here; `fix` is what to run where it would matter."""
+
+    message: str
+    fix: str = ""
+    source: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass
+class DoctorReport:
+    """What `diagnose()` found. `ok` is True when there are no problems (notes are fine)."""
+
+    environment: Environment
+    python: str
+    versions: dict[str, str | None]
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    usable: list[str] = field(default_factory=list)
+    missing_optional: list[str] = field(default_factory=list)
+    backends: list[BackendStatus] | None = None
+    probe_note: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def headline(self) -> str:
+        if self.ok:
+            return "No problems found."
+        n = len(self.problems)
+        return f"{n} problem{'s' if n != 1 else ''} found:"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "environment": self.environment.to_dict(),
+            "python": self.python,
+            "versions": dict(self.versions),
+            "problems": [p.to_dict() for p in self.problems],
+            "notes": [n.to_dict() for n in self.notes],
+            "usable": list(self.usable),
+            "missing_optional": list(self.missing_optional),
+            "backends": [b.to_dict() for b in self.backends] if self.backends is not None else None,
+            "probe_note": self.probe_note,
+        }
+
+    # -- text ----------------------------------------------------------------------------------
+
+    def _versions_line(self) -> str:
+        shown = [f"{name} {v}" for name, v in self.versions.items() if v]
+        return "Versions: " + ", ".join(shown)
+
+    def __str__(self) -> str:
+        out = [f"gpu2tpu doctor: {self.environment.label}, Python {self.python}", self.headline]
+        for i, problem in enumerate(self.problems, 1):
+            out.append(f"  {i}. {problem.message}")
+            out.append(f"     fix: {problem.fix}")
+        if self.usable:
+            out.append("Usable here:")
+            out += [f"  - {line}" for line in self.usable]
+        if self.missing_optional:
+            out.append(f"Not installed (optional): {', '.join(self.missing_optional)}")
+        if self.probe_note:
+            out.append(self.probe_note)
+        if self.notes:
+            out.append("Notes:")
+            for note in self.notes:
+                out.append(f"  - {note.message}")
+                if note.fix:
+                    out.append(f"    where it matters: {note.fix}")
+        out.append(self._versions_line())
+        return "\n".join(out)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    # -- rich ----------------------------------------------------------------------------------
+
+    def __rich__(self) -> RenderableType:
+        """A rich rendering for terminals: `rich.print(report)`."""
+        from rich.console import Group
+        from rich.text import Text
+
+        parts: list[Any] = [
+            Text.assemble(
+                ("gpu2tpu doctor: ", "bold"), f"{self.environment.label}, Python {self.python}"
+            )
+        ]
+        parts.append(Text(self.headline, style="bold green" if self.ok else "bold red"))
+        for i, problem in enumerate(self.problems, 1):
+            parts.append(Text(f"{i:>3}. {problem.message}"))
+            # One unbroken line, so the command can be copied as it is.
+            fix = Text.assemble("     fix: ", (problem.fix, "bold cyan"))
+            fix.no_wrap, fix.overflow = True, "ignore"
+            parts.append(fix)
+        if self.usable:
+            parts.append(Text("Usable here:", style="bold"))
+            parts += [Text(f"  • {line}") for line in self.usable]
+        if self.missing_optional:
+            parts.append(Text(f"Not installed (optional): {', '.join(self.missing_optional)}"))
+        if self.probe_note:
+            parts.append(Text(self.probe_note, style="yellow"))
+        for note in self.notes:
+            fix = f" (where it matters: {note.fix})" if note.fix else ""
+            parts.append(Text(f"note: {note.message}{fix}", style="dim"))
+        parts.append(Text(self._versions_line(), style="dim"))
+        return Group(*parts)
+
+    # -- HTML and the notebook widget ----------------------------------------------------------
+
+    def _html_body(self) -> str:
+        e = html.escape
+        colour = "#1b7f3b" if self.ok else "#a33"
+        out = [
+            f"<h3>gpu2tpu doctor: {e(self.environment.label)}, Python {e(self.python)}</h3>",
+            f"<p style='color:{colour};font-weight:600'>{e(self.headline)}</p>",
+        ]
+        if self.problems:
+            rows = "".join(
+                f"<tr><td>{i}</td><td class='g2t-left g2t-wrap'>{e(p.message)}</td>"
+                f"<td class='g2t-left g2t-wrap'><code>{e(p.fix)}</code></td></tr>"
+                for i, p in enumerate(self.problems, 1)
+            )
+            out.append(
+                "<table class='g2t-table g2t-doctor-problems'><thead><tr><th>#</th>"
+                "<th class='g2t-left'>problem</th><th class='g2t-left'>fix</th></tr></thead>"
+                f"<tbody>{rows}</tbody></table>"
+            )
+        if self.usable:
+            items = "".join(f"<li>{e(line)}</li>" for line in self.usable)
+            out.append(f"<p><b>Usable here</b></p><ul class='g2t-doctor-usable'>{items}</ul>")
+        if self.missing_optional:
+            out.append(
+                f"<p class='g2t-note'>Not installed (optional): "
+                f"{e(', '.join(self.missing_optional))}</p>"
+            )
+        if self.probe_note:
+            out.append(f"<div class='g2t-warn'>{e(self.probe_note)}</div>")
+        for note in self.notes:
+            fix = f" Where it matters: <code>{e(note.fix)}</code>" if note.fix else ""
+            out.append(f"<p class='g2t-note'>Note: {e(note.message)}{fix}</p>")
+        out.append(f"<p class='g2t-small'>{e(self._versions_line())}</p>")
+        return "".join(out)
+
+    def _repr_html_(self) -> str:
+        from ..widgets.render import STYLE
+
+        return f"{STYLE}{WRAP_STYLE}<div class='g2t-view g2t-doctor'>{self._html_body()}</div>"
+
+    def widget(self) -> ipywidgets.VBox:
+        """Core ipywidgets only (a VBox of HTML), so it renders in Colab without set-up."""
+        import ipywidgets as w
+
+        view = w.VBox([w.HTML(self._repr_html_())])
+        view.add_class("g2t-view")
+        return view
+
+
+# -- diagnosing ------------------------------------------------------------------------------
+
+
+def _python_text(version: Sequence[int] | None) -> str:
+    if version is None:
+        return platform.python_version()
+    return ".".join(str(p) for p in version)
+
+
+def _torch_build() -> str | None:
+    """'cuda' or 'cpu' for the installed torch, from its files (torch is not imported)."""
+    module = sys.modules.get("torch")
+    if module is not None:
+        return "cuda" if getattr(module.version, "cuda", None) else "cpu"
+    from ..backends.base import has_module
+
+    if not has_module("torch"):
+        return None
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    lib = Path(next(iter(spec.submodule_search_locations))) / "lib"
+    return "cuda" if any(lib.glob("libtorch_cuda*")) else "cpu"
+
+
+def _environment_findings(
+    env: Environment,
+    installed: Mapping[str, InstalledDistribution],
+    environ: Mapping[str, str],
+) -> tuple[list[Problem], list[Note]]:
+    """Settings that keep a TPU idle, and runtimes a TPU backend cannot use."""
+    problems: list[Problem] = []
+    notes: list[Note] = []
+    if env.accelerator == "tpu":
+        platforms = environ.get("JAX_PLATFORMS", "")
+        if platforms and "tpu" not in platforms.lower() and "jax" in installed:
+            problems.append(
+                Problem(
+                    message=(
+                        f"JAX_PLATFORMS={platforms} keeps JAX and torchax off the TPU chips "
+                        "this machine has."
+                    ),
+                    fix="unset JAX_PLATFORMS",
+                    kind="environment",
+                    source="JAX reads JAX_PLATFORMS at start-up to choose its platforms",
+                )
+            )
+        pjrt = environ.get("PJRT_DEVICE", "")
+        if pjrt and pjrt.upper() != "TPU" and "torch-xla" in installed:
+            problems.append(
+                Problem(
+                    message=f"PJRT_DEVICE={pjrt} makes PyTorch/XLA run on the {pjrt} "
+                    "instead of the TPU chips this machine has.",
+                    fix="export PJRT_DEVICE=TPU",
+                    kind="environment",
+                    source="PyTorch/XLA docs (_pjrt.md): PJRT_DEVICE selects the device",
+                )
+            )
+        if not any(name in installed for name in _OPTIONAL_BACKENDS):
+            from ..backends import backend_class
+
+            problems.append(
+                Problem(
+                    message="This machine has TPU chips but no PyTorch TPU backend is "
+                    "installed (torch_tpu, torch_xla or torchax).",
+                    fix=backend_class("tpu").install,
+                    kind="environment",
+                    source="gpu2tpu backends",
+                )
+            )
+    if env.remote_tpu:
+        notes.append(
+            Note(
+                message=(
+                    f"This Colab runtime reaches its TPU over gRPC at {env.remote_tpu} (the "
+                    "retired TPU-node runtime), which TorchTPU, torchax and current PyTorch/XLA "
+                    "cannot use; choose a TPU VM runtime (v5e-1, v6e-1 or v2-8) under Runtime > "
+                    "Change runtime type."
+                ),
+                source="COLAB_TPU_ADDR",
+            )
+        )
+    for line in env.evidence:
+        if "no TPU chip is visible" in line:
+            notes.append(
+                Note(
+                    message=f"{line[0].upper()}{line[1:]}: fine for a deviceless compile, but "
+                    "nothing will run on a TPU here."
+                )
+            )
+    return problems, notes
+
+
+def _troubled(problems: Sequence[Problem]) -> set[str]:
+    """The distributions (and "python") that a version problem asks to change."""
+    return {p.package for p in problems if p.kind in ("versions", "python") and p.package}
+
+
+def _probe(report: DoctorReport) -> list[BackendStatus] | None:
+    """The backends' own answers, unless a version problem makes importing torch unsafe."""
+    unsafe = sorted(_troubled(report.problems) & _UNSAFE_TO_IMPORT)
+    if unsafe:
+        names = ", ".join(display_name(n) for n in unsafe)
+        report.probe_note = (
+            f"Backends were not started: fix the {names} problem first, since importing torch "
+            "with mismatched versions can crash the process."
+        )
+        return None
+    from ..backends import available_backends
+
+    try:
+        return available_backends()
+    except Exception as err:  # a report, not a crash: say what failed
+        report.probe_note = f"Asking the backends failed ({type(err).__name__}: {err})."
+        return None
+
+
+def _usable(
+    env: Environment,
+    installed: Mapping[str, InstalledDistribution],
+    statuses: list[BackendStatus] | None,
+    troubled: set[str],
+    torch_build: str | None,
+) -> list[str]:
+    """One line per way of running PyTorch that works here."""
+    lines: list[str] = []
+    status = {s.name: s for s in statuses} if statuses is not None else {}
+
+    def works(backend: str, packages: Sequence[str]) -> bool:
+        if any(p not in installed or p in troubled for p in packages):
+            return False
+        return status[backend].available if backend in status else True
+
+    torch = installed.get("torch")
+    if torch is not None and "torch" not in troubled:
+        if env.gpu is not None and status.get("cuda") is not None and status["cuda"].available:
+            lines.append(f"CUDA: PyTorch {torch.version} on {env.gpu.describe()}")
+        if torch_build == "cuda" and env.gpu is None:
+            lines.append(
+                f"CPU: PyTorch {torch.version} (a CUDA build, but no NVIDIA GPU is visible, "
+                "so CUDA is not usable here)"
+            )
+        else:
+            lines.append(f"CPU: PyTorch {torch.version}")
+    where = "TPU" if env.accelerator == "tpu" else "CPU"
+    tpu_chips = env.tpu.chips_on_host if env.tpu else 0
+    if works("tpu", ("torch", "torch-tpu")) and env.accelerator == "tpu":
+        chips = f"{tpu_chips} TPU chip{'s' if tpu_chips != 1 else ''}"
+        lines.append(f"TorchTPU {installed['torch-tpu'].version} on {chips}")
+    if works("xla", ("torch", "torch-xla")):
+        lines.append(f"PyTorch/XLA {installed['torch-xla'].version} on the {where}")
+    if works("jax", ("torch", "torchax", "jax", "jaxlib")):
+        platform_name = "TPU" if env.accelerator == "tpu" else "JAX's CPU platform"
+        lines.append(
+            f"torchax {installed['torchax'].version} on JAX {installed['jax'].version} "
+            f"({platform_name})"
+        )
+    if all(p in installed and p not in troubled for p in _FORECAST) and "torch" in installed:
+        lines.append(
+            "TPU forecast (gpu2tpu.forecast): deviceless compiles for v5e, v6e, v5p and TPU7x "
+            f"with libtpu {installed['libtpu'].version}"
+        )
+    return lines
+
+
+def diagnose(
+    *,
+    environ: Mapping[str, str] | None = None,
+    metadata_paths: Sequence[str | os.PathLike[str]] | None = None,
+    python_version: Sequence[int] | None = None,
+    root: str | os.PathLike[str] = "/",
+    tcmalloc_dirs: Sequence[str | os.PathLike[str]] = TCMALLOC_DIRS,
+    probe_backends: bool = True,
+) -> DoctorReport:
+    """Check this environment; every argument defaults to the real machine.
+
+    `metadata_paths` are where to look for installed distributions (default `sys.path`),
+    `root` is the file-system root for device nodes and /proc, and `probe_backends=False`
+    skips asking the backends (which imports torch), as for another environment's metadata.
+    """
+    env_vars = os.environ if environ is None else environ
+    env = detect_environment(env_vars, root=root)
+    installed = read_installed(CHECKED, metadata_paths)
+    python = _python_text(python_version)
+    report = DoctorReport(
+        environment=env,
+        python=python,
+        versions={
+            display_name(n): (installed[n].version if n in installed else None) for n in CHECKED
+        },
+    )
+    tpu_present = env.accelerator == "tpu"
+    for finding in check_versions(installed, python_version, tpu_present=tpu_present):
+        if finding.severity == "problem":
+            kind = "python" if finding.package == "python" else "versions"
+            report.problems.append(
+                Problem(finding.message, finding.fix, kind, finding.package, finding.source)
+            )
+        else:
+            report.notes.append(Note(finding.message, finding.fix, finding.source))
+    allocator = allocator_finding(installed, env_vars, tcmalloc_dirs, tpu_present)
+    if allocator is not None and allocator.severity == "problem":
+        report.problems.append(
+            Problem(allocator.message, allocator.fix, "allocator", "torch-tpu", allocator.source)
+        )
+    elif allocator is not None:
+        report.notes.append(Note(allocator.message, allocator.fix, allocator.source))
+    env_problems, env_notes = _environment_findings(env, installed, env_vars)
+    report.problems += env_problems
+    report.notes += env_notes
+
+    troubled = _troubled(report.problems)
+    statuses = _probe(report) if probe_backends else None
+    report.backends = statuses
+    torch_build = _torch_build() if probe_backends and "torch" not in troubled else None
+    report.usable = _usable(env, installed, statuses, troubled, torch_build)
+    report.missing_optional = [
+        display_name(name) for name in _OPTIONAL_BACKENDS if name not in installed
+    ]
+    if "torch-tpu" in installed and statuses is not None and not tpu_present:
+        report.notes.append(
+            Note(
+                f"{installed['torch-tpu'].label} is installed but sees no TPU here, so it "
+                "registers no 'tpu' device; it runs on a TPU VM."
+            )
+        )
+    return report
+
+
+# -- front ends ------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpu2tpu doctor",
+        description="Check that this environment can run PyTorch on a TPU, and say how to fix "
+        "what is wrong.",
+    )
+    parser.add_argument("--format", choices=["text", "json"], default="text")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`gpu2tpu doctor [--format text|json]`: 0 when nothing is wrong, 1 otherwise."""
+    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    report = diagnose()
+    if args.format == "json":
+        print(json.dumps(report.to_dict(), indent=2))
+    elif sys.stdout.isatty():
+        from rich.console import Console
+
+        Console().print(report)
+    else:
+        print(report)
+    return 0 if report.ok else 1
+
+
+def doctor_magic_output(shell: Any = None) -> DoctorReport:
+    """What `%tpu_doctor` shows: the widget in a notebook kernel, text elsewhere.
+
+    It displays the report itself and returns it, so a magic should return None rather than
+    the report (which the notebook would show a second time).
+    """
+    if shell is None:
+        try:
+            from IPython import get_ipython
+        except ImportError:
+            get_ipython = None  # type: ignore[assignment]
+        shell = get_ipython() if get_ipython is not None else None
+    report = diagnose()
+    if getattr(shell, "kernel", None) is not None:
+        from IPython.display import display
+
+        display(report.widget())
+    else:
+        print(report)
+    return report
+
+
+if __name__ == "__main__":
+    sys.exit(main())
