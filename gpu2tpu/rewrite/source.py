@@ -72,7 +72,7 @@ def rewrite_source(text: str, options: Options | None = None) -> Result:
     module.visit(_Dispatch(ctx, rules, keep))
     ctx.resolve_pending()
     ctx.decide_device_name()
-    if not ctx.fixes:
+    if not ctx.fixes or not options.fix:
         _, findings = finalize(ctx)
         return Result(text, (), tuple(findings), ctx.device_name_or_none(), False)
     new_module = module.visit(_ApplyFixes(ctx))
