@@ -182,18 +182,23 @@ class RuleContext:
     def resolve_pending(self) -> None:
         """After the traversal: place every report, drop those silenced by `# noqa`."""
         kept: list[_Pending] = []
+        dropped: set[int] = set()
         for p in self.pending:
             p.line, p.col = self.position(p.node)
             if self.suppressed(p.rule.code, p.line):
-                fixes = self.fixes.get(id(p.node), [])
-                fixes[:] = [f for f in fixes if f[1] is not p]
-                if not fixes:
-                    self.fixes.pop(id(p.node), None)
+                dropped.add(id(p))
                 continue
             if p.fixed and p.uses_device:
                 self.device_use_lines.append(p.line)
             kept.append(p)
         self.pending = kept
+        if dropped:
+            for key in list(self.fixes):
+                fixes = [f for f in self.fixes[key] if f[1] is None or id(f[1]) not in dropped]
+                if fixes:
+                    self.fixes[key] = fixes
+                else:
+                    del self.fixes[key]
 
     def claim(self, node: cst.CSTNode) -> None:
         """Mark the nodes under `node` as handled by its fix, so no other rule reports them."""

@@ -281,13 +281,12 @@ class _CudaRuntimeCall(Rule):
             assert isinstance(updated, cst.Call)
             return updated.with_changes(func=ctx.torch_attr(accel))
 
-        if self.guard:
-            stmt = self._sole_statement(node)
-            if stmt is not None:
-                self.report(node, fix=fix)
-                self.ctx.fixes.setdefault(id(stmt), []).append((self._guard, None))
-                return
         self.report(node, fix=fix)
+        stmt = self._sole_statement(node) if self.guard else None
+        pending = self.ctx.pending[-1] if self.ctx.pending else None
+        if stmt is not None and pending is not None and pending.node is node and pending.fixed:
+            # The guard belongs to the same edit: `# noqa` on the line drops both.
+            self.ctx.fixes.setdefault(id(stmt), []).append((self._guard, pending))
 
     def _sole_statement(self, node: cst.Call) -> cst.SimpleStatementLine | None:
         expr = self.parent(node)

@@ -1,0 +1,838 @@
+"""G2T2xx: precision and AMP. Mixed precision spelled for CUDA, and float16 where TPUs want bf16.
+
+TPUs compute in bfloat16: it has float32's exponent range, so no loss scaling is needed, and
+it is the MXU's native input format. TorchTPU's default autocast dtype is nevertheless float16
+(`_autocast_dtype` in its device module), so an autocast without `dtype=` runs float16 on a TPU.
+The safe rules here only make AMP device-agnostic; the switch to bfloat16 is an unsafe fix
+(`--unsafe-fixes`) because it changes numerics on CUDA.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from collections import Counter
+from collections.abc import Callable
+from typing import ClassVar
+
+import libcst as cst
+import libcst.matchers as m
+
+from ..model import Safety, Severity
+from .base import Rule, RuleContext, cuda_literal, iter_string_value
+
+CUDA_AUTOCAST = ("torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast")
+AUTOCAST = ("torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
+CUDA_SCALER = ("torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler")
+SCALER = ("torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler", "torch.cpu.amp.GradScaler")
+FLOAT16 = ("torch.float16", "torch.half")
+BFLOAT16 = ("torch.bfloat16",)
+
+# Functions whose first positional parameter is a device *type* string.
+DEVICE_TYPE_FIRST = (
+    *AUTOCAST,
+    *SCALER,
+    "torch.get_autocast_dtype",
+    "torch.set_autocast_dtype",
+    "torch.is_autocast_enabled",
+    "torch.set_autocast_enabled",
+    "torch.amp.is_autocast_available",
+    "torch.get_device_module",
+)
+
+DTYPE_NOTE = (
+    "without `dtype=` autocast takes the device's default: float16 on CUDA and on TorchTPU, "
+    "bfloat16 on the CPU; TPUs want bfloat16 (G2T203 sets it with --unsafe-fixes)"
+)
+NUMERICS_NOTE = (
+    "bfloat16 keeps float32's range (no overflow, no loss scaling) but has 8 bits of precision "
+    "against float16's 11; it is the TPU's native format"
+)
+
+_NO_SPACE = cst.SimpleWhitespace("")
+
+
+def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    """`name=value`, spelled the way black and ruff format keyword arguments."""
+    return cst.Arg(
+        value=value,
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(whitespace_before=_NO_SPACE, whitespace_after=_NO_SPACE),
+    )
+
+
+def prepend_arg(args: tuple[cst.Arg, ...] | list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+    """`new` as the first argument, before `args`, keeping their own formatting."""
+    if not args:
+        return [new.with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+    return [new.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *args]
+
+
+def append_arg(args: tuple[cst.Arg, ...] | list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+    """`new` as the last argument; a trailing comma (a multi-line call) stays trailing."""
+    args = list(args)
+    if not args:
+        return [new]
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):
+        between = args[-2].comma if len(args) > 1 else cst.MaybeSentinel.DEFAULT
+        if not isinstance(between, cst.Comma):
+            between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        return [*args[:-1], last.with_changes(comma=between), new.with_changes(comma=last.comma)]
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    return [*args[:-1], last.with_changes(comma=comma), new]
+
+
+def insert_arg(
+    args: tuple[cst.Arg, ...] | list[cst.Arg], index: int, new: cst.Arg
+) -> list[cst.Arg]:
+    """`new` at `index` among `args`, keeping their own formatting."""
+    if index <= 0:
+        return prepend_arg(args, new)
+    if index >= len(args):
+        return append_arg(args, new)
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    return [*args[:index], new.with_changes(comma=comma), *args[index:]]
+
+
+def find_arg(call: cst.Call, name: str, position: int | None) -> cst.Arg | None:
+    """The argument bound to parameter `name` (keyword, or positional at `position`)."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    if position is not None and len(positional) > position:
+        return positional[position]
+    return None
+
+
+def is_false(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "False"
+
+
+# The qualified names of the nodes asked about in the current run (most rules of this package ask
+# about every name and attribute): each is resolved once, not once per rule. One run at a time
+# per process; a weak reference tells runs apart without keeping a finished one alive.
+_CACHE: tuple[weakref.ref[RuleContext] | None, dict[int, str | None]] = (None, {})
+
+
+def qualified(rule: Rule, node: cst.CSTNode) -> str | None:
+    """The imported qualified name `node` (or a call's function) refers to, if any."""
+    global _CACHE
+    target = node.func if isinstance(node, cst.Call) else node
+    head = target
+    while isinstance(head, cst.Attribute):
+        head = head.value
+    ctx = rule.ctx
+    if not isinstance(head, cst.Name) or head.value not in ctx.imports:
+        return None  # `x.mean`, `model.fc.weight`, calls on calls: not an imported name
+    owner, cache = _CACHE
+    if owner is None or owner() is not ctx:
+        cache = {}
+        _CACHE = (weakref.ref(ctx), cache)
+    key = id(target)
+    if key not in cache:
+        cache[key] = ctx.qualified_name(target)
+    return cache[key]
+
+
+def matches(rule: Rule, node: cst.CSTNode, *names: str) -> str | None:
+    """The one of `names` that `node` refers to, if any (`Rule.matches_name`, cached)."""
+    name = qualified(rule, node)
+    return name if name in names else None
+
+
+def is_reference_end(rule: Rule, node: cst.CSTNode) -> bool:
+    """True for the whole of a dotted name that is read: not a prefix of a longer one (`a.b` in
+    `a.b.c`), not an attribute's own name (`b` in `a.b`), not a keyword, parameter, definition
+    or import."""
+    parent = rule.parent(node)
+    if isinstance(parent, cst.Attribute):
+        return False  # either the prefix `parent.value` or the attribute name `parent.attr`
+    if isinstance(node, cst.Name):
+        if isinstance(parent, cst.Arg) and parent.keyword is node:
+            return False
+        if isinstance(parent, cst.FunctionDef | cst.ClassDef | cst.Param) and parent.name is node:
+            return False
+    return not isinstance(parent, cst.ImportAlias | cst.AsName | cst.Import | cst.ImportFrom)
+
+
+def report_fixed(
+    rule: Rule,
+    node: cst.CSTNode,
+    message: str | None = None,
+    *,
+    fix: Callable[[cst.CSTNode], cst.CSTNode] | None = None,
+    hint: str | None = None,
+    uses_device: bool = False,
+) -> bool:
+    """`rule.report(...)`, returning whether the fix will be applied to the text."""
+    before = len(rule.ctx.pending)
+    rule.report(node, message, fix=fix, hint=hint, uses_device=uses_device)
+    return len(rule.ctx.pending) > before and rule.ctx.pending[-1].fixed
+
+
+def fix_is_active(ctx: RuleContext, code: str, safety: Safety) -> bool:
+    """Whether a rule's fixes are applied under the run's options (for cross-rule decisions)."""
+    options = ctx.options
+    if not (options.fix and options.enabled(code)):
+        return False
+    return safety is Safety.SAFE or options.unsafe_fixes
+
+
+class _CudaAmpName(Rule):
+    """Shared shape of the rules for a `torch.cuda.amp` name.
+
+    They rewrite calls (and, in subclasses, other references) and, once every use of a name
+    imported with `from torch.cuda.amp import ...` has been rewritten, drop it from the import.
+    """
+
+    api: ClassVar[tuple[str, ...]] = ()
+    imported_names: ClassVar[frozenset[str]] = frozenset()
+    tokens = (b"cuda.amp", b"import amp")
+
+    def __init__(self, ctx: RuleContext) -> None:
+        super().__init__(ctx)
+        self.amp_imports: list[cst.ImportFrom] = []
+        self.fixed_references: Counter[str] = Counter()
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return
+        if cst.helpers.get_full_name_for_node(node.module) == "torch.cuda.amp":
+            self.amp_imports.append(node)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if matches(self, node, *self.api):
+            self.fix_call(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self._reference(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._reference(node)
+
+    def _reference(self, node: cst.Name | cst.Attribute) -> None:
+        parent = self.parent(node)
+        if isinstance(parent, cst.Call) and parent.func is node:
+            return
+        if matches(self, node, *self.api) and is_reference_end(self, node):
+            self.fix_reference(node)
+
+    def fix_call(self, node: cst.Call) -> None:
+        raise NotImplementedError
+
+    def fix_reference(self, node: cst.Name | cst.Attribute) -> None:
+        """A use that is not a call: nothing to rewrite mechanically."""
+        self.report(node, hint=f"{self.hint}, by hand: the name is used without a call here")
+
+    def fixed(self, reference: cst.CSTNode) -> None:
+        if isinstance(reference, cst.Name):
+            self.fixed_references[reference.value] += 1
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for imp in self.amp_imports:
+            removable = self._removable_names(imp)
+            if removable:
+                self.ctx.fixes.setdefault(id(imp), []).append((_drop_names(removable), None))
+
+    def _removable_names(self, imp: cst.ImportFrom) -> frozenset[str]:
+        """Imported names whose every use in the text was rewritten.
+
+        Uses are counted in the text (the name standing alone, not after a dot) rather than
+        through libcst's scope analysis, which costs several parses: a mention in a comment, a
+        string or another scope only makes the count larger, and then the import stays.
+        """
+        if isinstance(imp.names, cst.ImportStar):
+            return frozenset()
+        statement = self.code_for(imp)
+        removable: set[str] = set()
+        for alias in imp.names:
+            if alias.evaluated_name not in self.imported_names:
+                continue
+            local = alias.evaluated_alias or alias.evaluated_name
+            word = re.compile(rf"(?<![\w.]){re.escape(local)}(?!\w)")
+            uses = len(word.findall(self.ctx.source)) - len(word.findall(statement))
+            if uses and uses == self.fixed_references[local]:
+                removable.add(local)
+        return frozenset(removable)
+
+
+def _drop_names(names: frozenset[str]) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """A fix that drops the imported `names` from an import, and the import once it is empty."""
+
+    def fix(updated: cst.CSTNode) -> cst.CSTNode:
+        if not isinstance(updated, cst.ImportFrom) or isinstance(updated.names, cst.ImportStar):
+            return updated
+        kept = [a for a in updated.names if (a.evaluated_alias or a.evaluated_name) not in names]
+        if not kept:
+            return cst.RemovalSentinel.REMOVE  # type: ignore[return-value]
+        if not isinstance(updated.names[-1].comma, cst.Comma) or not updated.rpar:
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(names=kept)
+
+    return fix
+
+
+class CudaAmpAutocast(_CudaAmpName):
+    """`torch.cuda.amp.autocast(...)`, as a context manager, a decorator or a call.
+
+    Why: `torch.cuda.amp.autocast` only knows CUDA (and is deprecated since torch 2.4);
+    `torch.amp.autocast(device_type=...)` with the module's device type runs on any backend.
+    Positional arguments become keywords, because the two signatures differ. The dtype is
+    kept as given; without `dtype=`, autocast takes the device's default, which is float16 on
+    CUDA (unchanged) and on TorchTPU, and bfloat16 on the CPU. TPUs want bfloat16: G2T203 adds
+    it with `--unsafe-fixes`. A name imported with `from torch.cuda.amp import autocast` is
+    dropped from the import once every use is rewritten.
+
+    Example:
+        with torch.cuda.amp.autocast():        ->  with torch.amp.autocast(device_type=device.type):
+        @autocast(dtype=torch.bfloat16)        ->  @torch.amp.autocast(device_type=device.type, dtype=torch.bfloat16)
+        torch.cuda.amp.autocast(False)         ->  torch.amp.autocast(device_type=device.type, enabled=False)
+    """
+
+    code = "G2T201"
+    name = "cuda-amp-autocast"
+    safety = Safety.SAFE
+    message = "`torch.cuda.amp.autocast` is CUDA-only; use `torch.amp.autocast(device_type=...)`"
+    hint = "use `torch.amp.autocast(device_type=device.type, ...)`"
+    api = CUDA_AUTOCAST
+    imported_names = frozenset({"autocast"})
+    PARAMETERS = ("enabled", "dtype", "cache_enabled")
+
+    def fix_call(self, node: cst.Call) -> None:
+        if any(a.star for a in node.args):
+            self.report(node, hint=f"{self.hint}, by hand: the call unpacks its arguments")
+            return
+        ctx = self.ctx
+        params = self.PARAMETERS
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(updated, cst.Call)
+            args: list[cst.Arg] = []
+            index = 0
+            for arg in updated.args:
+                if arg.keyword is None and index < len(params):
+                    arg = arg.with_changes(
+                        keyword=cst.Name(params[index]),
+                        equal=cst.AssignEqual(
+                            whitespace_before=_NO_SPACE, whitespace_after=_NO_SPACE
+                        ),
+                    )
+                    index += 1
+                args.append(arg)
+            device_type = keyword("device_type", ctx.device_type())
+            return updated.with_changes(
+                func=ctx.torch_attr("amp.autocast"), args=prepend_arg(args, device_type)
+            )
+
+        has_dtype = find_arg(node, "dtype", 1) is not None
+        hint = self.hint if has_dtype else f"{self.hint}; {DTYPE_NOTE}"
+        if report_fixed(self, node, fix=fix, hint=hint, uses_device=True):
+            self.fixed(node.func)
+
+
+class AutocastCudaDeviceType(Rule):
+    """The device type string `'cuda'` given to autocast, GradScaler and their kin.
+
+    Why: `torch.autocast("cuda")`, `torch.amp.autocast(device_type="cuda")` and
+    `torch.amp.GradScaler("cuda")` name NVIDIA GPUs; on a TPU autocast is then disabled with a
+    warning and the model runs in float32. The module's device type names whatever
+    accelerator the process has. Covered: a `device_type=` argument of any call, and the
+    first argument of autocast, GradScaler, `torch.get_autocast_dtype` and friends.
+
+    Example:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+        ->  with torch.autocast(device.type, dtype=torch.bfloat16):
+        scaler = torch.amp.GradScaler("cuda")  ->  scaler = torch.amp.GradScaler(device.type)
+    """
+
+    code = "G2T202"
+    name = "autocast-cuda-device-type"
+    safety = Safety.SAFE
+    message = "device type {value} names NVIDIA GPUs; use the module's device type"
+    hint = "use `device.type`"
+
+    def visit_Call(self, node: cst.Call) -> None:
+        literal: cst.BaseExpression | None = None
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value == "device_type":
+                literal = arg.value
+        if literal is None and node.args and matches(self, node, *DEVICE_TYPE_FIRST):
+            first = node.args[0]
+            if first.keyword is None and not first.star:
+                literal = first.value
+        if literal is None or not cuda_literal(literal):
+            return
+        hint = self.hint
+        if matches(self, node, *AUTOCAST) and find_arg(node, "dtype", 1) is None:
+            hint = f"{hint}; {DTYPE_NOTE}"
+        self.report(
+            literal,
+            self.message.format(value=f"`{self.code_for(literal)}`"),
+            fix=lambda updated: self.ctx.device_type(),
+            hint=hint,
+            uses_device=True,
+        )
+
+
+def autocast_dtype(rule: Rule, call: cst.Call) -> cst.BaseExpression | None:
+    """The `dtype` argument of an autocast call, in either signature."""
+    position = 1  # torch.autocast(device_type, dtype, ...) and cuda.amp.autocast(enabled, dtype)
+    arg = find_arg(call, "dtype", position)
+    return arg.value if arg is not None else None
+
+
+def autocast_disabled(call: cst.Call, cuda_signature: bool) -> bool:
+    arg = find_arg(call, "enabled", 0 if cuda_signature else 2)
+    return arg is not None and is_false(arg.value)
+
+
+def autocast_on_cpu(call: cst.Call) -> bool:
+    """`torch.autocast("cpu")`: its default dtype is already bfloat16."""
+    arg = find_arg(call, "device_type", 0)
+    return arg is not None and any(v == "cpu" for v in iter_string_value(arg.value))
+
+
+class AutocastWithoutDtype(Rule):
+    """An autocast with no `dtype=`, which takes the device's default dtype.
+
+    Why: the default is float16 on CUDA and also on TorchTPU (its device module sets
+    `_autocast_dtype = torch.float16`), but TPUs compute in bfloat16: float16 is not native
+    there. The fix passes `dtype=torch.bfloat16`. It is unsafe because on CUDA it changes
+    numerics (bfloat16 has float32's range but 8 bits of precision against float16's 11) and
+    needs an Ampere or newer GPU. CPU autocast already defaults to bfloat16 and is left alone.
+
+    Example:
+        with torch.amp.autocast(device_type=device.type):
+        ->  with torch.amp.autocast(device_type=device.type, dtype=torch.bfloat16):
+    """
+
+    code = "G2T203"
+    name = "autocast-without-dtype"
+    safety = Safety.UNSAFE
+    severity = Severity.WARNING
+    message = (
+        "autocast without `dtype=` uses the device's default: float16 on CUDA and on TorchTPU, "
+        "bfloat16 on the CPU; TPUs compute in bfloat16"
+    )
+    hint = f"pass `dtype=torch.bfloat16`; {NUMERICS_NOTE}"
+    tokens = (b"autocast",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        cuda_signature = bool(matches(self, node, *CUDA_AUTOCAST))
+        if not cuda_signature and not matches(self, node, *AUTOCAST):
+            return
+        if any(a.star for a in node.args) or autocast_dtype(self, node) is not None:
+            return
+        if autocast_disabled(node, cuda_signature) or autocast_on_cpu(node):
+            return
+        ctx = self.ctx
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(updated, cst.Call)
+            dtype = keyword("dtype", ctx.torch_attr("bfloat16"))
+            return updated.with_changes(args=append_arg(updated.args, dtype))
+
+        self.report(node, fix=fix)
+
+
+class CudaAmpGradScaler(_CudaAmpName):
+    """`torch.cuda.amp.GradScaler(...)` scales losses for float16 training on CUDA.
+
+    Why: the CUDA spelling is deprecated since torch 2.4 and disables itself, with a warning,
+    on any other device. `torch.amp.GradScaler(device.type, ...)` (torch 2.3+) scales on the
+    module's device; the other arguments keep their positions. With bfloat16 autocast, the
+    TPU format, no loss scaling is needed: see G2T205.
+
+    Example:
+        scaler = torch.cuda.amp.GradScaler()       ->  scaler = torch.amp.GradScaler(device.type)
+        GradScaler(init_scale=1024)                ->  torch.amp.GradScaler(device.type, init_scale=1024)
+    """
+
+    code = "G2T204"
+    name = "cuda-amp-grad-scaler"
+    safety = Safety.SAFE
+    message = "`torch.cuda.amp.GradScaler` is CUDA-only; use `torch.amp.GradScaler(device.type)`"
+    hint = "use `torch.amp.GradScaler(device.type, ...)`"
+    api = CUDA_SCALER
+    imported_names = frozenset({"GradScaler"})
+
+    def fix_call(self, node: cst.Call) -> None:
+        if any(a.star for a in node.args):
+            self.report(node, hint=f"{self.hint}, by hand: the call unpacks its arguments")
+            return
+        ctx = self.ctx
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(updated, cst.Call)
+            device = cst.Arg(ctx.device_type())
+            return updated.with_changes(
+                func=ctx.torch_attr("amp.GradScaler"), args=prepend_arg(updated.args, device)
+            )
+
+        if report_fixed(self, node, fix=fix, uses_device=True):
+            self.fixed(node.func)
+
+
+class GradScalerWithBfloat16(Rule):
+    """A GradScaler in a module whose autocast computes in bfloat16.
+
+    Why: loss scaling exists for float16, whose range is too narrow for small gradients.
+    bfloat16 has float32's range, so the scaler only costs time; on a TPU its inf check also
+    forces a host sync every step. Removing the `scale`/`unscale_`/`step`/`update` plumbing is
+    a control-flow edit left to a person; `enabled=False` is the one-word alternative. The
+    autocast counts as bfloat16 when it says so, when it runs on the CPU without a dtype, or
+    when this run's unsafe fixes make it bfloat16 (G2T203, G2T212).
+
+    Example:
+        with torch.autocast(device.type, dtype=torch.bfloat16): ...
+        scaler = torch.amp.GradScaler(device.type)  # -> GradScaler(device.type, enabled=False)
+    """
+
+    code = "G2T205"
+    name = "grad-scaler-with-bfloat16"
+    safety = Safety.REPORT
+    severity = Severity.WARNING
+    message = "GradScaler with bfloat16 autocast: loss scaling is only needed for float16"
+    hint = "pass `enabled=False` or remove the scale/unscale_/step/update plumbing"
+    tokens = (b"GradScaler",)
+
+    def __init__(self, ctx: RuleContext) -> None:
+        super().__init__(ctx)
+        self.scalers: list[cst.Call] = []
+        self.bfloat16 = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if matches(self, node, *CUDA_SCALER, *SCALER):
+            enabled = find_arg(node, "enabled", None)
+            if enabled is None or not is_false(enabled.value):
+                self.scalers.append(node)
+            return
+        cuda_signature = bool(matches(self, node, *CUDA_AUTOCAST))
+        if not cuda_signature and not matches(self, node, *AUTOCAST):
+            return
+        if autocast_disabled(node, cuda_signature):
+            return
+        self.bfloat16 = self.bfloat16 or self._computes_in_bfloat16(node)
+
+    def _computes_in_bfloat16(self, call: cst.Call) -> bool:
+        dtype = autocast_dtype(self, call)
+        ctx = self.ctx
+        if dtype is None:
+            if autocast_on_cpu(call):
+                return True
+            return fix_is_active(ctx, AutocastWithoutDtype.code, AutocastWithoutDtype.safety)
+        if matches(self, dtype, *BFLOAT16):
+            return True
+        if matches(self, dtype, *FLOAT16):
+            return fix_is_active(ctx, Float16Dtype.code, Float16Dtype.safety)
+        return False
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        if self.bfloat16:
+            for scaler in self.scalers:
+                self.report(scaler)
+
+
+class CudaAmpCustomFwdBwd(_CudaAmpName):
+    """`@torch.cuda.amp.custom_fwd` / `custom_bwd` on a custom autograd Function.
+
+    Why: the CUDA spelling is deprecated since torch 2.4 and only knows CUDA autocast.
+    `torch.amp.custom_fwd(device_type=...)` / `custom_bwd(device_type=...)` (torch 2.4+) take the
+    device type as a keyword; a bare decorator becomes a call.
+
+    Example:
+        @torch.cuda.amp.custom_fwd                 ->  @torch.amp.custom_fwd(device_type=device.type)
+        @custom_fwd(cast_inputs=torch.float32)     ->  @torch.amp.custom_fwd(device_type=device.type, cast_inputs=torch.float32)
+        @torch.cuda.amp.custom_bwd                 ->  @torch.amp.custom_bwd(device_type=device.type)
+    """
+
+    code = "G2T206"
+    name = "cuda-amp-custom-fwd-bwd"
+    safety = Safety.SAFE
+    message = "`torch.cuda.amp.{func}` is CUDA-only; use `torch.amp.{func}(device_type=...)`"
+    hint = "use `torch.amp.custom_fwd(device_type=device.type)` (custom_bwd likewise)"
+    api = (
+        "torch.cuda.amp.custom_fwd",
+        "torch.cuda.amp.custom_bwd",
+        "torch.cuda.amp.autocast_mode.custom_fwd",
+        "torch.cuda.amp.autocast_mode.custom_bwd",
+    )
+    imported_names = frozenset({"custom_fwd", "custom_bwd"})
+    tokens = (b"custom_fwd", b"custom_bwd")
+
+    def _func(self, node: cst.CSTNode) -> str:
+        name = matches(self, node, *self.api) or ""
+        return name.rsplit(".", 1)[-1]
+
+    def fix_call(self, node: cst.Call) -> None:
+        func = self._func(node)
+        if any(a.star for a in node.args):
+            self.report(node, self.message.format(func=func))
+            return
+        ctx = self.ctx
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(updated, cst.Call)
+            positional = sum(1 for a in updated.args if a.keyword is None)
+            device_type = keyword("device_type", ctx.device_type())
+            args = insert_arg(updated.args, positional, device_type)
+            return updated.with_changes(func=ctx.torch_attr(f"amp.{func}"), args=args)
+
+        if report_fixed(self, node, self.message.format(func=func), fix=fix, uses_device=True):
+            self.fixed(node.func)
+
+    def fix_reference(self, node: cst.Name | cst.Attribute) -> None:
+        func = self._func(node)
+        message = self.message.format(func=func)
+        if not isinstance(self.parent(node), cst.Decorator):
+            self.report(
+                node, message, hint=f"{self.hint}, by hand: the name is used without a call"
+            )
+            return
+        ctx = self.ctx
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            device_type = keyword("device_type", ctx.device_type())
+            return cst.Call(func=ctx.torch_attr(f"amp.{func}"), args=[device_type])
+
+        if report_fixed(self, node, message, fix=fix, uses_device=True):
+            self.fixed(node)
+
+
+def assigned_flag(rule: Rule, node: cst.Assign, *qualified: str) -> str | None:
+    """For `<flag> = value` with a single target, the flag's qualified name."""
+    if len(node.targets) != 1:
+        return None
+    target = node.targets[0].target
+    if not isinstance(target, cst.Attribute):
+        return None
+    return matches(rule, target, *qualified)
+
+
+def matmul_precision_call(ctx: RuleContext, value: cst.BaseExpression) -> cst.Expr:
+    """`torch.set_float32_matmul_precision(...)` for an `allow_tf32 = value` assignment."""
+    if isinstance(value, cst.Name) and value.value in ("True", "False"):
+        precision: cst.BaseExpression = cst.SimpleString(
+            '"high"' if value.value == "True" else '"highest"'
+        )
+    else:
+        precision = cst.IfExp(
+            test=value, body=cst.SimpleString('"high"'), orelse=cst.SimpleString('"highest"')
+        )
+    call = cst.Call(func=ctx.torch_attr("set_float32_matmul_precision"), args=[cst.Arg(precision)])
+    return cst.Expr(call)
+
+
+class _AllowTf32(Rule):
+    """Shared shape of the two `allow_tf32 = ...` rules."""
+
+    flag: ClassVar[str] = ""
+    tokens = (b"allow_tf32",)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if not assigned_flag(self, node, self.flag):
+            return
+        ctx = self.ctx
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(updated, cst.Assign)
+            return matmul_precision_call(ctx, updated.value)
+
+        self.report(node, fix=fix)
+
+
+class CudaMatmulAllowTf32(_AllowTf32):
+    """`torch.backends.cuda.matmul.allow_tf32 = ...` lets CUDA matmuls run in TF32.
+
+    Why: the flag only speaks to cuBLAS. `torch.set_float32_matmul_precision("high")` is the
+    same switch on CUDA (the two are one setting) and the device-agnostic way to say that
+    float32 matmuls may trade precision for speed. On a TPU, float32 matmuls already run as
+    bfloat16 passes with float32 accumulation; for full float32 fidelity TorchTPU has
+    `torch.tpu.precision(...)`.
+
+    Example:
+        torch.backends.cuda.matmul.allow_tf32 = True   ->  torch.set_float32_matmul_precision("high")
+        torch.backends.cuda.matmul.allow_tf32 = False  ->  torch.set_float32_matmul_precision("highest")
+    """
+
+    code = "G2T207"
+    name = "cuda-matmul-allow-tf32"
+    safety = Safety.SAFE
+    message = "`torch.backends.cuda.matmul.allow_tf32` only speaks to CUDA"
+    hint = 'use `torch.set_float32_matmul_precision("high")`; TPU float32 matmuls default to bfloat16 passes'
+    flag = "torch.backends.cuda.matmul.allow_tf32"
+
+
+class CudnnAllowTf32(_AllowTf32):
+    """`torch.backends.cudnn.allow_tf32 = ...` lets cuDNN convolutions run in TF32.
+
+    Why: the flag does nothing off CUDA. Its intent, float32 work that may trade precision for
+    speed, is `torch.set_float32_matmul_precision` on other backends. The fix is unsafe: on
+    CUDA it switches TF32 matmuls (not convolutions) on or off, and cuDNN's own flag
+    (default True) is no longer set.
+
+    Example:
+        torch.backends.cudnn.allow_tf32 = True   ->  torch.set_float32_matmul_precision("high")
+    """
+
+    code = "G2T208"
+    name = "cudnn-allow-tf32"
+    safety = Safety.UNSAFE
+    severity = Severity.WARNING
+    message = "`torch.backends.cudnn.allow_tf32` only tunes cuDNN convolutions"
+    hint = 'use `torch.set_float32_matmul_precision("high")` (on CUDA it governs matmuls, not convolutions)'
+    flag = "torch.backends.cudnn.allow_tf32"
+
+
+class CudnnBenchmark(Rule):
+    """`torch.backends.cudnn.benchmark = ...` lets cuDNN time convolution kernels.
+
+    Why: it is harmless to keep, and it only matters on CUDA: on a TPU, XLA picks the kernels
+    when it compiles the graph, and nothing reads the flag. Reported so that nothing
+    CUDA-specific passes silently; no change is needed.
+
+    Example:
+        torch.backends.cudnn.benchmark = True  # keep: a no-op off CUDA
+    """
+
+    code = "G2T209"
+    name = "cudnn-benchmark"
+    safety = Safety.REPORT
+    severity = Severity.WARNING
+    message = "`torch.backends.cudnn.benchmark` only tunes cuDNN; it does nothing on a TPU"
+    hint = "keep it (harmless off CUDA); XLA chooses TPU kernels when it compiles"
+    tokens = (b"cudnn",)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if assigned_flag(self, node, "torch.backends.cudnn.benchmark"):
+            self.report(node)
+
+
+class CudnnDeterministic(Rule):
+    """`torch.backends.cudnn.deterministic = True` asks cuDNN for deterministic kernels.
+
+    Why: it only speaks to cuDNN. `torch.use_deterministic_algorithms(True)` covers every
+    backend, but it is stricter: it raises on ops without a deterministic implementation, and
+    on CUDA it needs `CUBLAS_WORKSPACE_CONFIG=:4096:8`. Which one is wanted is a person's call.
+
+    Example:
+        torch.backends.cudnn.deterministic = True  # -> torch.use_deterministic_algorithms(True)
+    """
+
+    code = "G2T210"
+    name = "cudnn-deterministic"
+    safety = Safety.REPORT
+    severity = Severity.WARNING
+    message = "`torch.backends.cudnn.deterministic` only speaks to cuDNN"
+    hint = (
+        "use `torch.use_deterministic_algorithms(True)` (raises on nondeterministic ops; "
+        "CUDA needs CUBLAS_WORKSPACE_CONFIG=:4096:8)"
+    )
+    tokens = (b"cudnn",)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if assigned_flag(self, node, "torch.backends.cudnn.deterministic"):
+            self.report(node)
+
+
+class HalfMethod(Rule):
+    """`.half()` casts a tensor or module to float16.
+
+    Why: float16 is not the TPU's native format; bfloat16 is. The fix, `.bfloat16()`, is
+    unsafe because it changes numerics: bfloat16 keeps float32's range (no overflow, no loss
+    scaling) but has 8 bits of precision against float16's 11.
+
+    Example:
+        model.half()  ->  model.bfloat16()
+    """
+
+    code = "G2T211"
+    name = "half-method"
+    safety = Safety.UNSAFE
+    severity = Severity.WARNING
+    message = "`.half()` casts to float16; TPUs compute in bfloat16"
+    hint = f"use `.bfloat16()`; {NUMERICS_NOTE}"
+    tokens = (b".half(",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if node.args or not m.matches(node.func, m.Attribute(attr=m.Name("half"))):
+            return
+        value = node.func.value  # type: ignore[attr-defined]
+        if isinstance(value, cst.Name | cst.Attribute) and qualified(self, value):
+            return  # `<module>.half()` is not the tensor method
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
+            return updated.with_changes(func=updated.func.with_changes(attr=cst.Name("bfloat16")))
+
+        self.report(node, fix=fix)
+
+
+# String spellings of float16 that libraries take, and their bfloat16 counterparts.
+FLOAT16_STRINGS = {
+    "torch_dtype": {"float16": "bfloat16", "half": "bfloat16", "fp16": "bf16"},
+    "dtype": {"float16": "bfloat16", "half": "bfloat16"},
+    "mixed_precision": {"fp16": "bf16"},
+    "precision": {"16-mixed": "bf16-mixed", "16": "bf16-mixed"},
+}
+
+
+def _in_comparison(rule: Rule, node: cst.CSTNode) -> bool:
+    parent = rule.parent(node)
+    while isinstance(parent, cst.Element | cst.Tuple | cst.List | cst.Set):
+        parent = rule.parent(parent)
+    return isinstance(parent, cst.Comparison | cst.ComparisonTarget)
+
+
+class Float16Dtype(Rule):
+    """`torch.float16` / `torch.half` (and `torch_dtype="float16"`) where a dtype is chosen.
+
+    Why: TPUs compute in bfloat16; float16 is not native there. The fix, `torch.bfloat16`, is
+    unsafe because it changes numerics: bfloat16 keeps float32's range (no overflow, no loss
+    scaling) but has 8 bits of precision against float16's 11. Comparisons such as
+    `x.dtype == torch.float16` are reported, not rewritten: what they test is a person's call.
+    String spellings taken by libraries are covered too: `torch_dtype="float16"`
+    (transformers), `mixed_precision="fp16"` (accelerate), `precision="16-mixed"` (Lightning).
+
+    Example:
+        x.to(torch.float16)                 ->  x.to(torch.bfloat16)
+        from_pretrained(p, torch_dtype=torch.half)  ->  from_pretrained(p, torch_dtype=torch.bfloat16)
+        Accelerator(mixed_precision="fp16") ->  Accelerator(mixed_precision="bf16")
+    """
+
+    code = "G2T212"
+    name = "float16-dtype"
+    safety = Safety.UNSAFE
+    severity = Severity.WARNING
+    message = "float16 `{value}`: TPUs compute in bfloat16"
+    hint = f"use bfloat16; {NUMERICS_NOTE}"
+    tokens = (b"float16", b".half", b"fp16", b"16-mixed")
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self._dtype(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._dtype(node)
+
+    def _dtype(self, node: cst.Name | cst.Attribute) -> None:
+        if not matches(self, node, *FLOAT16) or not is_reference_end(self, node):
+            return
+        message = self.message.format(value=self.code_for(node))
+        if _in_comparison(self, node):
+            self.report(node, message, hint="decide whether the test should accept bfloat16")
+            return
+        self.report(node, message, fix=lambda updated: self.ctx.torch_attr("bfloat16"))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is None or not isinstance(node.value, cst.SimpleString):
+            return
+        table = FLOAT16_STRINGS.get(node.keyword.value)
+        value = node.value.evaluated_value
+        if table is None or not isinstance(value, str) or value not in table:
+            return
+        quote = node.value.quote
+        replacement = cst.SimpleString(f"{node.value.prefix}{quote}{table[value]}{quote}")
+        message = self.message.format(value=f"{node.keyword.value}={self.code_for(node.value)}")
+        self.report(node.value, message, fix=lambda updated: replacement)

@@ -1,0 +1,513 @@
+"""G2T4xx: distributed training. Code that assumes NCCL, CUDA device ids or one GPU per rank.
+
+TPUs run one process per chip (each sees its chip as index 0) and use their own collective
+backend (`tpu_dist` with TorchTPU), which `dist.get_default_backend_for_device` picks, as it
+picks `nccl` for CUDA and `gloo` for the CPU (torch 2.6+).
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from ..model import Safety, Severity
+from .base import Rule
+from .loops import FlowFacts, FlowRule, short
+
+# Calls that take a process-group backend: qualified name -> its positional index, if any.
+BACKEND_CALLS: dict[str, int | None] = {
+    "torch.distributed.init_process_group": 0,
+    "torch.distributed.distributed_c10d.init_process_group": 0,
+    "torch.distributed.new_group": None,
+    "torch.distributed.distributed_c10d.new_group": None,
+    "torch.distributed.new_subgroups": None,
+    "torch.distributed.new_subgroups_by_enumeration": None,
+}
+AVAILABILITY_CHECKS = (
+    "torch.cuda.is_available",
+    "torch.accelerator.is_available",
+    "torch.distributed.is_nccl_available",
+    "torch.cuda.device_count",
+)
+DDP_NAMES = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+)
+DATA_PARALLEL_NAMES = (
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.data_parallel.DataParallel",
+    "torch.nn.parallel.data_parallel",
+    "torch.nn.parallel.data_parallel.data_parallel",
+)
+SET_DEVICE_NAMES = (
+    "torch.cuda.set_device",
+    "torch.accelerator.set_device_index",
+    "torch.accelerator.set_device_idx",
+    "torch.cuda.device",
+    "torch.accelerator.device_index",
+)
+MESH_NAMES = (
+    "torch.distributed.device_mesh.init_device_mesh",
+    "torch.distributed.init_device_mesh",
+    "torch.distributed.device_mesh.DeviceMesh",
+    "torch.distributed.DeviceMesh",
+)
+
+
+# A backend spec: `nccl`, `cuda:nccl,cpu:gloo` (not prose that mentions NCCL).
+_BACKEND_SPEC = re.compile(r"^\s*(?:\w+:)?\w+(?:\s*,\s*(?:\w+:)?\w+)*\s*$")
+
+
+def names_nccl(value: str) -> bool:
+    """Whether a backend string names NCCL: `'nccl'`, `'cuda:nccl,cpu:gloo'`."""
+    if not _BACKEND_SPEC.match(value):
+        return False
+    return any(part.strip().lower() == "nccl" for part in re.split(r"[,:]", value))
+
+
+def _string(node: cst.CSTNode) -> str | None:
+    if isinstance(node, cst.SimpleString | cst.ConcatenatedString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _is_nccl(node: cst.CSTNode) -> bool:
+    value = _string(node)
+    return value is not None and value.strip().lower() == "nccl"
+
+
+def backend_arg(rule: Rule, call: cst.Call) -> cst.Arg | None:
+    """The backend argument of a process-group call, if `call` is one and passes it."""
+    qualified = rule.matches_name(call, *BACKEND_CALLS)
+    if qualified is None:
+        return None
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "backend":
+            return arg
+    index = BACKEND_CALLS[qualified]
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    if index is not None and index < len(positional):
+        return positional[index]
+    return None
+
+
+def nccl_idiom(rule: Rule, node: cst.CSTNode) -> bool:
+    """`'nccl' if torch.cuda.is_available() else 'gloo'` and its negated form."""
+    if not isinstance(node, cst.IfExp):
+        return False
+    test, body, orelse = node.test, node.body, node.orelse
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, body, orelse = test.expression, orelse, body
+    if not (_is_nccl(body) and (_string(orelse) or "").strip().lower() == "gloo"):
+        return False
+    stack: list[cst.CSTNode] = [test]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Call) and rule.matches_name(current, *AVAILABILITY_CHECKS):
+            return True
+        stack.extend(current.children)
+    return False
+
+
+def refers_to_local_rank(rule: Rule, expr: cst.CSTNode) -> bool:
+    """Whether a device index is the process's rank (`local_rank`, `$LOCAL_RANK`, `get_rank()`).
+
+    Public so that other device rules can tell rank-chosen device indices apart. Names are
+    followed to their assignments only when a `FlowRule` runs in the same pass (it records
+    them, and the answer is complete from `leave_Module` on); otherwise the name alone counts.
+    """
+    if isinstance(expr, cst.SimpleString | cst.FormattedString | cst.ConcatenatedString):
+        return False
+    return FlowFacts.of(rule).refers_to_rank(expr, index_only=True)
+
+
+class NcclBackend(Rule):
+    """The `'nccl'` backend: `init_process_group('nccl')`, `backend='nccl'`.
+
+    Why: NCCL exists only for NVIDIA GPUs; on a TPU (or a CPU) `init_process_group` fails.
+    `dist.get_default_backend_for_device(device)` (torch 2.6+) returns the backend of the
+    module's device: `nccl` for CUDA, `gloo` for the CPU, the TPU's own backend on a TPU. The
+    idiom `'nccl' if torch.cuda.is_available() else 'gloo'` is replaced as a whole.
+
+    Example:
+        dist.init_process_group("nccl")
+        ->  dist.init_process_group(dist.get_default_backend_for_device(device))
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        ->  backend = torch.distributed.get_default_backend_for_device(device)
+    """
+
+    code = "G2T401"
+    name = "nccl-backend"
+    safety = Safety.SAFE
+    message = "the `'nccl'` backend exists only for NVIDIA GPUs; ask for the device's backend"
+    hint = "use `dist.get_default_backend_for_device(device)` (torch 2.6+)"
+    tokens = (b"nccl",)
+
+    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ctx)
+        self.handled: set[int] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        arg = backend_arg(self, node)
+        if arg is None:
+            return
+        value = arg.value
+        if _is_nccl(value) or nccl_idiom(self, value):
+            module = node.func.value if isinstance(node.func, cst.Attribute) else None
+            self._replace(value, module)
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        if id(node) not in self.handled and nccl_idiom(self, node):
+            self._replace(node, None)
+
+    def _replace(self, node: cst.BaseExpression, module: cst.BaseExpression | None) -> None:
+        self.handled.add(id(node))
+        self.ctx.claim(node)
+        ctx = self.ctx
+        if module is not None:
+            prefix: str | None = self.code_for(module)
+        else:  # the module's own name for torch.distributed (`dist`), if it has one
+            prefix = _module_level_alias(ctx.module, "torch.distributed")
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            if prefix is not None:
+                func = cst.parse_expression(f"{prefix}.get_default_backend_for_device")
+            else:
+                func = ctx.torch_attr("distributed.get_default_backend_for_device")
+            call = cst.Call(func=func, args=[cst.Arg(ctx.device())])
+            if isinstance(updated, cst.IfExp) and updated.lpar:
+                return call.with_changes(lpar=updated.lpar, rpar=updated.rpar)
+            return call
+
+        self.report(node, fix=fix, uses_device=True)
+
+
+def _module_level_alias(module: cst.Module | None, qualified: str) -> str | None:
+    """The name a module-level import binds to `qualified` (`dist` for torch.distributed)."""
+    for stmt in module.body if module is not None else ():
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    full = cst.helpers.get_full_name_for_node(alias.name)
+                    if full == qualified and alias.asname is not None:
+                        return alias.evaluated_alias
+            elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                base = cst.helpers.get_full_name_for_node(small.module) if small.module else None
+                for alias in small.names:
+                    if not small.relative and f"{base}.{alias.evaluated_name}" == qualified:
+                        return alias.evaluated_alias or alias.evaluated_name
+    return None
+
+
+class NcclComparison(Rule):
+    """A comparison with `'nccl'`: `if backend == 'nccl':`, `dist.get_backend() != 'nccl'`.
+
+    Why: on a TPU the backend is never `'nccl'`, so the comparison silently takes the other
+    branch. Whether the code means "is this CUDA?" or "is this the device's backend?" is a
+    choice for a person.
+
+    Example:
+        if dist.get_backend() == "nccl":   # decide: `device.type == "cuda"`, or compare with
+                                           # `dist.get_default_backend_for_device(device)`
+    """
+
+    code = "G2T402"
+    name = "nccl-comparison"
+    safety = Safety.REPORT
+    message = "comparison with `'nccl'`: on a TPU the backend is never NCCL"
+    hint = 'compare `device.type == "cuda"`, or with `dist.get_default_backend_for_device(device)`'
+    tokens = (b"nccl",)
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        operands = [node.left, *(c.comparator for c in node.comparisons)]
+        if any(_names_nccl_deep(o) for o in operands):
+            self.report(node)
+
+
+def _names_nccl_deep(node: cst.CSTNode) -> bool:
+    """A string naming NCCL, alone or inside a tuple, list or set literal."""
+    value = _string(node)
+    if value is not None:
+        return names_nccl(value)
+    if isinstance(node, cst.Tuple | cst.List | cst.Set):
+        return any(_names_nccl_deep(e.value) for e in node.elements)
+    return False
+
+
+class IsNcclAvailable(Rule):
+    """`dist.is_nccl_available()` asks about NVIDIA's collective library.
+
+    Why: it says nothing about a TPU (or any other device); code that branches on it usually
+    means "can I use the fast backend for my device?", which
+    `dist.is_backend_available(dist.get_default_backend_for_device(device))` answers.
+
+    Example:
+        if dist.is_nccl_available():
+        ->  if dist.is_backend_available(dist.get_default_backend_for_device(device)):
+    """
+
+    code = "G2T403"
+    name = "is-nccl-available"
+    safety = Safety.REPORT
+    message = "`is_nccl_available()` asks about NVIDIA's NCCL only"
+    hint = "ask `dist.is_backend_available(dist.get_default_backend_for_device(device))`"
+    tokens = (b"is_nccl_available",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.matches_name(node, "torch.distributed.is_nccl_available"):
+            self.report(node)
+
+
+class NcclString(Rule):
+    """Any other string that names NCCL: `'cuda:nccl,cpu:gloo'`, `default='nccl'`, `Backend.NCCL`.
+
+    Why: a backend chosen ahead of time as NCCL fails on a TPU when it reaches
+    `init_process_group`. (A plain `'nccl'` backend argument is rewritten by G2T401 and a
+    comparison is reported by G2T402; this rule reports the rest.)
+
+    Example:
+        parser.add_argument("--backend", default="nccl")
+        ->  let the default be None and pass `dist.get_default_backend_for_device(device)`
+    """
+
+    code = "G2T404"
+    name = "nccl-string"
+    safety = Safety.REPORT
+    message = "`{value}` names NVIDIA's NCCL backend, which TPUs lack"
+    hint = "choose the backend with `dist.get_default_backend_for_device(device)`"
+    tokens = (b"nccl", b"NCCL")
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        value = _string(node)
+        if value is None or not names_nccl(value) or self._reported_elsewhere(node):
+            return
+        self.report(node, self.message.format(value=self.code_for(node)))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == "NCCL" and self.matches_name(node, "torch.distributed.Backend.NCCL"):
+            self.report(node, self.message.format(value=self.code_for(node)))
+
+    def _reported_elsewhere(self, node: cst.SimpleString) -> bool:
+        ancestor = self.parent(node)
+        while ancestor is not None and not isinstance(ancestor, cst.BaseSmallStatement):
+            if isinstance(ancestor, cst.Annotation):
+                return True  # a type (`Literal["NCCL"]`), not a backend choice
+            ancestor = self.parent(ancestor)
+        parent = self.parent(node)
+        while isinstance(parent, cst.Element | cst.Tuple | cst.List | cst.Set):
+            parent = self.parent(parent)
+        if isinstance(parent, cst.Comparison | cst.ComparisonTarget):
+            return True  # G2T402
+        if isinstance(parent, cst.IfExp) and nccl_idiom(self, parent):
+            return True  # G2T401
+        if isinstance(parent, cst.Arg) and _is_nccl(node):
+            call = self.parent(parent)
+            return isinstance(call, cst.Call) and backend_arg(self, call) is parent
+        return False
+
+
+class DdpDeviceIds(Rule):
+    """`DistributedDataParallel(model, device_ids=[rank], output_device=rank)`.
+
+    Why: device ids are CUDA ordinals. DDP accepts them only for CUDA modules; on a TPU or
+    the CPU it raises. Passing them only when the device is CUDA keeps the CUDA behaviour and
+    lets every other device use the module's own device (TorchTPU: "do not pass device_ids").
+    An `output_device` equal to the one device id is its default and is dropped.
+
+    Example:
+        DDP(model, device_ids=[local_rank], output_device=local_rank)
+        ->  DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    """
+
+    code = "G2T405"
+    name = "ddp-device-ids"
+    safety = Safety.SAFE
+    message = "`device_ids`/`output_device` work only for CUDA modules; pass them only on CUDA"
+    hint = 'use `device_ids=[local_rank] if device.type == "cuda" else None`'
+    tokens = (b"device_ids", b"output_device")
+
+    PARAMS = ("device_ids", "output_device")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.matches_name(node, *DDP_NAMES):
+            return
+        found = self._device_args(node)
+        if not any(not _is_guarded(node.args[i].value) for i in found.values()):
+            return
+        ctx = self.ctx
+        ids = found.get("device_ids")
+        device_ids = self.code_for(node.args[ids].value) if ids is not None else None
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(updated, cst.Call)
+            args: list[cst.Arg] = []
+            for index, arg in enumerate(updated.args):
+                param = next((p for p, i in found.items() if i == index), None)
+                if param is None or _is_guarded(arg.value):
+                    args.append(arg)
+                elif (
+                    param == "output_device"
+                    and arg.keyword is not None
+                    and _is_sole_id(device_ids, arg.value)
+                ):
+                    if index == len(updated.args) - 1 and args:
+                        # the dropped last argument carried the layout before `)`
+                        args[-1] = args[-1].with_changes(
+                            comma=arg.comma, whitespace_after_arg=arg.whitespace_after_arg
+                        )
+                else:
+                    args.append(arg.with_changes(value=_only_on_cuda(ctx, arg.value)))
+            return updated.with_changes(args=args)
+
+        self.report(node, fix=fix, uses_device=True)
+
+    def _device_args(self, node: cst.Call) -> dict[str, int]:
+        found: dict[str, int] = {}
+        positional = 0
+        for i, arg in enumerate(node.args):
+            if arg.star:
+                continue
+            if arg.keyword is None:
+                if 1 <= positional <= 2:
+                    found[self.PARAMS[positional - 1]] = i
+                positional += 1
+            elif arg.keyword.value in self.PARAMS:
+                found[arg.keyword.value] = i
+        return {p: i for p, i in found.items() if not _is_name(node.args[i].value, "None")}
+
+
+def _is_name(node: cst.CSTNode, value: str) -> bool:
+    return isinstance(node, cst.Name) and node.value == value
+
+
+def _is_guarded(node: cst.CSTNode) -> bool:
+    """`x if <test> else None`: already passed only on some devices."""
+    return isinstance(node, cst.IfExp) and _is_name(node.orelse, "None")
+
+
+def _is_sole_id(device_ids: str | None, output_device: cst.BaseExpression) -> bool:
+    """Whether `output_device` is the single entry of `device_ids` (DDP's default)."""
+    if device_ids is None:
+        return False
+    text = cst.Module(body=[]).code_for_node(output_device)
+    return " ".join(device_ids.split()) in (f"[{text}]", f"[{text},]", f"({text},)")
+
+
+def _only_on_cuda(ctx, value: cst.BaseExpression) -> cst.IfExp:  # type: ignore[no-untyped-def]
+    test = cst.Comparison(
+        left=ctx.device_type(),
+        comparisons=[cst.ComparisonTarget(cst.Equal(), cst.SimpleString('"cuda"'))],
+    )
+    return cst.IfExp(test=test, body=value, orelse=cst.Name("None"))
+
+
+class DataParallel(Rule):
+    """`torch.nn.DataParallel(model)`: one process driving several GPUs.
+
+    Why: TPUs (like TorchTPU's and PyTorch's own guidance) need one process per device, so
+    DataParallel has no TPU form. Moving to `DistributedDataParallel` also changes how the
+    script is started (`torchrun --nproc-per-node=N`), which is a person's decision.
+
+    Example:
+        model = nn.DataParallel(model)
+        ->  model = DistributedDataParallel(model), launched with `torchrun`
+    """
+
+    code = "G2T406"
+    name = "data-parallel"
+    safety = Safety.REPORT
+    message = "`DataParallel` drives several devices from one process; TPUs need one per device"
+    hint = "use `DistributedDataParallel`, one process per device, started with `torchrun`"
+    tokens = (b"DataParallel", b"data_parallel")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.matches_name(node, *DATA_PARALLEL_NAMES):
+            self.report(node)
+
+
+class LocalRankDevice(FlowRule):
+    """A device chosen by the process's rank: `torch.cuda.set_device(local_rank)`, `.to(rank)`.
+
+    Why: on CUDA each rank picks its GPU by index. A TPU process owns exactly one chip, which
+    is always index 0, so `set_device_index(local_rank)` raises on every rank but the first,
+    and `.to(rank)` (an integer device is a CUDA ordinal) fails. Select the index only on CUDA
+    and move tensors with the module's device. (`torch.device(f"cuda:{rank}")` and
+    `.cuda(rank)` are rewritten to the device by G2T101/G2T102.)
+
+    Example:
+        torch.cuda.set_device(local_rank)
+        ->  if device.type == "cuda": torch.accelerator.set_device_index(local_rank)
+        model.to(rank)  ->  model.to(device)
+    """
+
+    code = "G2T407"
+    name = "local-rank-device"
+    safety = Safety.REPORT
+    message = "device index `{index}` is the process's rank; a TPU process owns only index 0"
+    hint = (
+        'select it only on CUDA: `if device.type == "cuda": '
+        "torch.accelerator.set_device_index(local_rank)`, then use `.to(device)`"
+    )
+    tokens = (b"rank", b"RANK", b"set_device")
+
+    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ctx)
+        self.candidates: list[tuple[cst.Call, cst.BaseExpression]] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        super().visit_Call(node)
+        positional = [a for a in node.args if a.keyword is None and not a.star]
+        if self.matches_name(node, *SET_DEVICE_NAMES):
+            index = positional[0].value if positional else None
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "to" and positional:
+            receiver = node.func.value
+            if isinstance(receiver, cst.Name | cst.Attribute) and self.qualified_names(receiver):
+                return  # a module's `to` function, not a tensor's or module's method
+            index = positional[0].value
+        else:
+            return
+        if index is not None:
+            self.candidates.append((node, index))
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for node, index in self.candidates:
+            if refers_to_local_rank(self, index):
+                self.report(node, self.message.format(index=short(index, 30)))
+
+
+class DeviceMeshCuda(Rule):
+    """`init_device_mesh("cuda", ...)` / `DeviceMesh("cuda", ...)`: a mesh of NVIDIA GPUs.
+
+    Why: the mesh's device type names CUDA, so it fails on a TPU or the CPU. The module's
+    device type builds the same mesh on CUDA and a mesh of the local devices elsewhere.
+
+    Example:
+        init_device_mesh("cuda", (2, 4))  ->  init_device_mesh(device.type, (2, 4))
+    """
+
+    code = "G2T408"
+    name = "device-mesh-cuda"
+    safety = Safety.SAFE
+    severity = Severity.ERROR
+    message = 'the device mesh names `"cuda"`; use the module\'s device type'
+    hint = "use `device.type`"
+    tokens = (b"init_device_mesh", b"DeviceMesh")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.matches_name(node, *MESH_NAMES):
+            return
+        target = next(
+            (a for a in node.args if a.keyword is not None and a.keyword.value == "device_type"),
+            None,
+        )
+        if target is None and node.args and node.args[0].keyword is None:
+            target = node.args[0]
+        if target is None or _string(target.value) != "cuda":
+            return
+        ctx = self.ctx
+        self.report(target.value, fix=lambda updated: ctx.device_type(), uses_device=True)
