@@ -157,3 +157,26 @@ def test_version_does_not_import_torch() -> None:
 def test_no_arguments_prints_help() -> None:
     proc = run_cli()
     assert proc.returncode == 2 and "check" in proc.stdout
+
+
+def test_cuda_sources_beside_python_are_reported(tmp_path: Path) -> None:
+    (tmp_path / "ext").mkdir()
+    (tmp_path / "ext" / "kernel.cu").write_text("__global__ void k() {}\n")
+    (tmp_path / "build_ext.py").write_text("print('builds the kernel')\n")
+    proc = run_cli("check", ".", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert any(ln.startswith("ext/kernel.cu:1:1: G2T502") for ln in proc.stdout.splitlines())
+    assert (tmp_path / "ext" / "kernel.cu").read_text() == "__global__ void k() {}\n"
+    lone = tmp_path / "lone"
+    (lone / "src").mkdir(parents=True)
+    (lone / "src" / "k.cu").write_text("\n")
+    assert run_cli("check", ".", cwd=lone).returncode == 0
+
+
+def test_rules_doc_is_current() -> None:
+    from gpu2tpu.rewrite.rules_doc import rules_markdown
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
+    assert doc.read_text() == rules_markdown(), (
+        "run: python -m gpu2tpu.rewrite.rules_doc > docs/rules.md"
+    )

@@ -24,6 +24,7 @@ from pathlib import Path
 from .model import CellFinding, Finding, Options
 
 SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
+CUDA_SOURCE_SUFFIXES = (".cu", ".cuh")  # never rewritten; reported when Python code uses them
 DEFAULT_EXCLUDES = (
     ".git",
     ".hg",
@@ -204,7 +205,7 @@ def _walk(top: Path, patterns: tuple[str, ...], rel_of, errors: list[str]) -> It
         base = Path(folder)
         dirnames[:] = sorted(d for d in dirnames if not _excluded(rel_of(base / d), d, patterns))
         for name in sorted(filenames):
-            if not name.endswith(SOURCE_SUFFIXES):
+            if not name.endswith(SOURCE_SUFFIXES + CUDA_SOURCE_SUFFIXES):
                 continue
             path = base / name
             if _excluded(rel_of(path), name, patterns):
@@ -418,8 +419,9 @@ def run(paths: Iterable[str], config: Config, mode: Mode) -> RunReport:
     if mode is Mode.CHECK and config.options.fix:
         # `check` only decides: the rules still say what is fixable, nothing is transformed.
         config = dataclasses.replace(config, options=dataclasses.replace(config.options, fix=False))
-    files, discovery_errors = discover(paths, config)
-    files = [f for f in files if f != "-"]
+    found, discovery_errors = discover(paths, config)
+    found = [f for f in found if f != "-"]
+    files = [f for f in found if not f.endswith(CUDA_SOURCE_SUFFIXES)]
     tokens = prefilter_tokens(config.options)
     jobs = config.jobs or os.cpu_count() or 1
     jobs = max(1, min(jobs, len(files) // 8 or 1))
@@ -434,7 +436,20 @@ def run(paths: Iterable[str], config: Config, mode: Mode) -> RunReport:
                 outcomes.extend(part)
         order = {p: i for i, p in enumerate(files)}
         outcomes.sort(key=lambda o: order[o.path])
+    outcomes.extend(_cuda_source_outcomes(found, config))
     return RunReport(outcomes, discovery_errors, mode)
+
+
+def _cuda_source_outcomes(found: list[str], config: Config) -> list[FileOutcome]:
+    """`.cu`/`.cuh` files beside Python code: each one a finding for a person (G2T502)."""
+    if not any(f.endswith(CUDA_SOURCE_SUFFIXES) for f in found):
+        return []
+    from .rules.manual import cuda_sources_beside
+
+    return [
+        FileOutcome(str(path), Status.UNCHANGED, findings=[finding])
+        for path, finding in cuda_sources_beside(found, config.options)
+    ]
 
 
 def _chunks(items: list[str], n: int) -> list[list[str]]:
