@@ -185,6 +185,8 @@ class _CudaAmpName(Rule):
 
     They rewrite calls (and, in subclasses, other references) and, once every use of a name
     imported with `from torch.cuda.amp import ...` has been rewritten, drop it from the import.
+    Their tokens include the bare name: a statement that only says `autocast()` must still be
+    visited.
     """
 
     api: ClassVar[tuple[str, ...]] = ()
@@ -213,10 +215,10 @@ class _CudaAmpName(Rule):
         self._reference(node)
 
     def _reference(self, node: cst.Name | cst.Attribute) -> None:
-        parent = self.parent(node)
-        if isinstance(parent, cst.Call) and parent.func is node:
+        if not matches(self, node, *self.api) or not is_reference_end(self, node):
             return
-        if matches(self, node, *self.api) and is_reference_end(self, node):
+        parent = self.parent(node)
+        if not (isinstance(parent, cst.Call) and parent.func is node):
             self.fix_reference(node)
 
     def fix_call(self, node: cst.Call) -> None:
@@ -298,6 +300,7 @@ class CudaAmpAutocast(_CudaAmpName):
     hint = "use `torch.amp.autocast(device_type=device.type, ...)`"
     api = CUDA_AUTOCAST
     imported_names = frozenset({"autocast"})
+    tokens = (b"cuda.amp", b"import amp", b"autocast")
     PARAMETERS = ("enabled", "dtype", "cache_enabled")
 
     def fix_call(self, node: cst.Call) -> None:
@@ -457,6 +460,7 @@ class CudaAmpGradScaler(_CudaAmpName):
     hint = "use `torch.amp.GradScaler(device.type, ...)`"
     api = CUDA_SCALER
     imported_names = frozenset({"GradScaler"})
+    tokens = (b"cuda.amp", b"import amp", b"GradScaler")
 
     def fix_call(self, node: cst.Call) -> None:
         if any(a.star for a in node.args):

@@ -315,20 +315,22 @@ class DdpDeviceIds(Rule):
     """`DistributedDataParallel(model, device_ids=[rank], output_device=rank)`.
 
     Why: device ids are CUDA ordinals. DDP accepts them only for CUDA modules; on a TPU or
-    the CPU it raises. Passing them only when the device is CUDA keeps the CUDA behaviour and
-    lets every other device use the module's own device (TorchTPU: "do not pass device_ids").
-    An `output_device` equal to the one device id is its default and is dropped.
+    the CPU it raises (TorchTPU: "do not pass device_ids to DDP"). For a module on one device
+    PyTorch documents `device_ids=None` as equivalent on CUDA too: the module's own device is
+    used and outputs stay there. So both arguments are dropped. One difference remains: with
+    `device_ids`, DDP also moved inputs that were still on the CPU; the rewrite of `.cuda()`
+    and device strings moves the batches explicitly, which is what device-agnostic code does.
 
     Example:
         DDP(model, device_ids=[local_rank], output_device=local_rank)
-        ->  DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+        ->  DDP(model)
     """
 
     code = "G2T405"
     name = "ddp-device-ids"
     safety = Safety.SAFE
-    message = "`device_ids`/`output_device` work only for CUDA modules; pass them only on CUDA"
-    hint = 'use `device_ids=[local_rank] if device.type == "cuda" else None`'
+    message = "`device_ids`/`output_device` work only for CUDA modules; DDP needs neither"
+    hint = "drop them: DDP uses the module's device (move each batch with `.to(device)`)"
     tokens = (b"device_ids", b"output_device")
 
     PARAMS = ("device_ids", "output_device")
@@ -337,34 +339,28 @@ class DdpDeviceIds(Rule):
         if not self.matches_name(node, *DDP_NAMES):
             return
         found = self._device_args(node)
-        if not any(not _is_guarded(node.args[i].value) for i in found.values()):
+        drop = {i for i in found.values() if not _is_guarded(node.args[i].value)}
+        if not drop:
             return
-        ctx = self.ctx
-        ids = found.get("device_ids")
-        device_ids = self.code_for(node.args[ids].value) if ids is not None else None
+        last = max(drop)
+        if any(a.keyword is None and not a.star for a in node.args[last + 1 :]):
+            self.report(
+                node, hint="drop `device_ids`/`output_device` by hand (positional arguments follow)"
+            )
+            return
 
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
             assert isinstance(updated, cst.Call)
-            args: list[cst.Arg] = []
-            for index, arg in enumerate(updated.args):
-                param = next((p for p, i in found.items() if i == index), None)
-                if param is None or _is_guarded(arg.value):
-                    args.append(arg)
-                elif (
-                    param == "output_device"
-                    and arg.keyword is not None
-                    and _is_sole_id(device_ids, arg.value)
-                ):
-                    if index == len(updated.args) - 1 and args:
-                        # the dropped last argument carried the layout before `)`
-                        args[-1] = args[-1].with_changes(
-                            comma=arg.comma, whitespace_after_arg=arg.whitespace_after_arg
-                        )
-                else:
-                    args.append(arg.with_changes(value=_only_on_cuda(ctx, arg.value)))
+            args = [a for i, a in enumerate(updated.args) if i not in drop]
+            if args and updated.args[-1] is not args[-1]:
+                # the dropped last argument carried the layout before `)`
+                tail = updated.args[-1]
+                args[-1] = args[-1].with_changes(
+                    comma=tail.comma, whitespace_after_arg=tail.whitespace_after_arg
+                )
             return updated.with_changes(args=args)
 
-        self.report(node, fix=fix, uses_device=True)
+        self.report(node, fix=fix)
 
     def _device_args(self, node: cst.Call) -> dict[str, int]:
         found: dict[str, int] = {}
@@ -388,22 +384,6 @@ def _is_name(node: cst.CSTNode, value: str) -> bool:
 def _is_guarded(node: cst.CSTNode) -> bool:
     """`x if <test> else None`: already passed only on some devices."""
     return isinstance(node, cst.IfExp) and _is_name(node.orelse, "None")
-
-
-def _is_sole_id(device_ids: str | None, output_device: cst.BaseExpression) -> bool:
-    """Whether `output_device` is the single entry of `device_ids` (DDP's default)."""
-    if device_ids is None:
-        return False
-    text = cst.Module(body=[]).code_for_node(output_device)
-    return " ".join(device_ids.split()) in (f"[{text}]", f"[{text},]", f"({text},)")
-
-
-def _only_on_cuda(ctx, value: cst.BaseExpression) -> cst.IfExp:  # type: ignore[no-untyped-def]
-    test = cst.Comparison(
-        left=ctx.device_type(),
-        comparisons=[cst.ComparisonTarget(cst.Equal(), cst.SimpleString('"cuda"'))],
-    )
-    return cst.IfExp(test=test, body=value, orelse=cst.Name("None"))
 
 
 class DataParallel(Rule):

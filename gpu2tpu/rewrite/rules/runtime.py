@@ -201,7 +201,7 @@ class CudaEventTiming(Rule):
     safety = Safety.SAFE
     message = "`torch.cuda.Event` timing only works on CUDA"
     hint = "time with `time.perf_counter()` after a guarded `torch.accelerator.synchronize()`"
-    tokens = (b"Event",)
+    tokens = (b"Event(",)
 
     def __init__(self, ctx: RuleContext) -> None:
         super().__init__(ctx)
@@ -434,7 +434,7 @@ class CudaStream(Rule):
     safety = Safety.REPORT
     message = "`{value}`: CUDA streams are placeholders on a TPU"
     hint = "drop the stream logic (XLA orders TPU work), or keep it for CUDA via `torch.Stream(device)`"
-    tokens = (b"cuda", b"_stream")
+    tokens = (b"cuda", b"record_stream", b"wait_stream")
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._reference(node)
@@ -591,7 +591,8 @@ class CudaLegacyTensor(Rule):
     safety = Safety.SAFE
     message = "`torch.cuda.{type}` is a legacy CUDA-only tensor type"
     hint = "use `torch.tensor(data, ...)` or `torch.empty(*sizes, ...)` with `dtype=` and `device=device`"
-    tokens = (b"Tensor",)
+    # `Tensor(` keeps `LongTensor(4, 2)` after `from torch.cuda import LongTensor` visited.
+    tokens = (b"cuda", b"Tensor(")
 
     def _type(self, node: cst.CSTNode) -> str | None:
         name = _cuda_name(self, node)
@@ -755,7 +756,6 @@ class CudaOutOfMemoryError(Rule):
     safety = Safety.SAFE
     message = "`torch.cuda.OutOfMemoryError` names CUDA; it is `torch.OutOfMemoryError`"
     hint = "use `torch.OutOfMemoryError`"
-    tokens = (b"OutOfMemoryError",)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._reference(node)
@@ -860,14 +860,34 @@ COVERED = frozenset(
 )
 
 
+# Covered names whose rules also report uses that are not calls (a class passed around, an
+# `except` clause); for the other covered names only calls are handled.
+COVERED_AS_VALUES = frozenset(
+    {
+        *STREAM_NAMES,
+        *LEGACY_TENSORS,
+        "OutOfMemoryError",
+        "default_generators",
+        "CUDAGraph",
+        "graph",
+        "graphs",
+        "make_graphed_callables",
+        "graph_pool_handle",
+    }
+)
+
+
 class CudaApiOther(Rule):
-    """Any other `torch.cuda` name: `set_sync_debug_mode()`, `jiterator`, `comm`, ...
+    """Any other `torch.cuda` name (`set_sync_debug_mode()`, `jiterator`, ...), and CUDA
+    functions passed around rather than called.
 
     Why: nothing CUDA-specific may pass silently. These have no device-agnostic counterpart
-    that the codemod knows of; a person decides whether the code still needs them.
+    that the codemod knows of, or are used as values (`atexit.register(torch.cuda.empty_cache)`)
+    where the call-site rewrites do not reach; a person decides what the code still needs.
 
     Example:
         torch.cuda.set_sync_debug_mode("warn")  # -> keep it for CUDA only, or drop it
+        atexit.register(torch.cuda.empty_cache)  # -> register a function that calls the guard
     """
 
     code = "G2T319"
@@ -884,8 +904,17 @@ class CudaApiOther(Rule):
 
     def _reference(self, node: cst.Name | cst.Attribute) -> None:
         name = _cuda_name(self, node)
-        if not name or name.split(".")[0] in COVERED or name in MEMORY_TOOLING:
+        if not name:
+            return
+        covered = name.split(".")[0] in COVERED or name in MEMORY_TOOLING
+        if covered and (name in COVERED_AS_VALUES or name.startswith("amp.")):
             return
         if not _is_full_reference(self, node):
             return
-        self.report(node, self.message.format(func=name))
+        if not covered:
+            self.report(node, self.message.format(func=name))
+            return
+        parent = self.parent(node)
+        if not (isinstance(parent, cst.Call) and parent.func is node):
+            message = f"`torch.cuda.{name}` is CUDA-only, and used here without a call"
+            self.report(node, message, hint="call it behind a guard, by hand")
