@@ -111,7 +111,11 @@ def _statements_to_visit(ctx: RuleContext, rules: list[type[Rule]]) -> set[int] 
     assert ctx.module is not None
     if any(r.whole_module for r in rules) or len(ctx.module.body) < 4:
         return None
-    tokens = tuple({t.decode() for r in rules for t in r.tokens})
+    raw = {t.decode() for r in rules for t in r.tokens}
+    # A name imported from a matching module is a token too: after
+    # `from torch.cuda import max_memory_allocated`, its bare calls need visiting.
+    raw |= {local for local, full in ctx.imports.items() if any(t in full for t in raw)}
+    tokens = tuple(raw)
     codes = ctx.statement_code()
     return {id(s) for s, code in zip(ctx.module.body, codes, strict=True) if any(t in code for t in tokens)}
 
