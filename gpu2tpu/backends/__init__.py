@@ -112,10 +112,12 @@ def choose_backend(name: str = "auto") -> tuple[Backend, str]:
         why_not = cls.auto_skip_reason()
         if why_not is None:
             version = cls.version()
-            label = f"{cls.distribution} {version}" if version else cls.title
-            return _instance(candidate), f"auto: using {cls.title} ({label}), which sees a TPU"
+            found = f" ({cls.distribution} {version})" if version else ""
+            return _instance(candidate), f"auto: using {cls.title}{found}, which sees a TPU"
         skipped.append(why_not)
-    return _instance("cpu"), f"auto: no TPU backend found ({_join_reasons(skipped)}); using the CPU dry run"
+    return _instance(
+        "cpu"
+    ), f"auto: no TPU backend found ({_join_reasons(skipped)}); using the CPU dry run"
 
 
 def _join_reasons(reasons: list[str]) -> str:

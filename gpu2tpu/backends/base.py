@@ -154,10 +154,13 @@ class Backend:
 
     name: ClassVar[str]
     title: ClassVar[str]
-    install: ClassVar[str]  # the exact command (or place) that makes the backend available
+    install: ClassVar[str]  # the exact command that installs the backend
+    install_note: ClassVar[str] = ""  # where the command must run, or what else it needs
     distribution: ClassVar[str | None] = None  # the PyPI distribution whose version we report
     runs_on_tpu: ClassVar[bool] = False  # eligible for `auto`
     compile_backend: ClassVar[str | None] = None  # torch.compile backend name, if one
+    # Lazy runtimes (XLA) run a cell's queued graph when the cell ends, as a step boundary.
+    sync_after_cell: ClassVar[bool] = False
 
     # -- deciding, cheaply -------------------------------------------------------------------
 
@@ -193,7 +196,7 @@ class Backend:
             title=cls.title,
             available=reason is None,
             reason=reason or "available",
-            install=cls.install,
+            install=f"{cls.install} {cls.install_note}".strip(),
             version=cls.version(),
         )
 
@@ -202,7 +205,11 @@ class Backend:
         """Raise `BackendUnavailable` with the reason and the install command, if unusable."""
         reason = cls.unavailable_reason()
         if reason is not None:
-            raise BackendUnavailable(f"{reason}; to use it: {cls.install}")
+            note = f" {cls.install_note}" if cls.install_note else ""
+            raise BackendUnavailable(
+                f"the {cls.name!r} backend ({cls.title}) cannot run here: {reason}; "
+                f"install it with `{cls.install}`{note}"
+            )
 
     # -- using ---------------------------------------------------------------------------------
 
@@ -243,10 +250,11 @@ class Backend:
         device; inside the block that call answers this backend's device, so a rewritten cell
         lands here even where torch's own accelerator is another one (CUDA on a GPU machine
         asked to dry-run on the CPU, or XLA and torchax, which are not torch accelerators).
-        Both are restored afterwards, also when the block raises.
+        `torch.accelerator.synchronize()` calls this backend's synchronize. All of it is
+        restored afterwards, also when the block raises.
         """
         dev = self.device()
-        with default_device(dev), accelerator_answers(dev):
+        with default_device(dev), accelerator_answers(dev, synchronize=self.synchronize):
             yield dev
 
     def __repr__(self) -> str:
@@ -278,30 +286,48 @@ def default_device(dev: torch.device) -> Iterator[None]:
 
 
 @contextmanager
-def accelerator_answers(dev: torch.device) -> Iterator[None]:
-    """Make `torch.accelerator.current_accelerator()` return `dev` inside the block."""
+def accelerator_answers(
+    dev: torch.device,
+    synchronize: Callable[[], None] | None = None,
+    force: bool = False,
+) -> Iterator[None]:
+    """Make `torch.accelerator` answer for `dev` inside the block.
+
+    `current_accelerator()` returns `dev` (None for the CPU, so the codemod's
+    `... or torch.device("cpu")` picks the CPU), `is_available()` says whether `dev` is an
+    accelerator, and `synchronize()` calls the backend's own synchronize. Nothing is patched
+    when torch's accelerator already is `dev`, unless `force` (torchax registers "jax" as the
+    accelerator but leaves its synchronize broken).
+    """
     import torch
 
     accel = torch.accelerator
-    original = accel.current_accelerator
+    originals = (accel.current_accelerator, accel.is_available, accel.synchronize)
     try:
-        current = original(check_available=True)
+        current = originals[0](check_available=True)
     except RuntimeError:
         current = None
-    target = torch.device(dev.type)
-    if dev.type == "cpu" and current is None:
-        yield  # the codemod's `... or torch.device("cpu")` already gives the CPU
-        return
-    if current is not None and current.type == dev.type:
+    native = (current.type if current is not None else "cpu") == dev.type
+    if native and not force:
         yield
         return
+    target = torch.device(dev.type)
+    is_accel = target.type != "cpu"
 
     def current_accelerator(check_available: bool = False) -> torch.device | None:
-        return None if target.type == "cpu" else target
+        return target if is_accel else None
+
+    def is_available() -> bool:
+        return is_accel
+
+    def accel_synchronize(device: object = None) -> None:
+        if synchronize is not None:
+            synchronize()
 
     accel.current_accelerator = current_accelerator  # type: ignore[assignment]
+    accel.is_available = is_available  # type: ignore[assignment]
+    accel.synchronize = accel_synchronize  # type: ignore[assignment]
     try:
         yield
     finally:
-        accel.current_accelerator = original  # type: ignore[assignment]
-
+        accel.current_accelerator, accel.is_available, accel.synchronize = originals  # type: ignore[assignment]

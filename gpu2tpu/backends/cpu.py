@@ -60,7 +60,7 @@ class CPUBackend(Backend):
 
     name = "cpu"
     title = "CPU"
-    install = "nothing to install: the CPU is always available"
+    install = "pip install torch"
     distribution = "torch"
 
     @classmethod

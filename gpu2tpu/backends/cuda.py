@@ -20,10 +20,8 @@ class CUDABackend(Backend):
 
     name = "cuda"
     title = "CUDA (NVIDIA GPU)"
-    install = (
-        "run on a machine with an NVIDIA GPU and a CUDA build of torch "
-        "(`pip install torch` on Linux installs one)"
-    )
+    install = "pip install torch"
+    install_note = "on a machine with an NVIDIA GPU (Linux wheels of torch are CUDA builds)"
     distribution = "torch"
     compile_backend = "inductor"
 

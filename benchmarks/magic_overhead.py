@@ -1,0 +1,171 @@
+"""What `%%tpu` costs on top of running a cell, and what the dry run costs on top of a step.
+
+1. For CUDA cells of 20, 200 and 2,000 lines: the median time of `%%tpu --backend cpu` (IPython
+   transforms, the rewrite, compiling, the backend's context) minus the median time of running
+   the already-rewritten cell directly, both through `shell.run_cell`, interleaved run by run;
+   once for cell text the rewrite has not seen ("new cell") and once for a cell run again
+   ("re-run", the rewrite comes from the cache). Goal: under 15 ms extra for 200 lines.
+2. A small training step (MLP, AdamW, batch 64) run plainly and under `dry_run`, interleaved:
+   the ratio of the medians. Goal: under 3x.
+
+Run: .venv/bin/python benchmarks/magic_overhead.py [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import torch  # noqa: E402
+from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+from IPython.utils.capture import capture_output  # noqa: E402
+from traitlets.config import Config  # noqa: E402
+
+from gpu2tpu.magics.execution import rewrite_in_place  # noqa: E402
+from gpu2tpu.profile.dryrun import dry_run  # noqa: E402
+
+SIZES = (20, 200, 2000)
+CELL_GOAL_MS = 15.0
+DRY_RUN_GOAL = 3.0
+
+
+def cuda_cell(lines: int, variant: int = 0) -> str:
+    """A cell of `lines` lines in the style of CUDA training code, cheap to execute.
+
+    Three lines in ten are CUDA-specific. `variant` changes a comment on a CUDA line, so each
+    variant is new text to the rewrite (no cache hit) but runs the same code.
+    """
+    body = []
+    for i in range(lines):
+        kind = i % 10
+        if kind == 0:
+            body.append(
+                f"t{i} = torch.zeros(2).cuda()" + (f"  # variant {variant}" if i == 0 else "")
+            )
+        elif kind == 5:
+            body.append(f"u{i} = torch.ones(2, device='cuda') + {i}")
+        elif kind == 9:
+            body.append("torch.cuda.synchronize()")
+        else:
+            body.append(f"v{i} = {i} * 2 + 1")
+    return "\n".join(body) + "\n"
+
+
+# The clock: this process's CPU time by default, so that other processes on a shared
+# machine do not inflate the figures; `--clock wall` for wall time.
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+clock = CLOCKS["cpu"]
+
+
+def time_once(shell: InteractiveShell, cell: str) -> float:
+    start = clock()
+    with capture_output():
+        result = shell.run_cell(cell, store_history=False)
+    elapsed = clock() - start
+    if not result.success:
+        raise RuntimeError(f"benchmark cell failed: {result.error_in_exec!r}")
+    return elapsed
+
+
+def cell_overhead(shell: InteractiveShell, lines: int, repeats: int) -> dict[str, float]:
+    """Median ms of: the rewritten cell run directly, `%%tpu` on new text (the rewrite runs),
+    and `%%tpu` on a cell run before (the rewrite comes from the cache)."""
+    time_once(shell, "%%tpu --backend cpu\n" + cuda_cell(lines, -1))  # defines `device`, warms up
+    direct, cold, warm = [], [], []
+    for k in range(repeats):
+        cell = cuda_cell(lines, k)
+        magic = "%%tpu --backend cpu\n" + cell
+        cold.append(time_once(shell, magic))
+        rewritten, _ = rewrite_in_place(cell, "device", shell.user_ns)
+        direct.append(time_once(shell, rewritten))
+        warm.append(time_once(shell, magic))
+    med = {
+        name: statistics.median(v) * 1e3
+        for name, v in (("direct", direct), ("cold", cold), ("warm", warm))
+    }
+    med["extra_cold"] = med["cold"] - med["direct"]
+    med["extra_warm"] = med["warm"] - med["direct"]
+    return med
+
+
+def training_step_ratio(repeats: int) -> tuple[float, float, float]:
+    """(median plain ms, median dry-run ms, ratio) for a small MLP training step."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(128, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 10),
+    )
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(64, 128), torch.randint(0, 10, (64,))
+
+    def step() -> torch.Tensor:
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(3):
+        step()
+        dry_run(step)
+    plain, dry = [], []
+    for _ in range(repeats):
+        start = clock()
+        step()
+        plain.append(clock() - start)
+        start = clock()
+        dry_run(step)
+        dry.append(clock() - start)
+    p, d = statistics.median(plain) * 1e3, statistics.median(dry) * 1e3
+    return p, d, d / p
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (1 keeps thread-pool contention on a shared machine out of the ratio)",
+    )
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    global clock
+    clock = CLOCKS[args.clock]
+
+    config = Config()
+    config.HistoryManager.enabled = False
+    shell = InteractiveShell.instance(config=config)
+    shell.run_line_magic("load_ext", "gpu2tpu")
+    shell.run_cell("import torch", store_history=False)
+
+    print(f"%%tpu overhead, median of {args.repeats} interleaved runs ({args.clock} time, ms)")
+    print(f"{'lines':>6} {'direct':>8} {'new cell':>9} {'extra':>8} {'re-run':>8} {'extra':>8}")
+    for lines in SIZES:
+        m = cell_overhead(shell, lines, args.repeats)
+        goal = f"  (goal < {CELL_GOAL_MS:g} ms extra at 200 lines)" if lines == 200 else ""
+        print(
+            f"{lines:>6} {m['direct']:>8.2f} {m['cold']:>9.2f} {m['extra_cold']:>8.2f}"
+            f" {m['warm']:>8.2f} {m['extra_warm']:>8.2f}{goal}"
+        )
+
+    p, d, ratio = training_step_ratio(args.repeats * 4)
+    print()
+    print(
+        "dry-run slowdown on a small training step (MLP 128-256-256-10, AdamW, batch 64, "
+        f"{args.threads} thread(s), {args.clock} time)"
+    )
+    print(f"plain {p:.2f} ms, dry run {d:.2f} ms, ratio {ratio:.2f}x (goal < {DRY_RUN_GOAL:g}x)")
+
+
+if __name__ == "__main__":
+    main()

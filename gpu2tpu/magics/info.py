@@ -1,0 +1,175 @@
+"""`%tpu_info`: which backends run here, which do not and how to install them, the chips,
+their memory and the versions that matter, as a widget in a notebook and text elsewhere.
+
+The widget is core ipywidgets (a VBox of HTML), so it renders in Colab without a custom
+widget manager; `TPUInfo` also has `_repr_html_`, text and `to_dict()` for other front ends.
+"""
+
+from __future__ import annotations
+
+import html
+import platform
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..backends import BackendStatus, ChipInfo, MemoryInfo, available_backends, backend_class
+from ..backends.base import package_version
+
+if TYPE_CHECKING:
+    import ipywidgets
+
+# Distributions whose versions decide what runs (PyPI names).
+VERSIONED = (
+    "torch",
+    "torch-tpu",
+    "torch-xla",
+    "torchax",
+    "jax",
+    "jaxlib",
+    "libtpu",
+    "ipython",
+    "ipywidgets",
+    "gpu2tpu",
+)
+
+
+@dataclass
+class BackendInfo:
+    """One backend as `%tpu_info` shows it."""
+
+    status: BackendStatus
+    chip: ChipInfo | None = None
+    memory: MemoryInfo | None = None
+    error: str | None = None  # an available backend that failed when asked for its chip
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.status.to_dict(),
+            "chip": self.chip.to_dict() if self.chip else None,
+            "memory": self.memory.to_dict() if self.memory else None,
+            "error": self.error,
+        }
+
+
+@dataclass
+class TPUInfo:
+    backends: list[BackendInfo]
+    auto: str
+    versions: dict[str, str | None] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "auto": self.auto,
+            "backends": [b.to_dict() for b in self.backends],
+            "versions": dict(self.versions),
+        }
+
+    def __str__(self) -> str:
+        out = [self.auto, "", "Backends:"]
+        for b in self.backends:
+            s = b.status
+            if s.available:
+                version = f" {s.version}" if s.version else ""
+                out.append(f"  [found]   {s.name:<5} {s.title}{version}")
+                if b.chip:
+                    out.append(
+                        f"            chip: {b.chip.name} (kind {b.chip.kind}) x{b.chip.count}"
+                    )
+                if b.memory:
+                    out.append(f"            memory: {_memory_text(b.memory)}")
+                if b.error:
+                    out.append(f"            error: {b.error}")
+            else:
+                out.append(f"  [missing] {s.name:<5} {s.title}: {s.reason}")
+                out.append(f"            install: {s.install}")
+        out += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in self.versions.items() if v)]
+        return "\n".join(out)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _backend_rows(self) -> str:
+        esc = html.escape
+        rows = []
+        for b in self.backends:
+            s = b.status
+            state = "found" if s.available else "missing"
+            colour = "#1b7f3b" if s.available else "#a33"
+            if s.available:
+                detail = esc(s.version or "")
+                if b.chip:
+                    detail += f"<br>{esc(b.chip.name)} (kind <code>{esc(b.chip.kind)}</code>) ×{b.chip.count}"
+                if b.memory:
+                    detail += f"<br>{esc(_memory_text(b.memory))}"
+                if b.error:
+                    detail += f"<br><i>{esc(b.error)}</i>"
+            else:
+                detail = f"{esc(s.reason)}<br>install: <code>{esc(s.install)}</code>"
+            rows.append(
+                f"<tr><td><b>{esc(s.name)}</b></td><td>{esc(s.title)}</td>"
+                f"<td style='color:{colour}'>{state}</td><td>{detail}</td></tr>"
+            )
+        return "".join(rows)
+
+    def _repr_html_(self) -> str:
+        versions = ", ".join(
+            f"{html.escape(k)} {html.escape(v)}" for k, v in self.versions.items() if v
+        )
+        return (
+            f"<div class='gpu2tpu-info'><p>{html.escape(self.auto)}</p>"
+            "<table><thead><tr><th>backend</th><th></th><th>state</th><th>details</th>"
+            f"</tr></thead><tbody>{self._backend_rows()}</tbody></table>"
+            f"<p><small>{versions}</small></p></div>"
+        )
+
+    def widget(self) -> ipywidgets.VBox:
+        """Core ipywidgets only: a heading and the tables as HTML."""
+        import ipywidgets as w
+
+        return w.VBox(
+            [
+                w.HTML(f"<b>gpu2tpu</b>: {html.escape(self.auto)}"),
+                w.HTML(self._repr_html_()),
+            ]
+        )
+
+
+def _memory_text(mem: MemoryInfo) -> str:
+    def gib(n: int | None) -> str:
+        return "?" if n is None else f"{n / 2**30:.2f} GiB"
+
+    return (
+        f"in use {gib(mem.in_use_bytes)}, peak {gib(mem.peak_bytes)}, total {gib(mem.total_bytes)}"
+    )
+
+
+def collect_info() -> TPUInfo:
+    """Ask every backend whether it runs here; ask those that do for their chip and memory."""
+    from ..backends import choose_backend
+
+    infos = []
+    for status in available_backends():
+        info = BackendInfo(status)
+        if status.available:
+            try:
+                backend = backend_class(status.name)()
+                info.chip = backend.chip()
+                info.memory = backend.memory()
+            except Exception as err:  # shown next to the backend, not raised: it is a report
+                info.error = f"{type(err).__name__}: {err}"
+        infos.append(info)
+    _backend, reason = choose_backend("auto")
+    versions = {"python": platform.python_version()}
+    versions.update({name: package_version(name) for name in VERSIONED})
+    return TPUInfo(backends=infos, auto=reason, versions=versions)
+
+
+def show_info(shell: Any) -> None:
+    """Display the widget in a notebook kernel, print text in a terminal."""
+    info = collect_info()
+    if getattr(shell, "kernel", None) is not None:
+        from IPython.display import display
+
+        display(info.widget())
+    else:
+        print(info)

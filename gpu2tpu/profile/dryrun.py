@@ -1,0 +1,528 @@
+"""The dry run: run PyTorch code on the CPU and record what would hurt on a TPU.
+
+A `TorchDispatchMode` sees every ATen op the code runs. It records, against the line of the
+user's code that caused it:
+
+- host synchronisations: `.item()` and Python scalars from tensors (`_local_scalar_dense`),
+  `nonzero`, boolean-mask indexing, and (through small wrappers on `torch.Tensor`, because on
+  the CPU they run no ATen op) `.cpu()`, `.tolist()`, `.numpy()` and printing a tensor;
+- float64 work (TPUs have no fast float64);
+- ops whose output shape depends on the data (`unique`, `masked_select`, ...);
+- shape changes: the same line running an op on new input shapes, within one run or between
+  repeated runs of the same code (each new shape is a recompilation on XLA).
+
+It also counts every ATen op with the lines that ran it, so a report can later say which ops
+have no XLA lowering. `dry_run(fn, *args, **kwargs)` runs a function this way and returns a
+`DryRunReport`; the `%%tpu --dry-run` magic uses `DryRunDetector` around a cell.
+"""
+
+from __future__ import annotations
+
+import html
+import linecache
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = [
+    "DryRunDetector",
+    "DryRunReport",
+    "Hazard",
+    "HazardKind",
+    "ShapeHistory",
+    "dry_run",
+]
+
+
+class HazardKind(StrEnum):
+    HOST_SYNC = "host sync"
+    FLOAT64 = "float64"
+    DYNAMIC_SHAPE = "data-dependent shape"
+    SHAPE_CHANGE = "shape change"
+
+
+# Why each kind hurts on a TPU, and the one-line fix.
+WHY: dict[HazardKind, str] = {
+    HazardKind.HOST_SYNC: "stops the TPU and waits for a copy to the host",
+    HazardKind.FLOAT64: "TPUs have no fast float64: it is emulated, many times slower",
+    HazardKind.DYNAMIC_SHAPE: "the output shape depends on the data, so XLA cannot compile it ahead",
+    HazardKind.SHAPE_CHANGE: "each new input shape is a new XLA compilation",
+}
+FIX: dict[HazardKind, str] = {
+    HazardKind.HOST_SYNC: (
+        "keep values on the device: accumulate losses as tensors and call .item(), .cpu() "
+        "or print once after the loop, or every N steps"
+    ),
+    HazardKind.FLOAT64: (
+        "use float32 or bfloat16: pass dtype=torch.float32, and convert numpy float64 "
+        "arrays with .float()"
+    ),
+    HazardKind.DYNAMIC_SHAPE: (
+        "keep shapes static: torch.where(mask, x, 0) instead of x[mask], fixed-size "
+        "padding instead of unique/masked_select"
+    ),
+    HazardKind.SHAPE_CHANGE: (
+        "pad or bucket inputs to a few fixed shapes (DataLoader(drop_last=True), pad the "
+        "last batch, fixed sequence lengths)"
+    ),
+}
+
+_F64 = (torch.float64, torch.complex128)
+_DYNAMIC = torch.Tag.dynamic_output_shape
+_DATA_DEPENDENT = torch.Tag.data_dependent_output
+# Ops that read tensor data on the host, named as a user wrote them.
+_SYNC_OPS = {
+    "aten._local_scalar_dense": ".item() / Python scalar from a tensor",
+    "aten.nonzero": "nonzero / torch.where(mask)",
+}
+_MASK_DTYPES = (torch.bool, torch.uint8)
+
+# What an op is, decided once per op overload for the whole process: its packet name
+# ("aten.mul"), its full name ("aten.mul.Tensor") and a hazard class from its tags.
+_K_NONE, _K_SYNC, _K_DYNAMIC, _K_INDEX = 0, 1, 2, 3
+_OP_INFO: dict[Any, tuple[str, str, int]] = {}
+
+
+def _op_info(func: Any) -> tuple[str, str, int]:
+    name = f"{func.namespace}.{func._opname}"
+    tags = func.tags
+    if name in _SYNC_OPS or _DATA_DEPENDENT in tags:
+        kind = _K_SYNC
+    elif _DYNAMIC in tags:
+        # Indexing is dynamic only with a boolean mask; integer indices keep their shape.
+        kind = _K_INDEX if name == "aten.index" else _K_DYNAMIC
+    else:
+        kind = _K_NONE
+    info = _OP_INFO[func] = (name, str(func), kind)
+    return info
+
+
+@dataclass
+class Hazard:
+    """One kind of hazard at one line: how often, and what caused it."""
+
+    kind: HazardKind
+    line: int | None
+    count: int = 0
+    causes: Counter[str] = field(default_factory=Counter)
+    detail: str = ""
+    code: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": str(self.kind),
+            "line": self.line,
+            "count": self.count,
+            "causes": dict(self.causes),
+            "detail": self.detail,
+            "code": self.code,
+            "fix": FIX[self.kind],
+        }
+
+
+class ShapeHistory:
+    """Input shapes seen per (line, op) across runs of the same code.
+
+    Kept by the caller between runs (the magic keeps one per cell, `dry_run` one per
+    function), so that the second run of a cell with a new batch size shows up as the
+    recompilation it would be on XLA.
+    """
+
+    def __init__(self) -> None:
+        # (line, op name, occurrence since the line was entered) -> input shape signatures
+        self.shapes: dict[tuple[int, str, int], set[tuple[Any, ...]]] = {}
+
+    def changed(self) -> dict[tuple[int, str, int], set[tuple[Any, ...]]]:
+        return {key: seen for key, seen in self.shapes.items() if len(seen) > 1}
+
+
+@dataclass
+class DryRunReport:
+    """What a dry run found, by kind and line, and every ATen op it ran.
+
+    `ops` maps an op's name ("aten.addmm") to a Counter of the user lines that ran it (None
+    for ops outside the user's code): the raw material for an op-coverage section.
+    """
+
+    label: str
+    filename: str | None
+    seconds: float
+    hazards: list[Hazard]
+    ops: dict[str, Counter[int | None]]
+    error: str | None = None
+    # Runs per full overload name ("aten.mul.Tensor"), for coverage checks that need it.
+    overloads: Counter[str] = field(default_factory=Counter)
+    result: Any = field(default=None, repr=False, compare=False)  # what the function returned
+
+    @property
+    def total_ops(self) -> int:
+        return sum(sum(lines.values()) for lines in self.ops.values())
+
+    def counts(self) -> dict[str, int]:
+        """Occurrences per hazard kind (kinds with none are absent)."""
+        out: Counter[str] = Counter()
+        for hazard in self.hazards:
+            out[str(hazard.kind)] += hazard.count
+        return dict(out)
+
+    def by_kind(self, kind: HazardKind | str) -> list[Hazard]:
+        return [h for h in self.hazards if h.kind == HazardKind(kind)]
+
+    def lines(self, kind: HazardKind | str) -> list[int | None]:
+        return [h.line for h in self.by_kind(kind)]
+
+    def op_counts(self) -> dict[str, int]:
+        return {name: sum(lines.values()) for name, lines in self.ops.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "seconds": self.seconds,
+            "counts": self.counts(),
+            "hazards": [h.to_dict() for h in self.hazards],
+            "ops": {
+                name: {"count": sum(lines.values()), "lines": _line_dict(lines)}
+                for name, lines in sorted(self.ops.items())
+            },
+            "overloads": dict(sorted(self.overloads.items())),
+            "error": self.error,
+        }
+
+    def _where(self, line: int | None) -> str:
+        return f"line {line}" if line is not None else "outside your code"
+
+    def __str__(self) -> str:
+        head = (
+            f"Dry run of {self.label} on the CPU: {self.total_ops:,} ATen ops "
+            f"({len(self.ops)} distinct) in {self.seconds * 1e3:.1f} ms"
+        )
+        if not self.hazards:
+            return head + "\nNo TPU hazards found."
+        out = [head]
+        for kind in HazardKind:
+            found = self.by_kind(kind)
+            if not found:
+                continue
+            total = sum(h.count for h in found)
+            out.append(f"{kind} ({total}): {WHY[kind]}")
+            for h in found:
+                out.append(f"  {self._where(h.line):<9} x{h.count:<4} {h.code}  <- {_causes(h)}")
+            out.append(f"  fix: {FIX[kind]}")
+        return "\n".join(out)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        parts = [
+            "<div class='gpu2tpu-dry-run'>",
+            f"<b>Dry run of {esc(self.label)} on the CPU</b>: {self.total_ops:,} ATen ops "
+            f"({len(self.ops)} distinct) in {self.seconds * 1e3:.1f} ms",
+        ]
+        if not self.hazards:
+            parts.append("<p>No TPU hazards found.</p></div>")
+            return "".join(parts)
+        parts.append(
+            "<table><thead><tr><th>kind</th><th>where</th><th>count</th><th>cause</th>"
+            "<th>code</th></tr></thead><tbody>"
+        )
+        for h in self.hazards:
+            cause = _causes(h)
+            parts.append(
+                f"<tr><td>{esc(str(h.kind))}</td><td>{esc(self._where(h.line))}</td>"
+                f"<td>{h.count}</td><td>{esc(cause)}</td><td><code>{esc(h.code)}</code></td></tr>"
+            )
+        parts.append("</tbody></table><ul>")
+        for kind in HazardKind:
+            if self.by_kind(kind):
+                parts.append(
+                    f"<li><b>{esc(str(kind))}</b>: {esc(WHY[kind])}. Fix: {esc(FIX[kind])}</li>"
+                )
+        parts.append("</ul></div>")
+        return "".join(parts)
+
+
+def _causes(hazard: Hazard, most: int = 3) -> str:
+    """The most frequent causes of a hazard, and its detail, in one phrase."""
+    ranked = [name for name, _ in hazard.causes.most_common()]
+    text = ", ".join(ranked[:most])
+    if len(ranked) > most:
+        text += f" and {len(ranked) - most} more"
+    return text + (f" ({hazard.detail})" if hazard.detail else "")
+
+
+def _line_dict(lines: Counter[int | None]) -> dict[str, int]:
+    return {("outside" if k is None else str(k)): v for k, v in sorted(lines.items(), key=_key)}
+
+
+def _key(item: tuple[int | None, int]) -> int:
+    return -1 if item[0] is None else item[0]
+
+
+class DryRunDetector(TorchDispatchMode):
+    """Records TPU hazards while active; use as a context manager, then call `report()`.
+
+    `filenames` are the files whose lines count as the user's (a cell's compile-cache name,
+    a script); an op is attributed to the innermost frame from one of them.
+    """
+
+    def __init__(
+        self,
+        filenames: set[str],
+        label: str = "the code",
+        history: ShapeHistory | None = None,
+    ) -> None:
+        super().__init__()
+        self.filenames = filenames
+        self.label = label
+        self.history = history if history is not None else ShapeHistory()
+        self.ops: dict[str, Counter[int | None]] = {}
+        self.overloads: dict[str, int] = {}
+        self.found: dict[tuple[HazardKind, int | None], Hazard] = {}
+        self._quiet = 0
+        self._started = 0.0
+        self.seconds = 0.0
+        self._last_line: int | None = None
+        self._occurrence: dict[str, int] = {}
+
+    # -- attribution -----------------------------------------------------------------------------
+
+    def _user_line(self) -> int | None:
+        frame = sys._getframe(2)
+        names = self.filenames
+        while frame is not None:
+            if frame.f_code.co_filename in names:
+                return frame.f_lineno
+            frame = frame.f_back
+        return None
+
+    def _record(self, kind: HazardKind, line: int | None, cause: str, detail: str = "") -> None:
+        hazard = self.found.get((kind, line))
+        if hazard is None:
+            hazard = self.found[(kind, line)] = Hazard(kind, line)
+        hazard.count += 1
+        hazard.causes[cause] += 1
+        if detail:
+            hazard.detail = detail
+
+    # -- the dispatch hook -----------------------------------------------------------------------
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        if self._quiet:
+            return out
+        info = _OP_INFO.get(func)
+        if info is None:
+            info = _op_info(func)
+        name, overload, kind = info
+        overloads = self.overloads
+        overloads[overload] = overloads.get(overload, 0) + 1
+        line = self._user_line()
+        lines = self.ops.get(name)
+        if lines is None:
+            lines = self.ops[name] = Counter()
+        lines[line] += 1
+
+        if kind:
+            if kind == _K_SYNC:
+                self._record(HazardKind.HOST_SYNC, line, _SYNC_OPS.get(name, name))
+            elif kind == _K_DYNAMIC:
+                self._record(HazardKind.DYNAMIC_SHAPE, line, name)
+            elif _has_mask_index(args):
+                self._record(HazardKind.HOST_SYNC, line, "boolean-mask indexing x[mask]")
+        if isinstance(out, torch.Tensor):
+            if out.dtype in _F64:
+                self._record(HazardKind.FLOAT64, line, name)
+        elif isinstance(out, tuple | list):
+            for item in out:
+                if isinstance(item, torch.Tensor) and item.dtype in _F64:
+                    self._record(HazardKind.FLOAT64, line, name)
+                    break
+
+        if line is not None:
+            sig = tuple([a.shape for a in args if isinstance(a, torch.Tensor)])
+            if sig:
+                self._note_shapes(line, name, sig)
+        return out
+
+    def _note_shapes(self, line: int, name: str, sig: tuple[Any, ...]) -> None:
+        """Remember the input shapes of the k-th `name` op since `line` was last entered.
+
+        Keying by occurrence keeps two layers called from one line apart; restarting the
+        count whenever another line ran in between makes each loop iteration (or each run of
+        the cell) line up with the previous one, so a new batch shape shows as a change.
+        """
+        if line != self._last_line:
+            self._last_line = line
+            self._occurrence = {}
+        k = self._occurrence.get(name, 0)
+        self._occurrence[name] = k + 1
+        key = (line, name, k)
+        seen = self.history.shapes.get(key)
+        if seen is None:
+            self.history.shapes[key] = {sig}
+        elif sig not in seen:
+            seen.add(sig)
+
+    # -- host transfers that run no ATen op on the CPU -------------------------------------------
+
+    @contextmanager
+    def _tensor_method_hooks(self) -> Iterator[None]:
+        """Wrap `.cpu()`, `.tolist()`, `.numpy()` and printing so they count as host syncs."""
+        cls = torch.Tensor
+        originals = {
+            n: getattr(cls, n) for n in ("cpu", "tolist", "numpy", "__repr__", "__format__")
+        }
+        labels = {
+            "cpu": ".cpu()",
+            "tolist": ".tolist()",
+            "numpy": ".numpy()",
+            "__repr__": "printing a tensor",
+            "__format__": "formatting a tensor (f-string)",
+        }
+        detector = self
+
+        def wrap(method_name: str) -> Callable[..., Any]:
+            original = originals[method_name]
+            label = labels[method_name]
+
+            def hooked(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+                if detector._quiet:
+                    return original(self, *args, **kwargs)
+                detector._record(HazardKind.HOST_SYNC, detector._user_line(), label)
+                detector._quiet += 1
+                try:
+                    return original(self, *args, **kwargs)
+                finally:
+                    detector._quiet -= 1
+
+            hooked.__name__ = getattr(original, "__name__", method_name)
+            hooked.__doc__ = getattr(original, "__doc__", None)
+            return hooked
+
+        for method_name in originals:
+            setattr(cls, method_name, wrap(method_name))
+        try:
+            yield
+        finally:
+            for method_name, original in originals.items():
+                setattr(cls, method_name, original)
+
+    def __enter__(self) -> DryRunDetector:
+        self._hooks = self._tensor_method_hooks()
+        self._hooks.__enter__()
+        try:
+            super().__enter__()
+        except BaseException:
+            self._hooks.__exit__(*sys.exc_info())
+            raise
+        # The first dispatch in a process imports torch machinery; keep it out of the timing.
+        self._quiet += 1
+        try:
+            torch.zeros(()).add_(0)
+        finally:
+            self._quiet -= 1
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.seconds += time.perf_counter() - self._started
+        try:
+            super().__exit__(*exc)
+        finally:
+            self._hooks.__exit__(*exc)
+
+    # -- results -----------------------------------------------------------------------------------
+
+    def report(self, error: BaseException | None = None) -> DryRunReport:
+        hazards = list(self.found.values())
+        filename = next(iter(self.filenames), None)
+        for (line, name, _k), seen in self.history.changed().items():
+            shapes = sorted(seen, key=str)
+            hazard = Hazard(
+                HazardKind.SHAPE_CHANGE,
+                line,
+                count=len(seen) - 1,
+                causes=Counter({name: len(seen) - 1}),
+                detail=f"{len(seen)} input shapes, e.g. {_fmt(shapes[0])} and {_fmt(shapes[-1])}",
+            )
+            hazards.append(hazard)
+        hazards = _merge_shape_changes(hazards)
+        for hazard in hazards:
+            if hazard.line is not None and filename is not None:
+                hazard.code = linecache.getline(filename, hazard.line).strip()
+        hazards.sort(key=lambda h: (list(HazardKind).index(h.kind), _key((h.line, 0))))
+        return DryRunReport(
+            label=self.label,
+            filename=filename,
+            seconds=self.seconds,
+            hazards=hazards,
+            ops=self.ops,
+            overloads=Counter(self.overloads),
+            error=f"{type(error).__name__}: {error}" if error is not None else None,
+        )
+
+
+def _has_mask_index(args: tuple[Any, ...]) -> bool:
+    indices = args[1] if len(args) > 1 else ()
+    return any(isinstance(i, torch.Tensor) and i.dtype in _MASK_DTYPES for i in indices or ())
+
+
+def _fmt(sig: tuple[Any, ...]) -> str:
+    return " ".join(str(list(s)) for s in sig)
+
+
+def _merge_shape_changes(hazards: list[Hazard]) -> list[Hazard]:
+    """One shape-change entry per line: the op with the most shapes speaks for the line."""
+    keep: list[Hazard] = []
+    best: dict[int | None, Hazard] = {}
+    for hazard in hazards:
+        if hazard.kind is not HazardKind.SHAPE_CHANGE:
+            keep.append(hazard)
+            continue
+        current = best.get(hazard.line)
+        if current is None:
+            best[hazard.line] = hazard
+            continue
+        winner, other = (hazard, current) if hazard.count > current.count else (current, hazard)
+        for cause in other.causes:
+            winner.causes.setdefault(cause, other.causes[cause])
+        best[hazard.line] = winner
+    return keep + list(best.values())
+
+
+_FUNCTION_HISTORY: dict[Any, ShapeHistory] = {}
+
+
+def dry_run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> DryRunReport:
+    """Run `fn(*args, **kwargs)` on the CPU and report what would hurt on a TPU.
+
+    The report's `result` holds what `fn` returned. Lines are those of the file that defines `fn`. Calling `dry_run` again on the same
+    function with inputs of new shapes reports the change, as XLA would recompile. An error
+    raised by `fn` propagates; the report so far is attached to it as `error.dry_run_report`.
+    """
+    code = getattr(fn, "__code__", None) or getattr(getattr(fn, "forward", None), "__code__", None)
+    if code is None and callable(fn):
+        code = getattr(type(fn).__call__, "__code__", None)
+    filename = code.co_filename if code is not None else "<unknown>"
+    label = getattr(fn, "__qualname__", None) or type(fn).__name__
+    history = _FUNCTION_HISTORY.setdefault(code, ShapeHistory())
+    detector = DryRunDetector({filename}, label=f"{label}()", history=history)
+    try:
+        with detector:
+            result = fn(*args, **kwargs)
+    except BaseException as err:
+        err.dry_run_report = detector.report(err)  # type: ignore[attr-defined]
+        raise
+    report = detector.report()
+    report.result = result
+    return report

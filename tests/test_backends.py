@@ -1,0 +1,347 @@
+"""The backends: selection, the CPU and torchax paths for real, TorchTPU and XLA via stand-ins."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from standins import forget_standins, use_standins
+
+from gpu2tpu.backends import (
+    BACKEND_NAMES,
+    BackendUnavailable,
+    UnknownBackend,
+    available_backends,
+    backend_class,
+    chip_kind,
+    choose_backend,
+    get_backend,
+)
+from gpu2tpu.backends.base import accelerator_answers, default_device, tpu_chips_on_pci
+
+
+@pytest.fixture
+def no_tpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine as it is here: neither TPU runtime importable, no PJRT_DEVICE."""
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    use_standins(monkeypatch)  # both stand-ins hidden
+    yield
+    forget_standins()
+
+
+@pytest.fixture
+def torch_tpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    use_standins(monkeypatch, "torch_tpu")
+    yield
+    forget_standins()
+
+
+@pytest.fixture
+def torch_xla(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    use_standins(monkeypatch, "torch_xla")
+    yield
+    forget_standins()
+
+
+# -- names and errors --------------------------------------------------------------------------
+
+
+def test_unknown_backend_lists_every_known_name() -> None:
+    with pytest.raises(UnknownBackend) as err:
+        get_backend("tpuv9")
+    for name in BACKEND_NAMES:
+        assert name in str(err.value)
+
+
+def test_aliases_resolve_to_the_same_backend() -> None:
+    assert backend_class("torchax") is backend_class("jax")
+    assert backend_class("TORCH_XLA") is backend_class("xla")
+
+
+def test_explicit_unavailable_backend_raises_with_install_command(no_tpu: None) -> None:
+    with pytest.raises(BackendUnavailable) as err:
+        get_backend("tpu")
+    assert "pip install torch-tpu" in str(err.value)
+    assert "torch_tpu not installed" in str(err.value)
+    with pytest.raises(BackendUnavailable) as err:
+        get_backend("xla")
+    assert "pip install torch==2.9.0 'torch_xla[tpu]==2.9.0'" in str(err.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_unavailable_without_gpu_never_falls_back() -> None:
+    with pytest.raises(BackendUnavailable, match="NVIDIA GPU"):
+        get_backend("cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_cuda_backend_on_a_gpu() -> None:
+    cuda = get_backend("cuda")
+    chip = cuda.chip()
+    assert chip.count == torch.cuda.device_count() and chip.kind == chip_kind(chip.name)
+    cuda.reset_peak_memory()
+    with cuda.activate() as dev:
+        block = torch.ones(2**20)  # default device: the GPU
+        assert block.device.type == "cuda" and dev.type == "cuda"
+        cuda.synchronize()
+        mem = cuda.memory()
+        assert mem.in_use_bytes >= 4 * 2**20 and mem.peak_bytes >= mem.in_use_bytes
+        assert mem.total_bytes > mem.in_use_bytes
+    assert torch.get_default_device().type == "cpu"
+
+
+def test_auto_without_tpu_picks_cpu_dry_run_and_says_why(no_tpu: None) -> None:
+    backend, reason = choose_backend("auto")
+    assert backend.name == "cpu"
+    assert reason == (
+        "auto: no TPU backend found (torch_tpu, torch_xla not installed); using the CPU dry run"
+    )
+    assert get_backend("auto") is backend
+
+
+def test_availability_check_does_not_import_absent_packages() -> None:
+    code = (
+        "import sys; import gpu2tpu.backends as b;"
+        "assert 'torch' not in sys.modules, 'importing backends imported torch';"
+        "b.backend_class('jax').is_available(); b.backend_class('tpu').is_available();"
+        "b.backend_class('xla').is_available();"
+        "heavy = [m for m in ('jax', 'torchax', 'torch_tpu', 'torch_xla', 'libtpu') if m in sys.modules];"
+        "assert not heavy, heavy"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_available_backends_lists_all_with_reasons(no_tpu: None) -> None:
+    statuses = {s.name: s for s in available_backends()}
+    assert list(statuses) == [n for n in BACKEND_NAMES if n != "auto"]
+    assert statuses["cpu"].available
+    assert torch.__version__.startswith(statuses["cpu"].version)
+    assert not statuses["tpu"].available
+    assert statuses["tpu"].reason == "torch_tpu not installed"
+    assert "pip install torch-tpu" in statuses["tpu"].install
+
+
+# -- the CPU, for real ---------------------------------------------------------------------------
+
+
+def test_cpu_backend_reports_host_memory_and_chip() -> None:
+    cpu = get_backend("cpu")
+    assert cpu.device() == torch.device("cpu")
+    chip = cpu.chip()
+    assert chip.kind == "cpu" and chip.count == 1 and chip.name
+    cpu.reset_peak_memory()
+    before = cpu.memory()
+    assert before.in_use_bytes and before.total_bytes and before.in_use_bytes < before.total_bytes
+    block = torch.ones(64 * 2**20, dtype=torch.uint8)  # 64 MiB touched
+    block.add_(1)
+    after = cpu.memory()
+    assert after.peak_bytes >= before.in_use_bytes + 48 * 2**20
+    del block
+    assert cpu.compile(len) is len  # the dry run runs eager code
+    assert cpu.compilation_count() is None
+
+
+def test_activate_routes_the_accelerator_and_restores_it_on_error() -> None:
+    original = torch.accelerator.current_accelerator
+    cpu = get_backend("cpu")
+    with pytest.raises(RuntimeError, match="half-way"), cpu.activate() as dev:
+        assert dev.type == "cpu"
+        # What the codemod's device expression evaluates to inside the block:
+        chosen = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")
+        assert chosen.type == "cpu"
+        raise RuntimeError("half-way")
+    assert torch.accelerator.current_accelerator is original
+
+
+def test_default_device_set_and_restored_even_on_error() -> None:
+    assert torch.get_default_device().type == "cpu"
+    with pytest.raises(KeyboardInterrupt), default_device(torch.device("meta")):
+        assert torch.empty(2).device.type == "meta"
+        raise KeyboardInterrupt
+    assert torch.get_default_device().type == "cpu"
+    assert torch.empty(2).device.type == "cpu"
+
+
+def test_accelerator_answers_calls_backend_synchronize() -> None:
+    seen: list[str] = []
+    with accelerator_answers(torch.device("meta"), synchronize=lambda: seen.append("sync")):
+        assert torch.accelerator.current_accelerator() == torch.device("meta")
+        assert torch.accelerator.is_available()
+        torch.accelerator.synchronize()
+    assert seen == ["sync"]
+
+
+# -- TorchTPU and PyTorch/XLA through stand-ins -------------------------------------------------
+
+
+def test_torchtpu_standin_is_picked_by_auto_and_adapts_its_calls(torch_tpu: None) -> None:
+    backend, reason = choose_backend("auto")
+    assert backend.name == "tpu"
+    assert reason.startswith("auto: using TorchTPU") and "sees a TPU" in reason
+    chip = backend.chip()
+    assert (chip.name, chip.kind, chip.count) == ("TPU v5 lite", "v5e", 4)
+    mem = backend.memory()
+    assert (mem.in_use_bytes, mem.peak_bytes, mem.total_bytes) == (1024, 4096, 16 * 2**30)
+    assert backend.compilation_count() == 7
+    tpu_module = torch.tpu
+    tpu_module.calls.clear()
+    backend.synchronize()
+    assert tpu_module.calls == ["synchronize"]
+    with pytest.raises(ValueError, match="half-way"), backend.activate() as dev:
+        assert dev.type == "meta" and torch.empty(3).device.type == "meta"
+        assert torch.accelerator.current_accelerator(check_available=True) == dev
+        torch.accelerator.synchronize()
+        raise ValueError("half-way")
+    assert tpu_module.calls == ["synchronize", "synchronize"]
+    assert torch.get_default_device().type == "cpu"
+
+
+def test_torchtpu_fused_eager_mode_is_entered_and_left(torch_tpu: None) -> None:
+    import torch_tpu._internal.execution_mode as modes
+
+    from gpu2tpu.backends.torchtpu import TorchTPUBackend
+
+    with TorchTPUBackend(eager_mode="fused").activate():
+        assert modes.current is modes.DeferMode.DEFER_AND_FUSE
+    assert modes.current is modes.DeferMode.DEFAULT
+    with pytest.raises(ValueError, match="known modes: fused, strict, debug"):
+        TorchTPUBackend(eager_mode="lazy")
+
+
+def test_torchtpu_without_chip_is_skipped_and_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    use_standins(monkeypatch, "torch_tpu", chips=0)
+    try:
+        backend, reason = choose_backend("auto")
+        assert backend.name == "cpu"
+        assert "torch_tpu is installed but found no TPU chip" in reason
+        with pytest.raises(BackendUnavailable, match="found no TPU chip"):
+            get_backend("tpu")
+    finally:
+        forget_standins()
+
+
+def test_xla_standin_runs_when_asked_but_auto_needs_a_tpu(torch_xla: None, monkeypatch) -> None:
+    backend, reason = choose_backend("auto")
+    if tpu_chips_on_pci() == 0:
+        assert backend.name == "cpu"
+        assert "torch_xla is installed but would run on the CPU" in reason
+    xla = get_backend("xla")  # an explicit request works without a TPU
+    assert xla.device().type == "meta"
+    monkeypatch.setenv("PJRT_DEVICE", "TPU")
+    backend, reason = choose_backend("auto")
+    assert backend.name == "xla" and reason.startswith("auto: using PyTorch/XLA")
+    chip = xla.chip()
+    assert (chip.name, chip.kind, chip.count) == ("v5litepod-4", "v5e", 4)
+    assert xla.compilation_count() == 3
+    mem = xla.memory()
+    assert (mem.in_use_bytes, mem.peak_bytes, mem.total_bytes) == (2048, 8192, 16 * 2**30)
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    syncs, waits = torch_xla.syncs, xm.waits
+    xla.synchronize()
+    assert (torch_xla.syncs, xm.waits) == (syncs + 1, waits + 1)
+    with xla.activate():
+        # XLA is no torch accelerator: rewritten code still finds the XLA device.
+        assert torch.accelerator.current_accelerator(check_available=True).type == "meta"
+    assert torch.get_default_device().type == "cpu"
+
+
+def test_auto_prefers_torchtpu_over_xla(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PJRT_DEVICE", "TPU")
+    use_standins(monkeypatch, "torch_tpu", "torch_xla")
+    try:
+        assert choose_backend("auto")[0].name == "tpu"
+    finally:
+        forget_standins()
+
+
+# -- torchax on JAX's CPU platform, for real ---------------------------------------------------
+
+
+# torchax makes "jax" torch's accelerator for the whole process once imported, so every test
+# that imports it runs in a child process and leaves this one as it was.
+JAX_FORWARD = """
+import torch
+from gpu2tpu.backends import get_backend
+jax_backend = get_backend("jax")
+chip = jax_backend.chip()
+assert chip.kind == "cpu" and chip.count >= 1, chip
+assert "torchax" not in __import__("sys").modules, "asking for the chip loaded torchax"
+model = torch.nn.Linear(4, 2)
+x = torch.randn(3, 4)
+expected = model(x)
+before = jax_backend.compilation_count()
+with jax_backend.activate() as dev:
+    assert dev.type == "jax"
+    assert torch.accelerator.current_accelerator(check_available=True).type == "jax"
+    torch.accelerator.synchronize()  # torchax leaves it broken; activate() routes it
+    model_jax = model.to(dev)
+    compiled = jax_backend.compile(model_jax)
+    out = compiled(x.to(dev))
+    assert torch.allclose(out.to("cpu"), expected, atol=1e-5)
+assert jax_backend.compilation_count() > before
+assert torch.get_default_device().type == "cpu"
+"""
+
+
+def run_python(code: str) -> None:
+    """Run `code` in a fresh interpreter with JAX on its CPU platform; fail on any error."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_jax_backend_runs_forward_compiles_and_counts() -> None:
+    run_python(JAX_FORWARD)
+
+
+def test_jax_backend_explains_backward_limitation() -> None:
+    jax_backend = get_backend("jax")
+    error = RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+    note = jax_backend.explain_failure(error, "loss.backward()")
+    assert "backward" in note and "functional route" in note
+    assert jax_backend.explain_failure(ValueError("shape"), "y = m(x)") is None
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("TPU v5 lite", "v5e"),
+        ("TPU v5e", "v5e"),
+        ("TPU v6 lite", "v6e"),
+        ("TPU v5", "v5p"),
+        ("TPU v5p", "v5p"),
+        ("TPU v4", "v4"),
+        ("TPU7x", "tpu7x"),
+        ("v5litepod-8", "v5e"),
+        ("v6e-8", "v6e"),
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
+        ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+        ("NVIDIA L4", "l4"),
+        ("Tesla T4", "t4"),
+        ("NVIDIA H200", "h200"),
+        ("Some New Chip", "some-new-chip"),
+    ],
+)
+def test_chip_kind(name: str, kind: str) -> None:
+    assert chip_kind(name) == kind
+
+
+def test_tpu_chips_on_pci_counts_google_devices(tmp_path) -> None:
+    for i, vendor in enumerate(["0x1ae0", "0x8086", "0x1ae0"]):
+        (tmp_path / f"0000:00:0{i}.0").mkdir()
+        (tmp_path / f"0000:00:0{i}.0" / "vendor").write_text(vendor + "\n")
+    assert tpu_chips_on_pci(str(tmp_path)) == 2
+    assert tpu_chips_on_pci(str(tmp_path / "absent")) == 0

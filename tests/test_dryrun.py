@@ -1,0 +1,152 @@
+"""The dry-run hazard detector, through `dry_run(fn, *args)` on real PyTorch code."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from gpu2tpu.profile.dryrun import FIX, DryRunReport, HazardKind, dry_run
+
+
+def line_of(fn, text: str) -> int:
+    """The file line number of the first line of `fn` that contains `text`."""
+    lines, start = inspect.getsourcelines(fn)
+    for offset, line in enumerate(lines):
+        if text in line:
+            return start + offset
+    raise AssertionError(f"{text!r} not in {fn.__name__}")
+
+
+def host_syncs(x: torch.Tensor) -> float:
+    total = 0.0
+    for _ in range(3):
+        total += x.sum().item()
+    x.cpu()
+    x.tolist()
+    x.numpy()
+    print(x)
+    big = x[x > 0]
+    idx = torch.nonzero(x)
+    return total + big.numel() + idx.numel()
+
+
+def test_host_syncs_are_counted_at_the_user_lines(capsys) -> None:
+    report = dry_run(host_syncs, torch.randn(4, 4))
+    syncs = {h.line: h for h in report.by_kind(HazardKind.HOST_SYNC)}
+    item_line = line_of(host_syncs, ".item()")
+    assert syncs[item_line].count == 3
+    assert syncs[item_line].code == "total += x.sum().item()"
+    assert syncs[line_of(host_syncs, "x.cpu()")].causes == {".cpu()": 1}
+    assert syncs[line_of(host_syncs, "x.tolist()")].causes == {".tolist()": 1}
+    assert syncs[line_of(host_syncs, "x.numpy()")].causes == {".numpy()": 1}
+    # Printing counts once, not once per element it reads.
+    assert syncs[line_of(host_syncs, "print(x)")].count == 1
+    assert "boolean-mask indexing x[mask]" in syncs[line_of(host_syncs, "x[x > 0]")].causes
+    assert syncs[line_of(host_syncs, "torch.nonzero")].count == 1
+    assert isinstance(report.result, float)
+    assert "tensor(" in capsys.readouterr().out  # the function still printed
+
+
+def float64_and_dynamic(x: np.ndarray) -> torch.Tensor:
+    t = torch.from_numpy(x)
+    y = t * 2
+    u = torch.unique(y.float())
+    return u
+
+
+def test_float64_and_data_dependent_shapes() -> None:
+    report = dry_run(float64_and_dynamic, np.arange(6.0))
+    f64 = report.by_kind("float64")
+    # float64 enters at from_numpy and is worked on by the multiplication; not after .float().
+    assert [h.line for h in f64] == [
+        line_of(float64_and_dynamic, "from_numpy"),
+        line_of(float64_and_dynamic, "y = t * 2"),
+    ]
+    assert f64[1].causes == {"aten.mul": 1}
+    dyn = report.by_kind(HazardKind.DYNAMIC_SHAPE)
+    assert [h.line for h in dyn] == [line_of(float64_and_dynamic, "torch.unique")]
+    assert torch.equal(report.result, torch.arange(0.0, 12.0, 2.0))
+
+
+def test_clean_code_has_no_hazards_and_every_op_is_counted() -> None:
+    layer = torch.nn.Linear(8, 4)
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(layer(x))
+
+    report = dry_run(forward, torch.randn(2, 8))
+    assert report.hazards == []
+    assert "No TPU hazards found." in str(report)
+    line = line_of(forward, "torch.relu")
+    assert report.ops["aten.addmm"] == {line: 1}
+    assert report.ops["aten.relu"] == {line: 1}
+    assert report.op_counts()["aten.addmm"] == 1
+    assert report.overloads["aten.addmm.default"] == 1
+
+
+def test_shape_change_between_runs_is_a_recompilation_and_same_shapes_are_not() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return model(x).sum()
+
+    first = dry_run(step, torch.randn(8, 16))
+    # Two layers of different widths on one line are not a shape change.
+    assert first.by_kind(HazardKind.SHAPE_CHANGE) == []
+    again = dry_run(step, torch.randn(8, 16))
+    assert again.by_kind(HazardKind.SHAPE_CHANGE) == []
+    changed = dry_run(step, torch.randn(5, 16))
+    shape = changed.by_kind(HazardKind.SHAPE_CHANGE)
+    assert [h.line for h in shape] == [line_of(step, "model(x)")]
+    assert "[8, 16]" in shape[0].detail and "[5, 16]" in shape[0].detail
+
+
+def train_loop(model: torch.nn.Module, sizes: list[int]) -> None:
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for n in sizes:
+        x = torch.randn(n, 4)
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+
+def test_shape_change_inside_a_loop_last_batch() -> None:
+    report = dry_run(train_loop, torch.nn.Linear(4, 2), [16, 16, 16, 7])
+    lines = report.lines(HazardKind.SHAPE_CHANGE)
+    assert line_of(train_loop, "loss = model(x)") in lines
+    # New code (a new function) starts a new history; steady shapes are no change.
+    fresh = dry_run(lambda m: train_loop(m, [16, 16]), torch.nn.Linear(4, 2))
+    assert fresh.by_kind(HazardKind.SHAPE_CHANGE) == []
+
+
+def test_report_renders_as_text_html_and_dict() -> None:
+    report = dry_run(host_syncs, torch.randn(3, 3))
+    text = str(report)
+    assert text.startswith("Dry run of host_syncs() on the CPU")
+    assert f"fix: {FIX[HazardKind.HOST_SYNC]}" in text
+    html = report._repr_html_()
+    assert "<table>" in html and "host sync" in html and "total += x.sum().item()" in html
+    data = json.loads(json.dumps(report.to_dict()))
+    assert data["counts"]["host sync"] == sum(h.count for h in report.by_kind("host sync"))
+    assert data["ops"]["aten._local_scalar_dense"]["count"] == 3
+    assert all(h["fix"] for h in data["hazards"])
+
+
+def test_tensor_methods_restored_and_error_carries_the_report() -> None:
+    originals = (torch.Tensor.cpu, torch.Tensor.__repr__, torch.Tensor.numpy)
+
+    def fails(x: torch.Tensor) -> None:
+        x.sum().item()
+        raise ValueError("half-way")
+
+    with pytest.raises(ValueError, match="half-way") as err:
+        dry_run(fails, torch.ones(2))
+    assert (torch.Tensor.cpu, torch.Tensor.__repr__, torch.Tensor.numpy) == originals
+    partial: DryRunReport = err.value.dry_run_report
+    assert partial.lines("host sync") == [line_of(fails, ".item()")]
+    assert partial.error == "ValueError: half-way"
