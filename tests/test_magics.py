@@ -376,3 +376,17 @@ def test_tpu_info_widget_in_a_kernel(ip: InteractiveShell, monkeypatch: pytest.M
     widget = collect_info().widget()
     assert all(isinstance(child, ipywidgets.HTML) for child in widget.children)
     assert "pip install torch-tpu" in widget.children[1].value
+
+
+def test_tpu_doctor_reports_the_cpu_environment_as_usable(capsys) -> None:
+    from IPython.testing.globalipapp import get_ipython
+
+    ip = get_ipython()
+    ip.run_line_magic("load_ext", "gpu2tpu")
+    try:
+        ip.run_line_magic("tpu_doctor", "")
+    finally:
+        ip.run_line_magic("unload_ext", "gpu2tpu")
+    out = capsys.readouterr().out
+    assert "No problems found." in out
+    assert "CPU: PyTorch" in out

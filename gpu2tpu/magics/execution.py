@@ -625,6 +625,15 @@ class TPUMagics(Magics):
 
         return show_info(self.shell)
 
+    @line_magic
+    def tpu_doctor(self, line: str) -> None:
+        """Check that this environment can run PyTorch on a TPU: versions that fit together,
+        where the notebook runs (Colab, Kaggle, Cloud TPU VM), and the command that fixes
+        each problem. A widget in notebooks, text elsewhere (`gpu2tpu doctor` in a shell)."""
+        from ..readiness.doctor import doctor_magic_output
+
+        doctor_magic_output(self.shell)
+
     def close(self) -> None:
         """Remove auto mode's hooks (used by `%unload_ext`)."""
         if self.auto is not None:
