@@ -69,19 +69,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # `doctor` and `new` parse their own options, which may come before any positional.
+    if argv and argv[0] == "doctor":
+        from .readiness.doctor import main as doctor_main
+
+        return doctor_main(argv[1:])
+    if argv and argv[0] == "new":
+        from .templates import main as new_main
+
+        return new_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
-    if args.command == "doctor":
-        from .readiness.doctor import main as doctor_main
-
-        return doctor_main(args.rest)
-    if args.command == "new":
-        from .templates import main as new_main
-
-        return new_main(args.rest)
     if args.command == "rules":
         from .rewrite.rules_doc import explain_rules
 

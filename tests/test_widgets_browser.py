@@ -11,8 +11,8 @@ screenshot is kept in tests/artifacts/widget.png and copied to docs/img/ for the
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import sys
 from pathlib import Path

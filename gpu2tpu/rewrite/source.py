@@ -117,7 +117,11 @@ def _statements_to_visit(ctx: RuleContext, rules: list[type[Rule]]) -> set[int] 
     raw |= {local for local, full in ctx.imports.items() if any(t in full for t in raw)}
     tokens = tuple(raw)
     codes = ctx.statement_code()
-    return {id(s) for s, code in zip(ctx.module.body, codes, strict=True) if any(t in code for t in tokens)}
+    return {
+        id(s)
+        for s, code in zip(ctx.module.body, codes, strict=True)
+        if any(t in code for t in tokens)
+    }
 
 
 class _Dispatch(cst.CSTVisitor):
