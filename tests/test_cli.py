@@ -180,3 +180,11 @@ def test_rules_doc_is_current() -> None:
     assert doc.read_text() == rules_markdown(), (
         "run: python -m gpu2tpu.rewrite.rules_doc > docs/rules.md"
     )
+
+
+def test_a_folder_named_explicitly_is_processed_even_if_excluded(tmp_path: Path) -> None:
+    root = make_tree(tmp_path)
+    (root / "pyproject.toml").write_text('[tool.gpu2tpu]\nexclude = ["pkg"]\n')
+    assert run_cli("check", ".", cwd=root).returncode == 0  # excluded when walking from the top
+    named = run_cli("check", "pkg", cwd=root)
+    assert named.returncode == 1 and "pkg/train.py:3:9: G2T101" in named.stdout

@@ -263,9 +263,8 @@ def test_gpt_script_fails_as_written_and_trains_the_same_once_migrated(tmp_path:
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "codemod gap: `device = f'cuda:{ddp_local_rank}'` inside main() (nanoGPT's DDP line) is "
-        "neither rewritten nor reported, so the migrated DDP path still moves the model to "
-        "'cuda:0'"
+        "needs a person: `device = f'cuda:{ddp_local_rank}'` (nanoGPT's DDP line) is reported "
+        "(G2T103), not rewritten: CUDA wants the rank's index, a TPU process owns only tpu:0"
     ),
 )
 def test_gpt_script_ddp_path_trains_the_same_once_migrated(tmp_path: Path) -> None:

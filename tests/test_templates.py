@@ -116,13 +116,6 @@ def test_cli_new_subcommand_reaches_the_templates(tmp_path: Path, cli) -> None: 
     assert (tmp_path / "demo.ipynb").read_text(encoding="utf-8") == template_text("migrate")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "gpu2tpu/cli.py hands `new` its arguments through argparse.REMAINDER, which rejects "
-        "options before the first positional (`gpu2tpu new --list`, `new --help`)"
-    ),
-)
 def test_cli_new_takes_options_first(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
     listing = cli("new", "--list", cwd=tmp_path)
     assert listing.returncode == 0, listing.stderr

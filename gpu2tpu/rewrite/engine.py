@@ -190,11 +190,25 @@ def discover(paths: Iterable[str], config: Config) -> tuple[list[str], list[str]
             errors.append(f"{raw}: {_os_reason(err)}")
             continue
         if stat.S_ISDIR(st.st_mode):
-            for found in _walk(p, patterns, rel_of, errors):
+            # A folder named on the command line is wanted even if a pattern excludes it:
+            # the patterns that match it (or a folder above it) do not apply inside it.
+            rel = rel_of(p)
+            active = tuple(
+                pat
+                for pat in patterns
+                if not any(_excluded(part, Path(part).name, (pat,)) for part in _prefixes(rel))
+            )
+            for found in _walk(p, active, rel_of, errors):
                 add(found)
         else:
             add(raw)
     return files, errors
+
+
+def _prefixes(rel: str) -> list[str]:
+    """`a/b/c` -> `a`, `a/b`, `a/b/c`."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def _walk(top: Path, patterns: tuple[str, ...], rel_of, errors: list[str]) -> Iterator[str]:  # type: ignore[no-untyped-def]

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 import libcst.matchers as m
 
 from ..model import Safety, Severity
-from .base import Rule, cuda_literal
+from .base import Rule, cuda_literal, iter_string_value
 
 DEVICE_KWARGS = frozenset({"device", "map_location", "output_device"})
+# CUDA APIs no rule rewrites: a guard around them must stay CUDA's own.
+_CUDA_ONLY = re.compile(
+    r"cuda\.(get_device_name|get_device_properties|get_device_capability|get_arch_list|"
+    r"Stream|stream|CUDAGraph|graph|make_graphed_callables|nvtx|ipc_collect|jiterator)\b"
+)
 
 
 def _call_name(node: cst.Call) -> str:
@@ -219,7 +226,7 @@ class CudaDeviceIdiom(Rule):
         self._fix(node, kind)
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        if self.depth or len(node.targets) != 1:
+        if len(node.targets) != 1:
             return
         target = node.targets[0].target
         if not isinstance(target, cst.Name):
@@ -230,13 +237,22 @@ class CudaDeviceIdiom(Rule):
             if len(value.args) == 1 and _idiom_parts(self, value.args[0].value) == "str":
                 kind = "device"
         if kind is None and "device" in target.value.lower() and cuda_literal(value):
-            if isinstance(value, cst.FormattedString):
+            assignment = f"`{target.value} = {self.code_for(value)}`"
+            literal = next(iter_string_value(value), "")
+            if isinstance(value, cst.FormattedString) or literal not in ("cuda", "cuda:0"):
+                # An index: on CUDA it picks the process's GPU, on a TPU every process owns
+                # `tpu:0`. No single expression keeps both, so a person decides.
+                self.ctx.claim(value)
+                self.report(
+                    value,
+                    f"{assignment} picks a CUDA device by index",
+                    hint="on CUDA keep the index (torch.device(kind, local_rank)); on a TPU each "
+                    "process owns one chip: use the module's device",
+                )
                 return
             kind = "str"
-            self._fix(
-                value, "str", message=f"`{target.value} = {self.code_for(value)}` names NVIDIA GPUs"
-            )
-        if kind is None:
+            self._fix(value, "str", message=f"{assignment} names NVIDIA GPUs")
+        if kind is None or self.depth:
             return
         if self.ctx.adopted_device is None:
             self.ctx.adopted_device = (target.value, self.position(node)[0])
@@ -323,6 +339,29 @@ class CudaIsAvailable(_CudaRuntimeCall):
     hint = "use `torch.accelerator.is_available()`"
     cuda_name = "torch.cuda.is_available"
     accel_name = "accelerator.is_available"
+
+    def visit_Call(self, node: cst.Call) -> None:
+        guarded = self._guarded_code(node)
+        if guarded and self.matches_name(node, self.cuda_name) and _CUDA_ONLY.search(guarded):
+            # The guard protects an API only CUDA has: on a TPU it would now run it and fail.
+            self.report(
+                node,
+                "`torch.cuda.is_available()` guards a CUDA-only API here",
+                hint="migrate the guarded CUDA-only call first, then the guard "
+                "(`torch.accelerator.is_available()`)",
+            )
+            return
+        super().visit_Call(node)
+
+    def _guarded_code(self, node: cst.Call) -> str:
+        parent = self.parent(node)
+        if isinstance(parent, cst.IfExp) and parent.test is node:
+            return self.code_for(parent.body)
+        if isinstance(parent, cst.If) and parent.test is node:
+            return self.code_for(parent.body)
+        if isinstance(parent, cst.BooleanOperation) and parent.left is node:
+            return self.code_for(parent.right)
+        return ""
 
 
 class CudaDeviceCount(_CudaRuntimeCall):
