@@ -544,3 +544,46 @@ class CudaDeviceComparison(Rule):
             if cuda_literal(operand):
                 self.report(node, self.message.format(value=self.code_for(operand)))
                 return
+
+
+class PinMemory(Rule):
+    """`x.pin_memory()` pins host memory for copies to an accelerator.
+
+    Why: on a machine with no accelerator (and on a CUDA build of torch without a GPU) the call
+    raises. Guarded by `torch.accelerator.is_available()` it pins where pinning helps and
+    passes the tensor through elsewhere. Only a plain name or attribute is guarded (it is read
+    twice); anything else is reported. `DataLoader(pin_memory=True)` only warns, and is kept.
+
+    Example:
+        batch = batch.pin_memory()
+        ->  batch = batch.pin_memory() if torch.accelerator.is_available() else batch
+    """
+
+    code = "G2T112"
+    name = "pin-memory"
+    safety = Safety.SAFE
+    message = "`.pin_memory()` raises where no accelerator is present"
+    hint = "guard it: `x.pin_memory() if torch.accelerator.is_available() else x`"
+    tokens = (b"pin_memory()",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not m.matches(node, m.Call(func=m.Attribute(attr=m.Name("pin_memory")), args=[])):
+            return
+        parent = self.parent(node)
+        if isinstance(parent, cst.IfExp) and parent.body is node:
+            return  # already guarded
+        receiver = node.func.value  # type: ignore[attr-defined]
+        if not isinstance(receiver, cst.Name | cst.Attribute):
+            self.report(node)
+            return
+        ctx = self.ctx
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
+            test = cst.Call(func=ctx.torch_attr("accelerator.is_available"))
+            expr = cst.IfExp(test=test, body=updated, orelse=updated.func.value)
+            if isinstance(parent, cst.Arg | cst.Assign | cst.Return | cst.Expr):
+                return expr
+            return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+        self.report(node, fix=fix)
