@@ -570,7 +570,7 @@ class PinMemory(Rule):
         if not m.matches(node, m.Call(func=m.Attribute(attr=m.Name("pin_memory")), args=[])):
             return
         parent = self.parent(node)
-        if isinstance(parent, cst.IfExp) and parent.body is node:
+        if isinstance(parent, cst.IfExp) and parent.body is node or self._guarded(node):
             return  # already guarded
         receiver = node.func.value  # type: ignore[attr-defined]
         if not isinstance(receiver, cst.Name | cst.Attribute):
@@ -587,3 +587,14 @@ class PinMemory(Rule):
             return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
         self.report(node, fix=fix)
+
+    def _guarded(self, node: cst.CSTNode) -> bool:
+        """Inside `if device_type == "cuda":` or `if torch.accelerator.is_available():`."""
+        current: cst.CSTNode | None = node
+        while current is not None:
+            current = self.parent(current)
+            if isinstance(current, cst.If):
+                test = self.code_for(current.test)
+                if "cuda" in test or "is_available" in test or "pin" in test:
+                    return True
+        return False
