@@ -31,3 +31,9 @@ def run_cli(
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-untyped-def]
+    """Tests that import torchax run last: once imported, torchax makes "jax" torch's
+    accelerator for the rest of the process, which would change what other tests see."""
+    items.sort(key=lambda item: item.get_closest_marker("torchax") is not None)

@@ -230,6 +230,7 @@ def test_dry_run_report_joins_the_coverage() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.torchax
 def test_shipped_table_matches_the_live_registry_and_the_script_regenerates_it(
     tmp_path: Path,
 ) -> None:
@@ -260,6 +261,7 @@ def test_shipped_table_matches_the_live_registry_and_the_script_regenerates_it(
 
 
 @pytest.mark.slow
+@pytest.mark.torchax
 def test_torchax_agrees_with_the_verdicts() -> None:
     import torchax
     from torchax.tensor import OperatorNotFound
