@@ -50,10 +50,13 @@ def build_config(args: argparse.Namespace, cwd: Path) -> Config:
 
 
 def _check_codes(config: Config) -> str | None:
+    codes = (*config.options.select, *config.options.ignore)
+    if not codes:
+        return None
     from .rules_doc import documented_rules
 
     known = [r.code for r in documented_rules()]
-    for code in (*config.options.select, *config.options.ignore):
+    for code in codes:
         if code != "ALL" and not any(k.startswith(code) for k in known):
             return f"unknown rule code or prefix: {code} (see `gpu2tpu rules`)"
     return None

@@ -16,10 +16,9 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import libcst as cst
-import libcst.matchers as m
 
 from ..model import Safety, Severity
-from .base import Rule, RuleContext, cuda_literal, iter_string_value
+from .base import Rule, RuleContext, attribute_named, cuda_literal, iter_string_value
 
 CUDA_AUTOCAST = ("torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast")
 AUTOCAST = ("torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
@@ -761,7 +760,7 @@ class HalfMethod(Rule):
     tokens = (b".half(",)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if node.args or not m.matches(node.func, m.Attribute(attr=m.Name("half"))):
+        if node.args or not attribute_named(node.func, "half"):
             return
         value = node.func.value  # type: ignore[attr-defined]
         if isinstance(value, cst.Name | cst.Attribute) and qualified(self, value):

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import libcst as cst
-import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
@@ -34,6 +33,18 @@ DEVICE_NAMES = ("device", "accel_device", "torch_device")
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z0-9, ]+))?", re.IGNORECASE)
 
 REGISTRY: dict[str, type[Rule]] = {}
+
+
+def _compound_types() -> tuple[type, ...]:
+    import ast
+
+    names = ("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try", "TryStar",
+             "FunctionDef", "AsyncFunctionDef", "ClassDef", "Match")  # fmt: skip
+    return tuple(getattr(ast, n) for n in names if hasattr(ast, n))
+
+
+_COMPOUND = _compound_types()
+_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
 
 @dataclass
@@ -69,6 +80,7 @@ class RuleContext:
         self._stmt_lines: list[int] | None = None
         self._stmt_index: dict[int, int] = {}
         self._stmt_code: list[str] | None = None
+        self._spans: list[tuple[int, int]] | bool | None = None
         self._positions: dict[int, dict[cst.CSTNode, object]] = {}
         self.fixes: dict[int, list[tuple[Fix, _Pending | None]]] = {}
         self.pending: list[_Pending] = []
@@ -160,7 +172,14 @@ class RuleContext:
         return self._stmt_lines[index] + pos.start.line - 1, pos.start.column + 1  # type: ignore[attr-defined]
 
     def _statement_first_lines(self) -> list[int]:
+        """The line each top-level statement starts on (its leading comments included)."""
         assert self.module is not None
+        spans = self._statement_spans()
+        if spans is not None:
+            return [
+                first - len(getattr(stmt, "leading_lines", ()))
+                for (first, _), stmt in zip(spans, self.module.body, strict=True)
+            ]
         lines = []
         line = 1 + len(self.module.header)
         for code in self.statement_code():
@@ -168,15 +187,51 @@ class RuleContext:
             line += code.count("\n")
         return lines
 
+    def _statement_spans(self) -> list[tuple[int, int]] | None:
+        """(first, last) line of each top-level statement, from Python's own parser (fast, in
+        C), grouped like libcst's (`a = 1; b = 2` is one statement); None if they differ."""
+        if self._spans is False:
+            return None
+        if self._spans is None:
+            import ast
+
+            assert self.module is not None
+            try:
+                body = ast.parse(self.source).body
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                self._spans = False
+                return None
+            spans: list[tuple[int, int]] = []
+            previous_end = -1
+            for stmt in body:
+                first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
+                last = stmt.end_lineno or stmt.lineno
+                if spans and first == previous_end and not isinstance(stmt, _COMPOUND):
+                    spans[-1] = (spans[-1][0], last)  # `a = 1; b = 2`: one libcst statement
+                else:
+                    spans.append((first, last))
+                previous_end = last
+            if len(spans) != len(self.module.body):
+                self._spans = False
+                return None
+            self._spans = spans
+        return self._spans  # type: ignore[return-value]
+
     def index_statements(self) -> None:
         assert self.module is not None
         self._stmt_index = {id(stmt): i for i, stmt in enumerate(self.module.body)}
 
     def statement_code(self) -> list[str]:
-        """The code of each top-level statement (computed once)."""
+        """The text of each top-level statement (computed once; from the source's lines when
+        Python's parser agrees with libcst's statements, else by libcst's codegen)."""
         assert self.module is not None
         if self._stmt_code is None:
-            self._stmt_code = [self.module.code_for_node(s) for s in self.module.body]
+            spans = self._statement_spans()
+            if spans is not None:
+                lines = _LINES.findall(self.source)  # Python's line ends only, not \f or \x85
+                self._stmt_code = ["".join(lines[a - 1 : b]) for a, b in spans]
+            else:
+                self._stmt_code = [self.module.code_for_node(s) for s in self.module.body]
         return self._stmt_code
 
     def resolve_pending(self) -> None:
@@ -494,5 +549,19 @@ def cuda_literal(node: cst.CSTNode) -> bool:
     return False
 
 
-def is_call_to_attr(node: cst.CSTNode, attr: str) -> bool:
-    return m.matches(node, m.Call(func=m.Attribute(attr=m.Name(attr))))
+# Small structural tests. libcst's matchers say the same, but importing `libcst.matchers`
+# costs half a second, more than checking a whole tree (docs/architecture.md).
+
+
+def attribute_named(node: cst.CSTNode, *names: str) -> bool:
+    """`<anything>.name` for one of `names`."""
+    return isinstance(node, cst.Attribute) and node.attr.value in names
+
+
+def is_call_to_attr(node: cst.CSTNode, *names: str) -> bool:
+    """`<anything>.name(...)` for one of `names`."""
+    return isinstance(node, cst.Call) and attribute_named(node.func, *names)
+
+
+def is_name(node: cst.CSTNode, value: str) -> bool:
+    return isinstance(node, cst.Name) and node.value == value

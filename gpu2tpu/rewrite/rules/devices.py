@@ -5,10 +5,9 @@ from __future__ import annotations
 import re
 
 import libcst as cst
-import libcst.matchers as m
 
 from ..model import Safety, Severity
-from .base import Rule, cuda_literal, iter_string_value
+from .base import Rule, attribute_named, cuda_literal, is_call_to_attr, iter_string_value
 
 DEVICE_KWARGS = frozenset({"device", "map_location", "output_device"})
 # CUDA APIs no rule rewrites: a guard around them must stay CUDA's own.
@@ -59,7 +58,7 @@ class CudaMethod(Rule):
     hint = "use `.to(device)`"
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not m.matches(node, m.Call(func=m.Attribute(attr=m.Name("cuda")))):
+        if not is_call_to_attr(node, "cuda"):
             return
         value = node.func.value  # type: ignore[attr-defined]
         if isinstance(value, cst.Name | cst.Attribute) and self.qualified_names(value):
@@ -118,7 +117,7 @@ class CudaDeviceString(Rule):
                     return
                 self._report_literal(node, args[0].value, whole=True)
             return
-        if m.matches(node.func, m.Attribute(attr=m.Name("to"))) and node.args:
+        if attribute_named(node.func, "to") and node.args:
             first = node.args[0]
             if first.keyword is None and not first.star and cuda_literal(first.value):
                 self._report_literal(first.value, first.value)
@@ -567,7 +566,7 @@ class PinMemory(Rule):
     tokens = (b"pin_memory()",)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not m.matches(node, m.Call(func=m.Attribute(attr=m.Name("pin_memory")), args=[])):
+        if not is_call_to_attr(node, "pin_memory") or node.args:
             return
         parent = self.parent(node)
         if isinstance(parent, cst.IfExp) and parent.body is node or self._guarded(node):

@@ -12,11 +12,10 @@ import sys
 from dataclasses import dataclass, field
 
 import libcst as cst
-import libcst.matchers as m
 
 from ..model import Safety, Severity
 from .amp import is_reference_end, keyword, matches, qualified, report_fixed
-from .base import Rule, RuleContext, iter_string_value
+from .base import Rule, RuleContext, attribute_named, is_name, iter_string_value
 from .memory import (
     MEMORY_TOOLING,
     guarded_line,
@@ -153,11 +152,9 @@ def add_import_time(module: cst.CSTNode) -> cst.CSTNode:
     assert isinstance(module, cst.Module)
     body = list(module.body)
     start = 0
-    if body and m.matches(body[0], m.SimpleStatementLine(body=[m.Expr(m.SimpleString())])):
+    if body and _is_docstring_line(body[0]):
         start = 1
-    while start < len(body) and m.matches(
-        body[start], m.SimpleStatementLine(body=[m.ImportFrom(module=m.Name("__future__"))])
-    ):
+    while start < len(body) and _is_future_import(body[start]):
         start += 1
     at = start
     while at < len(body) and _is_import(body[at]):
@@ -243,7 +240,7 @@ class CudaEventTiming(Rule):
         if not timing:
             plan.problem = "an event used for synchronisation, not timing"
             return plan
-        if len(call.args) != 1 or not m.matches(timing[0].value, m.Name("True")):
+        if len(call.args) != 1 or not is_name(timing[0].value, "True"):
             plan.problem = "only `torch.cuda.Event(enable_timing=True)` is rewritten"
             return plan
         assign = self.parent(call)
@@ -292,9 +289,7 @@ class CudaEventTiming(Rule):
         parent = self.parent(node)
         if isinstance(parent, cst.Arg):
             call = self.parent(parent)
-            if isinstance(call, cst.Call) and m.matches(
-                call.func, m.Attribute(attr=m.Name("elapsed_time"))
-            ):
+            if isinstance(call, cst.Call) and attribute_named(call.func, "elapsed_time"):
                 return ""  # the partner of `other.elapsed_time(<this>)`, checked with it
             return f"`{plan.name}` is passed to a function"
         if not (isinstance(parent, cst.Attribute) and parent.value is node):
@@ -340,7 +335,7 @@ class CudaEventTiming(Rule):
     def _time_imported(module: cst.Module) -> bool:
         """Whether the module imports `time` (as itself) at its top level."""
         return any(
-            m.matches(stmt, m.SimpleStatementLine())
+            isinstance(stmt, cst.SimpleStatementLine)
             and any(
                 isinstance(small, cst.Import)
                 and any(
@@ -447,9 +442,7 @@ class CudaStream(Rule):
             self.report(node, self.message.format(value=f"torch.cuda.{_cuda_name(self, node)}"))
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not m.matches(
-            node.func, m.Attribute(attr=m.Name("wait_stream") | m.Name("record_stream"))
-        ):
+        if not attribute_named(node.func, "wait_stream", "record_stream"):
             return
         value = node.func.value  # type: ignore[attr-defined]
         if isinstance(value, cst.Name | cst.Attribute) and qualified(self, value):
@@ -626,7 +619,7 @@ class CudaLegacyTensor(Rule):
 
     def _is_type_call(self, call: cst.Call) -> bool:
         return (
-            m.matches(call.func, m.Attribute(attr=m.Name("type")))
+            attribute_named(call.func, "type")
             and len(call.args) == 1
             and call.args[0].keyword is None
             and not call.args[0].star
@@ -918,3 +911,21 @@ class CudaApiOther(Rule):
         if not (isinstance(parent, cst.Call) and parent.func is node):
             message = f"`torch.cuda.{name}` is CUDA-only, and used here without a call"
             self.report(node, message, hint="call it behind a guard, by hand")
+
+
+def _is_docstring_line(stmt: cst.CSTNode) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, cst.SimpleString)
+    )
+
+
+def _is_future_import(stmt: cst.CSTNode) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.ImportFrom)
+        and is_name(stmt.body[0].module, "__future__")  # type: ignore[arg-type]
+    )
