@@ -10,8 +10,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
+import functools
 import io
 import os
+import re
 import stat
 import tempfile
 import tokenize
@@ -146,12 +148,21 @@ def load_config(start: Path) -> dict:
 
 
 def _excluded(rel: str, name: str, patterns: Iterable[str]) -> bool:
+    return bool(
+        _exclude_pattern(tuple(patterns)).match(name)
+        or _exclude_pattern(tuple(patterns)).match(rel)
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _exclude_pattern(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """A glob matches a name or a path; a plain path also excludes everything below it."""
+    parts = []
     for pattern in patterns:
-        if fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch(rel, pattern):
-            return True
-        if rel == pattern.rstrip("/") or rel.startswith(pattern.rstrip("/") + "/"):
-            return True
-    return False
+        parts.append(fnmatch.translate(pattern))
+        plain = pattern.rstrip("/")
+        parts.append(re.escape(plain) + r"(?:/.*)?\Z")
+    return re.compile("|".join(f"(?:{p})" for p in parts) or r"(?!x)x")
 
 
 def discover(paths: Iterable[str], config: Config) -> tuple[list[str], list[str]]:
@@ -275,7 +286,7 @@ def process_file(path: str, config: Config, mode: Mode, tokens: tuple[bytes, ...
         return FileOutcome(path, Status.ERROR, error=reason)
     if not data.strip():
         return FileOutcome(path, Status.EMPTY)
-    if not any(t in data for t in tokens) and not _notebook_tokens(path, data):
+    if not _token_pattern(tokens).search(data) and not _notebook_tokens(path, data):
         return FileOutcome(path, Status.PREFILTERED)
     try:
         if path.endswith(".ipynb"):
@@ -299,6 +310,12 @@ def process_file(path: str, config: Config, mode: Mode, tokens: tuple[bytes, ...
     if result.new_text == decoded.text:
         return outcome
     return _finish(outcome, path, decoded.text, result.new_text, decoded.encoding, mode)
+
+
+@functools.lru_cache(maxsize=8)
+def _token_pattern(tokens: tuple[bytes, ...]) -> re.Pattern[bytes]:
+    """One regular expression for all prefilter tokens: one scan of the bytes, not one each."""
+    return re.compile(b"|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True)))
 
 
 def _notebook_tokens(path: str, data: bytes) -> bool:

@@ -149,6 +149,7 @@ class _Dispatch:
                 table.setdefault(node_type, []).append(getattr(rule, attr))
         wanted = set(self.visit_fns) | set(self.leave_fns)
         self.skip_types = tuple(t for t in _TRIVIA if t.__name__ not in wanted)
+        self.kinds: dict[type, int] = {}
 
     @classmethod
     def _methods(cls, rule_type: type) -> tuple[tuple[str, str], ...]:
@@ -186,23 +187,44 @@ class _Dispatch:
             ctx.parents[id(node)] = parent
             if self.keep is not None and parent is ctx.module and id(node) not in self.keep:
                 return
-        name = type(node).__name__
+        node_type = type(node)
+        name = node_type.__name__
         if parent is not None and parent is not ctx.module and name in ("Import", "ImportFrom"):
             ctx.add_import(node)  # type: ignore[arg-type]
         for fn in self.visit_fns.get(name, ()):
             fn(node)
-        skip = self.skip_types
-        for field in self._child_fields(type(node)):
+        kinds = self.kinds
+        for field in self._child_fields(node_type):
             value = getattr(node, field)
-            if isinstance(value, cst.CSTNode):
-                if not isinstance(value, skip):
-                    self._walk(value, node)
-            elif isinstance(value, tuple | list):
+            kind = kinds.get(type(value))
+            if kind is None:
+                kind = self._kind(type(value))
+            if kind == _NODE:
+                self._walk(value, node)
+            elif kind == _SEQUENCE:
                 for item in value:
-                    if isinstance(item, cst.CSTNode) and not isinstance(item, skip):
+                    item_kind = kinds.get(type(item))
+                    if item_kind is None:
+                        item_kind = self._kind(type(item))
+                    if item_kind == _NODE:
                         self._walk(item, node)
         for fn in self.leave_fns.get(name, ()):
             fn(node)
+
+    def _kind(self, value_type: type) -> int:
+        """What a field value of this type is to the walk (cached: `isinstance` on libcst's
+        abstract base classes is slow)."""
+        if issubclass(value_type, cst.CSTNode):
+            kind = _SKIP if issubclass(value_type, self.skip_types) else _NODE
+        elif value_type in (tuple, list):
+            kind = _SEQUENCE
+        else:
+            kind = _SKIP
+        self.kinds[value_type] = kind
+        return kind
+
+
+_SKIP, _NODE, _SEQUENCE = 0, 1, 2
 
 
 # Nodes that are layout, not code: never descended into unless a rule visits their type.
