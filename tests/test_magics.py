@@ -345,7 +345,9 @@ def test_profile_and_forecast_dispatch_to_the_profile_package(
     assert calls[0] == ("profile", "cpu", 1, 2)  # the cell is the step: it runs per call
     assert ip.run_cell_magic("tpu", "--backend cpu --forecast v5e,v6e", cell) == "forecast"
     assert calls[1] == ("forecast", ["v5e", "v6e"], "cpu", True)
+    # An install without the forecast: neither the attribute nor its lazy entry.
     monkeypatch.delattr(gpu2tpu.profile, "forecast_cell")
+    monkeypatch.delitem(gpu2tpu.profile._LAZY, "forecast_cell")
     with pytest.raises(UsageError, match="forecast_cell"):
         ip.run_cell_magic("tpu", "--backend cpu --forecast v5e", cell)
 
@@ -378,15 +380,8 @@ def test_tpu_info_widget_in_a_kernel(ip: InteractiveShell, monkeypatch: pytest.M
     assert "pip install torch-tpu" in widget.children[1].value
 
 
-def test_tpu_doctor_reports_the_cpu_environment_as_usable(capsys) -> None:
-    from IPython.testing.globalipapp import get_ipython
-
-    ip = get_ipython()
-    ip.run_line_magic("load_ext", "gpu2tpu")
-    try:
+def test_tpu_doctor_reports_the_cpu_environment_as_usable(ip: InteractiveShell) -> None:
+    with capture_output() as cap:
         ip.run_line_magic("tpu_doctor", "")
-    finally:
-        ip.run_line_magic("unload_ext", "gpu2tpu")
-    out = capsys.readouterr().out
-    assert "No problems found." in out
-    assert "CPU: PyTorch" in out
+    assert "No problems found." in cap.stdout
+    assert "CPU: PyTorch" in cap.stdout
