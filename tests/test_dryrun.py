@@ -150,3 +150,20 @@ def test_tensor_methods_restored_and_error_carries_the_report() -> None:
     partial: DryRunReport = err.value.dry_run_report
     assert partial.lines("host sync") == [line_of(fails, ".item()")]
     assert partial.error == "ValueError: half-way"
+
+
+def test_the_dry_run_lists_ops_without_a_lowering_at_the_users_line() -> None:
+    import torch.nn.functional as F
+
+    def step(x):  # type: ignore[no-untyped-def]
+        pooled = F.fractional_max_pool2d(x, 2, output_ratio=(0.5, 0.5))
+        return pooled.relu().sum()
+
+    report = dry_run(step, torch.randn(2, 3, 8, 8))
+    entry = report.coverage.get("aten::fractional_max_pool2d")
+    assert entry is not None and str(entry.status) == "not lowered"
+    assert entry.lines == [step.__code__.co_firstlineno + 1]
+    assert "fractional_max_pool2d" in str(report) and "max_pool2d" in str(report)
+    assert report.to_dict()["coverage"]["fully_covered"] is False
+    plain = dry_run(lambda x: (x @ x).relu().sum(), torch.randn(4, 4))
+    assert plain.coverage.fully_covered and "every op has an XLA lowering" in str(plain)

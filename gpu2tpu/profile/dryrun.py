@@ -18,6 +18,7 @@ have no XLA lowering. `dry_run(fn, *args, **kwargs)` runs a function this way an
 
 from __future__ import annotations
 
+import functools
 import html
 import linecache
 import sys
@@ -182,6 +183,14 @@ class DryRunReport:
     def op_counts(self) -> dict[str, int]:
         return {name: sum(lines.values()) for name, lines in self.ops.items()}
 
+    @functools.cached_property
+    def coverage(self) -> Any:
+        """Every ATen op the run used, marked lowered or not for XLA (a CPU fallback or a
+        failure on a TPU), from torchax's registry or the table shipped with gpu2tpu."""
+        from ..readiness.op_coverage import coverage_of_dry_run
+
+        return coverage_of_dry_run(self)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "label": self.label,
@@ -193,6 +202,7 @@ class DryRunReport:
                 for name, lines in sorted(self.ops.items())
             },
             "overloads": dict(sorted(self.overloads.items())),
+            "coverage": self.coverage.to_dict(),
             "error": self.error,
         }
 
@@ -204,8 +214,9 @@ class DryRunReport:
             f"Dry run of {self.label} on the CPU: {self.total_ops:,} ATen ops "
             f"({len(self.ops)} distinct) in {self.seconds * 1e3:.1f} ms"
         )
+        coverage = self._coverage_text()
         if not self.hazards:
-            return head + "\nNo TPU hazards found."
+            return "\n".join([head, "No TPU hazards found.", coverage])
         out = [head]
         for kind in HazardKind:
             found = self.by_kind(kind)
@@ -216,7 +227,14 @@ class DryRunReport:
             for h in found:
                 out.append(f"  {self._where(h.line):<9} x{h.count:<4} {h.code}  <- {_causes(h)}")
             out.append(f"  fix: {FIX[kind]}")
+        out.append(coverage)
         return "\n".join(out)
+
+    def _coverage_text(self) -> str:
+        report = self.coverage
+        if report.fully_covered:
+            return f"Op coverage: {report.summary()}"
+        return str(report)
 
     def __repr__(self) -> str:
         return str(self)
@@ -229,7 +247,9 @@ class DryRunReport:
             f"({len(self.ops)} distinct) in {self.seconds * 1e3:.1f} ms",
         ]
         if not self.hazards:
-            parts.append("<p>No TPU hazards found.</p></div>")
+            parts.append("<p>No TPU hazards found.</p>")
+            parts.append(self.coverage._repr_html_())
+            parts.append("</div>")
             return "".join(parts)
         parts.append(
             "<table><thead><tr><th>kind</th><th>where</th><th>count</th><th>cause</th>"
@@ -247,7 +267,9 @@ class DryRunReport:
                 parts.append(
                     f"<li><b>{esc(str(kind))}</b>: {esc(WHY[kind])}. Fix: {esc(FIX[kind])}</li>"
                 )
-        parts.append("</ul></div>")
+        parts.append("</ul>")
+        parts.append(self.coverage._repr_html_())
+        parts.append("</div>")
         return "".join(parts)
 
 

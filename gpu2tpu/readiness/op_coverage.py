@@ -721,8 +721,15 @@ def coverage_of_dry_run(report: Any, table: LoweringTable | None = None) -> Cove
     overloads can come out unknown here where `op_coverage` would know which overload ran.
     """
     ops: Mapping[str, Counter[int | None]] = report.ops
-    counts = {name: sum(by_line.values()) for name, by_line in ops.items()}
     lines = {name: [n for n in by_line if n is not None] for name, by_line in ops.items()}
+    overloads: Mapping[str, int] = getattr(report, "overloads", None) or {}
+    if overloads:
+        # Overload names ("aten.mul.Tensor") are exact; their lines come from their packet.
+        by_overload = {name: lines.get(".".join(name.split(".")[:2]), []) for name in overloads}
+        return coverage(
+            dict(overloads), by_overload, table=table, filename=getattr(report, "filename", None)
+        )
+    counts = {name: sum(by_line.values()) for name, by_line in ops.items()}
     return coverage(counts, lines, table=table, filename=getattr(report, "filename", None))
 
 
