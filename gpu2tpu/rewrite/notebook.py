@@ -41,7 +41,7 @@ from .ipython_syntax import (
     split_lines,
 )
 from .model import CellFinding, Finding, Options, Result, Safety, Severity
-from .rules.base import DEVICE_NAMES
+from .rules.base import DEVICE_NAMES, variable_names
 from .source import SourceError, rewrite_source
 
 
@@ -543,20 +543,7 @@ def _facts(text: str, token_prefix: str) -> tuple[frozenset[str], tuple[str, ...
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError):
         return frozenset(), ()
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            names.add(node.id)
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(node.name)
-        elif isinstance(node, ast.alias):
-            names.add((node.asname or node.name).split(".")[0])
-        elif isinstance(node, ast.Global | ast.Nonlocal):
-            names.update(node.names)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
+    names = variable_names(tree)
     imports = tuple(
         ast.unparse(node)
         for node in tree.body
@@ -564,7 +551,7 @@ def _facts(text: str, token_prefix: str) -> tuple[frozenset[str], tuple[str, ...
         and not (isinstance(node, ast.ImportFrom) and node.module == "__future__")
         and not any(a.name.startswith(token_prefix) for a in node.names)
     )
-    return frozenset(names), imports
+    return names, imports
 
 
 # What a cell must contain to hold a device idiom (G2T103): `torch.cuda.is_available()`, or a

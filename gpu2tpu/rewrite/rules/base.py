@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
@@ -331,22 +331,9 @@ class RuleContext:
             import ast
 
             try:
-                tree = ast.parse(self.source)
+                self._names = variable_names(ast.parse(self.source))
             except (SyntaxError, ValueError, RecursionError):
                 return True
-            names: set[str] = set()
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Name):
-                    names.add(node.id)
-                elif isinstance(node, ast.arg):
-                    names.add(node.arg)
-                elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                    names.add(node.name)
-                elif isinstance(node, ast.alias):
-                    names.add((node.asname or node.name).split(".")[0])
-                elif isinstance(node, ast.Global | ast.Nonlocal):
-                    names.update(node.names)
-            self._names = names
         return name in self._names
 
     def device_name_or_none(self) -> str | None:
@@ -547,6 +534,29 @@ def cuda_literal(node: cst.CSTNode) -> bool:
             and isinstance(parts[1], cst.FormattedStringExpression)
         )
     return False
+
+
+def variable_names(tree: Any) -> frozenset[str]:
+    """The names a Python `ast` tree binds or reads: variables, parameters, functions and
+    classes, imported names, `global`/`nonlocal` names, `except ... as` names (not attributes
+    or keywords). A device variable must not take any of them."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            names.update(node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return frozenset(names)
 
 
 # Small structural tests. libcst's matchers say the same, but importing `libcst.matchers`
