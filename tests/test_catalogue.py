@@ -70,7 +70,7 @@ def test_missing_prices_say_why(cat):
     [
         # backends.md §6, with each source's own unit
         ("v4", 275e12, 32 * 2**30, 1200e9),
-        ("v5e", 197e12, 16e9, 819e9),
+        ("v5e", 197e12, 16 * 2**30, 819e9),
         ("v5p", 459e12, 95 * 2**30, 2765e9),
         ("v6e", 918e12, 32e9, 1638e9),
         ("tpu7x", 2307e12, 192 * 2**30, 7380e9),

@@ -52,6 +52,10 @@ _LAZY = {
     # since the submodule `gpu2tpu.profile.forecast` has the function's name.
     "forecast_cell": "forecast",
     "Forecast": "forecast",
+    "TargetForecast": "forecast",
+    "ForecastUnavailable": "aot",
+    "ForecastError": "aot",
+    "UnsupportedOptimizer": "optimizers",
 }
 
 __all__ = [

@@ -1,0 +1,629 @@
+"""The TPU forecast: the training step compiled by libtpu on this CPU, and what it reports.
+
+Tests marked slow compile real training steps for TPU topologies (a few seconds each on an
+idle 2-core machine); the rest check the pieces around them (optimizer mapping, topology
+names, the batch search, messages) without a TPU compile.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from gpu2tpu.profile import aot
+from gpu2tpu.profile import forecast as fc
+from gpu2tpu.profile.optimizers import UnsupportedOptimizer, plan_optimizer, to_optax
+
+# These tests call the compile path in this process too: torchax, once imported, makes
+# "jax" torch's accelerator for the rest of the process, so they run last (conftest.py).
+pytestmark = pytest.mark.torchax
+
+
+def _extra_reason() -> str | None:
+    try:
+        aot.forecast_versions()
+    except aot.ForecastUnavailable as exc:
+        return str(exc)
+    return None
+
+
+EXTRA_MISSING = _extra_reason()
+needs_extra = pytest.mark.skipif(EXTRA_MISSING is not None, reason=EXTRA_MISSING or "")
+
+
+# -- tiny models ---------------------------------------------------------------------------
+
+
+def mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 16)
+    )
+
+
+def cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, 10),
+    )
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(nn.Module):
+    """Two transformer layers with causal attention, as in a GPT."""
+
+    def __init__(
+        self, vocab: int = 512, d: int = 128, heads: int = 4, layers: int = 2, seq: int = 64
+    ):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(seq, d)
+        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        t = idx.shape[1]
+        mask = torch.triu(torch.full((t, t), float("-inf"), device=idx.device), 1)
+        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.head(self.ln(x))
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def torch_step_flops(model: nn.Module, batch: tuple, loss_fn) -> int:
+    """FLOPs of forward + backward counted by PyTorch itself, on real CPU tensors."""
+    inputs, targets = batch
+    with FlopCounterMode(display=False) as counter:
+        loss_fn(model(inputs), targets).backward()
+    model.zero_grad()
+    return counter.get_total_flops()
+
+
+def run(model: nn.Module, batch: tuple, **kwargs) -> fc.Forecast:
+    options = {"targets": ["v5e"], "batch_search": False, "cache": False, "progress": False}
+    options.update(kwargs)
+    return fc.forecast(model, batch, **options)
+
+
+@pytest.fixture(scope="module")
+def mlp_forecast() -> tuple[nn.Module, tuple, fc.Forecast]:
+    """One compiled forecast shared by the rendering tests (one compile, not one per test)."""
+    if EXTRA_MISSING:
+        pytest.skip(EXTRA_MISSING)
+    model = mlp()
+    batch = (torch.randn(256, 512), torch.randint(0, 16, (256,)))
+    return model, batch, run(model, batch, loss_fn=nn.functional.cross_entropy)
+
+
+# -- the optimizer mapping -----------------------------------------------------------------
+
+
+def test_optimizer_plan_reads_hyperparameters_and_groups():
+    model = mlp()
+    model[4].weight.requires_grad_(False)  # frozen: no gradient, no state
+    named = list(model.named_parameters())
+    opt = torch.optim.SGD(
+        [
+            {"params": [model[0].weight, model[0].bias]},
+            {"params": [model[2].weight, model[2].bias, model[4].weight, model[4].bias], "lr": 0.5},
+        ],
+        lr=0.1,
+        momentum=0.9,
+        nesterov=True,
+        weight_decay=1e-4,
+    )
+    plan = plan_optimizer(opt, named)
+    assert [r.options["lr"] for r in plan.rules] == [0.1, 0.5]
+    assert all(r.options["momentum"] == 0.9 and r.options["nesterov"] for r in plan.rules)
+    assert plan.labels == {"0.weight": 0, "0.bias": 0, "2.weight": 1, "2.bias": 1, "4.bias": 1}
+    assert "4.weight" not in plan.trainable
+
+    adamw = plan_optimizer(
+        torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.8, 0.95), eps=1e-6), named
+    )
+    assert adamw.rules[0].kind == "AdamW"
+    assert adamw.rules[0].options["betas"] == (0.8, 0.95)
+    assert adamw.rules[0].options["weight_decay"] == 0.01  # torch's AdamW default
+    assert "betas=(0.8, 0.95)" in adamw.describe()
+
+    by_name = plan_optimizer("ADAM", named)
+    assert by_name.rules[0].kind == "Adam" and by_name.rules[0].options["lr"] == 1e-3
+    assert plan_optimizer(torch.optim.RMSprop, named).rules[0].options["alpha"] == 0.99
+
+
+def test_unsupported_optimizers_are_refused_in_one_sentence():
+    model = mlp()
+    named = list(model.named_parameters())
+    with pytest.raises(
+        UnsupportedOptimizer, match=r"'Adagrad'.*supported optimizers are SGD, Adam, AdamW, RMSprop"
+    ):
+        plan_optimizer(torch.optim.Adagrad(model.parameters()), named)
+    with pytest.raises(UnsupportedOptimizer, match="dampening"):
+        plan_optimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, dampening=0.1), named
+        )
+    with pytest.raises(UnsupportedOptimizer, match="not parameters of the model"):
+        plan_optimizer(torch.optim.Adam(nn.Linear(2, 2).parameters()), named)
+    with pytest.raises(UnsupportedOptimizer, match="'lion'"):
+        plan_optimizer("lion", named)
+
+
+OPTIMIZERS = {
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.1),
+    "sgd-momentum-l2": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01),
+    "sgd-nesterov-maximize": lambda p: torch.optim.SGD(
+        p, lr=0.1, momentum=0.9, nesterov=True, maximize=True
+    ),
+    "adam-l2": lambda p: torch.optim.Adam(p, lr=0.01, betas=(0.8, 0.99), weight_decay=0.01),
+    "adam-decoupled": lambda p: torch.optim.Adam(
+        p, lr=0.01, weight_decay=0.1, decoupled_weight_decay=True
+    ),
+    "adamw": lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1),
+    "rmsprop-momentum": lambda p: torch.optim.RMSprop(p, lr=0.01, momentum=0.9),
+    "rmsprop-centered-l2": lambda p: torch.optim.RMSprop(
+        p, lr=0.01, centered=True, weight_decay=0.01
+    ),
+}
+
+
+@needs_extra
+@pytest.mark.parametrize("make", OPTIMIZERS.values(), ids=OPTIMIZERS.keys())
+def test_optax_update_matches_the_torch_optimizer(make):
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+
+    torch.manual_seed(1)
+    param = nn.Parameter(torch.randn(5, 3))
+    opt = make([param])
+    tx = to_optax(plan_optimizer(opt, [("w", param)]))
+    params = {"w": jnp.asarray(param.detach().numpy())}
+    state = tx.init(params)
+    for _ in range(4):
+        grad = torch.randn(5, 3)
+        param.grad = grad.clone()
+        opt.step()
+        updates, state = tx.update({"w": jnp.asarray(grad.numpy())}, state, params)
+        params = optax.apply_updates(params, updates)
+    torch.testing.assert_close(
+        torch.tensor(np.asarray(params["w"])), param.detach(), rtol=1e-4, atol=1e-5
+    )
+
+
+@needs_extra
+def test_compiled_step_is_the_torch_training_step():
+    """The JAX step (forward, loss, gradients, optimizer update) equals torch's own step.
+
+    In-place buffer updates flow out of the step (BatchNorm's num_batches_tracked); torchax
+    0.0.13 computes but drops BatchNorm's new running mean and variance, which changes no
+    figure the forecast reports (a few elementwise ops per channel).
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    model = cnn()
+    batch = (torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    plan = plan_optimizer(opt, list(model.named_parameters()))
+    tx = to_optax(plan)
+    step = aot.TrainingStep(model, nn.functional.cross_entropy, plan, aot.split_batch(batch))
+    names = step.state_names
+    tensors = dict(model.named_parameters()) | dict(model.named_buffers())
+
+    def arrays(kind: str) -> dict:
+        return {n: jnp.asarray(tensors[n].detach().numpy()) for n in names[kind]}
+
+    trainable, frozen, buffers = arrays("trainable"), arrays("frozen"), arrays("buffers")
+    opt_state = tx.init(trainable)
+    loss, trainable, buffers, opt_state = jax.jit(step.function(tx))(
+        trainable, frozen, buffers, opt_state, [jnp.asarray(t.numpy()) for t in batch]
+    )
+
+    expected = nn.functional.cross_entropy(model(batch[0]), batch[1])
+    expected.backward()
+    opt.step()
+    assert float(loss) == pytest.approx(expected.item(), rel=1e-5)
+    for name, value in trainable.items():
+        torch.testing.assert_close(
+            torch.tensor(np.asarray(value)), tensors[name].detach(), rtol=1e-4, atol=1e-5
+        )
+    assert int(buffers["1.num_batches_tracked"]) == 1
+
+
+# -- pieces that need no compile -------------------------------------------------------------
+
+
+def test_topologies_for_chip_counts_and_names():
+    assert aot.topology_for("v5e").name == "v5e:1x1"
+    assert aot.topology_for("v5e", 4).name == "v5e:2x2"
+    assert aot.topology_for("v6e", 8).name == "v6e:2x4"
+    assert aot.topology_for("v5p", 8).name == "v5p:2x2x2"
+    assert aot.topology_for("tpu7x").name == "tpu7x:1x1x1"
+    assert aot.topology_for("TPU v5 lite").target == "v5e"
+    assert aot.topology_for("v7x", 2).name == "tpu7x:2x1x1"
+    assert aot.topology_for("v5p", 4).name == "v5p:2x2x1"
+    assert aot.topology_for("v5p", 16).name == "v5p:2x2x4"
+    explicit = aot.topology_for("v5e:2x4")
+    assert explicit.chips == 8 and explicit.host_bounds == (2, 4, 1)
+    assert aot.topology_for("v5p", 16).host_bounds == (2, 2, 1)  # four hosts of four chips
+    assert aot.topology_for("v4").chip_config == "megacore"
+    with pytest.raises(ValueError, match="not a power of two"):
+        aot.topology_for("v5e", 3)
+    with pytest.raises(ValueError, match="unknown TPU target 'h100'"):
+        aot.topology_for("h100")
+    with pytest.raises(ValueError, match="needs 3 sizes"):
+        aot.topology_for("v5p:2x2")
+
+
+def test_out_of_memory_message_gives_required_and_available_bytes():
+    message = (
+        "RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: Ran out of memory on HBM, the total "
+        "memory required for HLO temporaries (60.02G) exceeds available HBM (15.75G). HLO module: jit_step."
+    )
+    required, available = aot.parse_hbm_oom(message)
+    assert required == pytest.approx(60.02 * 2**30)
+    assert available == pytest.approx(15.75 * 2**30)
+    assert aot.parse_hbm_oom("Used 20.5G of 15.75G hbm. Exceeded hbm capacity by 4.75G.") == (
+        pytest.approx(20.5 * 2**30),
+        pytest.approx(15.75 * 2**30),
+    )
+    assert aot.parse_hbm_oom("INTERNAL: something else") is None
+
+
+def _fake_compiles(memory_of, capacity: float):
+    calls: list[int] = []
+
+    def compile_at(batch: int) -> aot.CompileOutcome:
+        calls.append(batch)
+        need = memory_of(batch)
+        if need > capacity:
+            return aot.CompileOutcome("oom", batch, required_bytes=need, available_bytes=capacity)
+        return aot.CompileOutcome(
+            "compiled",
+            batch,
+            argument_bytes=300,
+            output_bytes=300,
+            alias_bytes=300,
+            temp_bytes=int(need - 300),
+        )
+
+    return compile_at, calls
+
+
+@pytest.mark.parametrize("granularity", [1, 4])
+def test_batch_search_finds_the_largest_batch_in_few_compiles(granularity):
+    def memory(b):
+        return 300 + 10 * b + 0.02 * b * b  # state, plus activations a little worse than linear
+
+    compile_at, calls = _fake_compiles(memory, capacity=1200)
+    truth = max(b for b in range(granularity, 200, granularity) if memory(b) <= 1200)
+    search = fc._Search(compile_at, granularity, capacity=1200, deadline=math.inf)
+    lo, hi = search.run(compile_at(8))
+    assert lo == truth and hi == truth + granularity
+    assert len(calls) <= 6
+    assert all(b % granularity == 0 for b in calls)
+
+
+def test_batch_search_when_memory_stops_growing_near_capacity():
+    """GPT-2 on v5e: from batch 9 on XLA rematerialises and memory stays near 15.5 GB."""
+    capacity = 15.75 * 2**30
+
+    def memory(b):
+        return 13.9e9 if b <= 8 else (15.5e9 if b <= 21 else 1.62e9 * b)
+
+    compile_at, calls = _fake_compiles(memory, capacity)
+    search = fc._Search(compile_at, 1, capacity=capacity, deadline=math.inf)
+    assert search.run(compile_at(8)) == (21, 22)
+    assert len(calls) <= 1 + fc.MAX_SEARCH_COMPILES
+
+
+def test_batch_search_when_nothing_fits_ends_at_the_smallest_batch():
+    compile_at, calls = _fake_compiles(lambda b: 5000 + b, capacity=1200)
+    search = fc._Search(compile_at, 2, capacity=1200, deadline=math.inf)
+    assert search.run(compile_at(16)) == (None, 2)
+    assert calls == [16, 8, 4, 2]
+
+
+def test_batch_search_on_large_batches_stops_within_its_tolerance():
+    def memory(b):
+        return 4.8e9 + 4e5 * b + (2e8 if b > 20000 else 0)  # a step in the curve, as layouts change
+
+    compile_at, calls = _fake_compiles(memory, capacity=16.9e9)
+    search = fc._Search(compile_at, 1, capacity=16.9e9, deadline=math.inf)
+    lo, hi = search.run(compile_at(8))
+    truth = max(b for b in range(1, 60000) if memory(b) <= 16.9e9)
+    assert lo <= truth < hi and hi - lo <= truth / 64
+    assert len(calls) <= 8
+
+
+def test_batch_search_stops_at_its_ceiling():
+    compile_at, calls = _fake_compiles(lambda b: 300 + b, capacity=10**9)
+    search = fc._Search(compile_at, 1, capacity=10**9, deadline=math.inf, ceiling=8 * 256)
+    assert search.run(compile_at(8)) == (2048, None)  # a lower bound: 2048 and more fit
+    assert max(calls) == 2048 and len(calls) <= 3
+
+
+def test_batch_search_stops_at_the_time_budget():
+    compile_at, calls = _fake_compiles(lambda b: 300 + b, capacity=10**9)
+    search = fc._Search(compile_at, 1, capacity=10**9, deadline=0.0)
+    assert search.run(compile_at(8)) == (8, None)
+    assert calls == [8]
+
+
+def test_missing_extra_is_one_sentence_and_the_rest_of_gpu2tpu_works():
+    code = textwrap.dedent(
+        """
+        import sys
+        for name in ("jax", "jaxlib", "torchax", "optax", "libtpu"):
+            sys.modules[name] = None  # as if not installed
+        import torch
+        import gpu2tpu
+        from gpu2tpu.rewrite.model import Options
+        from gpu2tpu.rewrite.source import rewrite_source
+        from gpu2tpu.profile.forecast import ForecastUnavailable, forecast
+        rewritten = rewrite_source("import torch\\nx = torch.zeros(1).cuda()\\n", Options())
+        assert ".to(device)" in rewritten.new_text
+        try:
+            forecast(torch.nn.Linear(2, 2), (torch.randn(2, 2), torch.randn(2, 2)))
+        except ForecastUnavailable as exc:
+            print("MESSAGE:", exc)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    message = done.stdout.split("MESSAGE:", 1)[1].strip()
+    assert "jax, jaxlib, torchax, optax, libtpu are not installed" in message
+    assert "pip install 'gpu2tpu[forecast]'" in message
+    assert message.count(". ") == 0  # one sentence
+
+
+@needs_extra
+def test_a_torch_newer_than_torchax_supports_is_named(monkeypatch):
+    monkeypatch.setitem(aot.TORCHAX_MAX_TORCH, aot.forecast_versions()["torchax"], (2, 1))
+    with pytest.raises(
+        aot.ForecastUnavailable,
+        match=r"supports torch up to 2\.1, but torch .*pip install 'torch<=2\.1'",
+    ):
+        fc.forecast(mlp(), (torch.randn(8, 512), torch.randint(0, 16, (8,))))
+
+
+def test_forecast_cell_reads_the_cell_namespace(monkeypatch):
+    seen = {}
+
+    def fake(model, batch, **kwargs):
+        seen.update(model=model, batch=batch, **kwargs)
+        return "result"
+
+    monkeypatch.setattr(fc, "forecast", fake)
+    model, batch, opt = mlp(), ("x", "y"), "sgd"
+    namespace = {"model": model, "batch": batch, "optimizer": opt, "loss_fn": None}
+    assert fc.forecast_cell(namespace, "v5e,v6e", chips=2) == "result"
+    assert seen == {
+        "model": model,
+        "batch": batch,
+        "optimizer": "sgd",
+        "targets": "v5e,v6e",
+        "chips": 2,
+    }
+    # The magic's form: a runner that runs the cell, then the namespace it ran in.
+    ran = []
+    seen.clear()
+    fc.forecast_cell(
+        lambda: ran.append(1), targets=["v5e"], namespace=namespace, backend="cpu", source="..."
+    )
+    assert (
+        ran == [1] and seen["targets"] == ["v5e"] and "backend" not in seen and "source" not in seen
+    )
+    with pytest.raises(aot.ForecastError, match="define `model`"):
+        fc.forecast_cell({"batch": batch})
+    with pytest.raises(aot.ForecastError, match="`batch` \\(or `example_batch`\\)"):
+        fc.forecast_cell({"model": model})
+
+
+@needs_extra
+def test_ops_without_a_lowering_are_all_named():
+    class Odd(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(16, 16)
+            self.pool = nn.FractionalMaxPool2d(2, output_size=(2, 2))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.fc(x)
+            q, _ = torch.geqrf(h.reshape(-1, 4, 4))
+            p = self.pool(h.reshape(-1, 1, 4, 4)).flatten(1)
+            return h + q.flatten(1).sum(-1, keepdim=True) + p.sum(-1, keepdim=True)
+
+    result = run(
+        Odd(),
+        (torch.randn(8, 16), torch.randn(8, 16)),
+        loss_fn=nn.functional.mse_loss,
+        targets=["v5e", "v6e"],
+    )
+    for target in result.targets:
+        assert target.status == "unsupported"
+        assert target.unsupported_ops == ["aten::geqrf", "aten::fractional_max_pool2d"]
+        assert target.flops is None and target.fits is None
+    assert "no TPU lowering for aten::geqrf, aten::fractional_max_pool2d" in repr(result)
+
+
+# -- compiled forecasts ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_mlp_flops_match_pytorchs_count_and_the_result_renders(mlp_forecast, capsys):
+    model, batch, result = mlp_forecast
+    target = result.target("v5e")
+    assert target.status == "compiled" and target.fits
+    reference = torch_step_flops(model, batch, nn.functional.cross_entropy)
+    assert target.flops == pytest.approx(reference, rel=0.15)
+    assert 0 < target.memory_per_chip < target.capacity_per_chip
+    assert target.step_seconds == pytest.approx(max(target.compute_seconds, target.memory_seconds))
+    assert target.cost_per_step == pytest.approx(1.20 * target.step_seconds / 3600)  # v5e $/h
+
+    data = json.loads(result.to_json())
+    assert data["targets"][0]["flops"] == target.flops
+    rows = {r["device_key"]: r for r in data["comparison"]["rows"]}
+    assert rows["v5e"]["source"] == "compiled" and rows["h100"]["source"] == "estimated"
+    h100 = result.comparison.catalogue.get("h100")
+    assert rows["h100"]["step_seconds"] == pytest.approx(
+        max(target.flops / h100.peak_bf16_flops, target.bytes_accessed / h100.hbm_bandwidth)
+    )
+    text = repr(result)
+    assert "v5e" in text and "compiled" in text and "NVIDIA H100" in text
+
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    console.print(result)
+    assert "Forecast: Sequential" in console.export_text()
+    import ipywidgets
+
+    assert isinstance(result.widget(), ipywidgets.Widget)
+    assert "TPU v5e" in result.to_html() and "gpu2tpu forecast: Sequential" in result.to_html()
+
+
+@pytest.mark.slow
+def test_memory_grows_with_the_batch():
+    model = mlp()
+    small = run(model, (torch.randn(64, 512), torch.randint(0, 16, (64,)))).target("v5e")
+    large = run(model, (torch.randn(1024, 512), torch.randint(0, 16, (1024,)))).target("v5e")
+    assert large.memory_per_chip > small.memory_per_chip
+    assert large.memory_breakdown["temp"] > small.memory_breakdown["temp"]
+    assert (
+        large.memory_breakdown["argument"] > small.memory_breakdown["argument"]
+    )  # the batch itself
+    assert large.flops > 10 * small.flops
+
+
+@pytest.mark.slow
+def test_cnn_with_batchnorm_flops_match_pytorchs_count():
+    model = cnn()
+    batch = (torch.randn(16, 3, 16, 16), torch.randint(0, 10, (16,)))
+    target = run(
+        model, batch, optimizer=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    ).target("v5e")
+    assert target.status == "compiled"
+    assert target.flops == pytest.approx(
+        torch_step_flops(model, batch, nn.functional.cross_entropy), rel=0.15
+    )
+
+
+@pytest.mark.slow
+def test_transformer_flops_match_six_n_tokens_and_tokens_are_counted(capsys):
+    model = TinyGPT()
+    batch = (torch.randint(0, 512, (8, 64)), torch.randint(0, 512, (8, 64)))
+    result = run(model, batch, loss_fn=lm_loss, progress=True)
+    target = result.target("v5e")
+    params = sum(p.numel() for p in model.parameters())
+    assert target.flops == pytest.approx(6 * params * 8 * 64, rel=0.15)
+    assert result.tokens_per_step == 8 * 64
+    assert target.cost_per_1m_tokens == pytest.approx(target.cost_per_step / (8 * 64) * 1e6)
+    assert "forecast v5e: fits at batch 8" in capsys.readouterr().err  # one line per target
+
+
+@pytest.mark.slow
+def test_a_meta_model_too_large_for_v5e_does_not_fit_with_numbers():
+    with torch.device("meta"):
+        model = nn.Sequential(*[nn.Linear(8192, 8192) for _ in range(24)])  # 1.6B parameters
+    batch = (torch.empty(8, 8192, device="meta"), torch.empty(8, 8192, device="meta"))
+    target = run(model, batch, loss_fn=nn.functional.mse_loss).target("v5e")
+    assert target.status == "does not fit" and target.fits is False
+    # fp32 weights + two AdamW moments alone are 19.3 GB; libtpu leaves 15.75 GiB usable.
+    assert target.memory_per_chip > target.available_per_chip == pytest.approx(15.75 * 2**30)
+    assert target.memory_per_chip >= 3 * 4 * 1_610_000_000
+    assert "CompileTimeHbmOom" in target.message
+    assert all(p.device.type == "meta" for p in model.parameters())  # nothing was allocated
+
+
+@pytest.mark.slow
+def test_bf16_halves_the_weights_and_optimizer_state():
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 2048))
+    batch = (torch.empty(8, 2048, device="meta"), torch.empty(8, 2048, device="meta"))
+    fp32 = run(model, batch, loss_fn=nn.functional.mse_loss).target("v5e")
+    cast = run(model, batch, loss_fn=nn.functional.mse_loss, dtype="bf16")
+    bf16_batch = tuple(t.to(torch.bfloat16) for t in batch)
+    native = run(model.to(torch.bfloat16), bf16_batch, loss_fn=nn.functional.mse_loss)
+    assert cast.dtype == native.dtype == "bfloat16"
+    half = fp32.memory_breakdown["argument"] / 2
+    assert cast.target("v5e").memory_breakdown["argument"] == pytest.approx(half, rel=0.05)
+    assert native.target("v5e").memory_breakdown["argument"] == pytest.approx(half, rel=0.05)
+
+
+@pytest.mark.slow
+def test_data_parallel_over_four_chips_reports_the_whole_slice():
+    model = mlp()
+    batch = (torch.randn(256, 512), torch.randint(0, 16, (256,)))
+    one = run(model, batch).target("v5e")
+    four = run(model, batch, chips=4).target("v5e")
+    assert four.topology == "v5e:2x2" and four.chips == 4
+    assert four.flops == pytest.approx(one.flops, rel=0.15)  # the same step, split four ways
+    batch_bytes = 256 * 512 * 4 + 256 * 4  # float inputs and int32 targets
+    # Each chip holds all weights but a quarter of the batch.
+    per_chip_drop = one.memory_breakdown["argument"] - four.memory_breakdown["argument"]
+    assert per_chip_drop == pytest.approx(batch_bytes * 3 / 4, rel=0.05)
+    assert four.compute_seconds == pytest.approx(one.compute_seconds / 4, rel=0.15)
+    assert four.cost_per_step == pytest.approx(4 * 1.20 * four.step_seconds / 3600)
+
+
+@pytest.mark.slow
+def test_the_same_forecast_again_is_read_from_the_cache(tmp_path):
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
+    batch = (torch.randn(32, 64), torch.randint(0, 4, (32,)))
+    first = run(model, batch, cache=tmp_path).target("v5e")
+    again = run(model, batch, cache=tmp_path).target("v5e")
+    assert not first.cached and again.cached
+    assert (again.flops, again.memory_per_chip) == (first.flops, first.memory_per_chip)
+    assert len(list(tmp_path.glob("*.json"))) == 1
+
+
+@pytest.mark.slow
+def test_batch_search_brackets_the_largest_batch():
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 2048))
+    # 1024 positions of 2048 features per sample: activations, not weights, fill the chip.
+    batch = (torch.empty(8, 1024, 2048, device="meta"), torch.empty(8, 1024, 2048, device="meta"))
+    target = run(
+        model, batch, loss_fn=nn.functional.mse_loss, batch_search=True, time_budget_s=600
+    ).target("v5e")
+    assert target.status == "compiled" and target.max_batch is not None and target.max_batch > 8
+    assert target.first_oom_batch - target.max_batch <= max(1, target.max_batch // 64)
+    statuses = {p["batch"]: p["status"] for p in target.search}
+    assert statuses[target.max_batch] == "compiled" and statuses[target.first_oom_batch] == "oom"
+    assert all(s == "compiled" for b, s in statuses.items() if b <= target.max_batch)
+    assert all(s == "oom" for b, s in statuses.items() if b > target.max_batch)
