@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import platform
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -150,7 +151,10 @@ def collect_info() -> TPUInfo:
     infos = []
     for status in available_backends():
         info = BackendInfo(status)
-        if status.available:
+        # Starting JAX just to describe it would leave its threads in this process (a forked
+        # forecast child then deadlocks); it is described once something has started it.
+        started = status.name != "jax" or "jax" in sys.modules
+        if status.available and started:
             try:
                 backend = backend_class(status.name)()
                 info.chip = backend.chip()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -615,8 +616,25 @@ def forecast(
     arguments = (model, example_batch, loss_fn, optimizer, targets, chips, dtype,
                  tokens_per_step, batch_search, time_budget_s)  # fmt: skip
     if isolate and can_fork() and "torchax" not in sys.modules:
-        return run_in_child(_forecast_here, *arguments, **options)
+        if not _jax_started():
+            return run_in_child(_forecast_here, *arguments, **options)
+        # A fork after JAX started its thread pools deadlocks in the child.
+        warnings.warn(
+            "gpu2tpu.forecast: JAX is already running in this process, so the forecast compiles "
+            "here; torchax then makes 'jax' torch's accelerator for the rest of this session "
+            "(restart the kernel before training on another device).",
+            stacklevel=2,
+        )
     return _forecast_here(*arguments, **options)
+
+
+def _jax_started() -> bool:
+    """Whether JAX has started its backends (and their threads) in this process."""
+    if "jax" not in sys.modules:
+        return False
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    backends = getattr(bridge, "_backends", None)
+    return True if backends is None else bool(backends)
 
 
 def _forecast_here(
