@@ -36,4 +36,10 @@ def cli():
 def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-untyped-def]
     """Tests that import torchax run last: once imported, torchax makes "jax" torch's
     accelerator for the rest of the process, which would change what other tests see."""
-    items.sort(key=lambda item: item.get_closest_marker("torchax") is not None)
+    # The forecast's own tests go very last: they leave torchax's environment mid-trace.
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("torchax") is not None,
+            item.module is not None and item.module.__name__.endswith("test_forecast"),
+        )
+    )

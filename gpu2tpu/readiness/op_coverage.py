@@ -521,7 +521,15 @@ def lowering_table(live: bool | None = None) -> LoweringTable:
     )
     if ("torchax" in sys.modules or stale) and JAXBackend.unavailable_reason() is None:
         try:
-            return live_lowering_table()
+            if "torchax" in sys.modules:
+                return live_lowering_table()
+            # Importing torchax here would make "jax" torch's accelerator for the rest of the
+            # user's process: read the registry in a forked child instead, when that is safe.
+            from ..profile.forecast import _jax_started
+            from ..profile.isolate import can_fork, run_in_child
+
+            if can_fork() and not _jax_started():
+                return run_in_child(live_lowering_table)
         except Exception:  # the registry moved or torchax fails to import: keep the table
             return shipped
     return shipped
