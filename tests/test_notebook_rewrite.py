@@ -83,10 +83,17 @@ def subsequence(needle: list[str], haystack: list[str]) -> bool:
 
 
 def run_cells(text: str) -> dict:
-    """Run a pure-Python notebook's code cells in one namespace, as a kernel would."""
+    """Run a pure-Python notebook's code cells in one namespace, as a kernel would.
+
+    The cells run as on a CPU-only machine whatever earlier tests left in this process:
+    once torchax has been loaded anywhere in it, torch.accelerator can answer "jax".
+    """
+    from unittest import mock
+
     namespace: dict = {}
-    for n, src in enumerate(code_sources(text)):
-        exec(compile(src, f"<cell {n}>", "exec"), namespace)
+    with mock.patch("torch.accelerator.current_accelerator", return_value=None):
+        for n, src in enumerate(code_sources(text)):
+            exec(compile(src, f"<cell {n}>", "exec"), namespace)
     return namespace
 
 
