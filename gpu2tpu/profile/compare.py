@@ -546,3 +546,24 @@ COLUMNS: Sequence[Column] = (
     Column("memory_bytes", "Memory"),
     Column("fits", "Fits"),
 )
+
+
+class ComparisonExports:
+    """Data exports shared by results that carry a `comparison` (the profiler's and the
+    forecast's): JSON of the whole result, and the comparison table as CSV or a DataFrame."""
+
+    comparison: Comparison
+
+    def to_dict(self) -> dict[str, Any]:  # pragma: no cover - every user defines its own
+        raise NotImplementedError
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(_json_safe(self.to_dict()), indent=indent)
+
+    def to_csv(self) -> str:
+        """The comparison table as CSV (one line per device)."""
+        return self.comparison.to_csv()
+
+    def to_dataframe(self) -> Any:
+        """The comparison table as a pandas DataFrame."""
+        return self.comparison.to_dataframe()

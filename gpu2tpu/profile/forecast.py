@@ -41,6 +41,7 @@ from .aot import (
     topology_for,
     usable_hbm,
 )
+from .compare import ComparisonExports
 from .isolate import can_fork, run_in_child
 from .optimizers import UnsupportedOptimizer, plan_optimizer, to_optax
 
@@ -189,7 +190,7 @@ class TargetForecast:
 
 
 @dataclass
-class Forecast:
+class Forecast(ComparisonExports):
     """What the forecast found for each target, and the comparison table built from it.
 
     `comparison` is the profiler's `Comparison` (rows with source "compiled" for TPUs and
@@ -261,17 +262,6 @@ class Forecast:
             "notes": self.notes,
             "comparison": self.comparison.to_dict(),
         }
-
-    def to_json(self, indent: int | None = 2) -> str:
-        import json
-
-        from .compare import _json_safe
-
-        return json.dumps(_json_safe(self.to_dict()), indent=indent)
-
-    def to_csv(self) -> str:
-        """The comparison table as CSV (one line per device)."""
-        return self.comparison.to_csv()
 
     def to_html(self) -> str:
         return self.comparison.to_html(details=self.details())

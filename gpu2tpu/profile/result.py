@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .catalogue import Chip, HardwareCatalogue
 from .compare import (
     Comparison,
+    ComparisonExports,
     ComparisonRow,
     format_bytes,
     format_flops,
@@ -138,7 +139,7 @@ def load_baseline(path: str | Path) -> BaselineRecord:
 
 
 @dataclass
-class ProfileResult:
+class ProfileResult(ComparisonExports):
     """What `profile()` measured, and the comparison built from it.
 
     Times are seconds; `step_times` are the steady steps only (each the mean of
@@ -361,19 +362,6 @@ class ProfileResult:
             "created": self.created,
             "comparison": self.comparison.to_dict(),
         }
-
-    def to_json(self, indent: int | None = 2) -> str:
-        from .compare import _json_safe
-
-        return json.dumps(_json_safe(self.to_dict()), indent=indent)
-
-    def to_csv(self) -> str:
-        """The comparison table as CSV (one line per device)."""
-        return self.comparison.to_csv()
-
-    def to_dataframe(self) -> Any:
-        """The comparison table as a pandas DataFrame."""
-        return self.comparison.to_dataframe()
 
     def to_html(self) -> str:
         return self.comparison.to_html(series=self.series(), details=self.details())
