@@ -1,7 +1,10 @@
 """gpu2tpu: move CUDA-first PyTorch code and notebooks to TPUs.
 
 Importing the package is cheap: torch, jax and the notebook machinery load only when a
-feature that needs them is used (`gpu2tpu --version` never imports torch).
+feature that needs them is used (`gpu2tpu --version` never imports torch). `pip install
+gpu2tpu` is the codemod alone; the profiler, the dry run and the magics need
+`pip install 'gpu2tpu[notebook]'`, the forecast `gpu2tpu[forecast]`, and say so in one line
+when they are missing.
 
     import gpu2tpu
     gpu2tpu.rewrite_source(text)              # the codemod, pure
@@ -28,6 +31,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "dry_run": ("gpu2tpu.profile.dryrun", "dry_run"),
 }
 
+# These measure or compile torch code: without torch, asking for them names the extra.
+_NEEDS_TORCH = frozenset({"profile", "Profiler", "forecast", "dry_run"})
+
 __all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", *_LAZY]
 
 
@@ -35,14 +41,27 @@ def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'gpu2tpu' has no attribute {name!r}")
     module_name, attr = _LAZY[name]
-    module = importlib.import_module(module_name)
+    from ._extras import extra_needed, require
+
+    if name in _NEEDS_TORCH:
+        require(f"gpu2tpu.{name}", "torch")
+    with extra_needed(f"gpu2tpu.{name}"):
+        module = importlib.import_module(module_name)
     value = module if attr is None else getattr(module, attr)
     globals()[name] = value
     return value
 
 
 def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]
-    """`%load_ext gpu2tpu`."""
+    """`%load_ext gpu2tpu`; without torch or ipywidgets, one line says what to install."""
+    from ._extras import MissingExtraError, require
+
+    try:
+        require("%load_ext gpu2tpu", "torch", "ipywidgets")
+    except MissingExtraError as err:
+        from IPython.core.error import UsageError  # shown by IPython as one line
+
+        raise UsageError(str(err).replace("pip install", "%pip install", 1)) from None
     from .magics import load_ipython_extension as load
 
     load(ipython)

@@ -69,6 +69,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ._extras import MissingExtraError, extra_needed
+
+    try:
+        with extra_needed("this command"):
+            return _main(argv)
+    except MissingExtraError as err:
+        print(f"gpu2tpu: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # `doctor` and `new` parse their own options, which may come before any positional.
     if argv and argv[0] == "doctor":

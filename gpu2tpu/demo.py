@@ -422,9 +422,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run the demo; 0 when every stage worked, 1 when one failed, 2 when it cannot start."""
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     stream = out or sys.stdout
+    from ._extras import MissingExtraError, require
+
     try:
+        require("the demo", "torch", "IPython", "ipywidgets")
         return run_demo(args, stream)
-    except DemoError as err:
+    except (DemoError, MissingExtraError) as err:
         print(f"gpu2tpu demo: error: {err}", file=sys.stderr)
         return 2
 

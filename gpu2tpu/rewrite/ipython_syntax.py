@@ -23,9 +23,37 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Literal
 
-from IPython.core import inputtransformer2 as it2
+
+class IPythonMissing(ValueError):
+    """IPython is not installed, so a notebook's IPython syntax cannot be found exactly."""
+
+
+class _LazyInputTransformer:
+    """`IPython.core.inputtransformer2`, imported on first use: `pip install gpu2tpu` (the
+    codemod alone) comes without IPython, and `gpu2tpu check`/`rules` on `.py` files must work
+    there; a notebook then gets one error line naming the install command."""
+
+    _module: ModuleType | None = None
+
+    def __getattr__(self, name: str) -> object:
+        if self._module is None:
+            try:
+                from IPython.core import inputtransformer2
+            except ModuleNotFoundError as err:
+                if (err.name or "").split(".")[0] != "IPython":
+                    raise
+                raise IPythonMissing(
+                    "reading a notebook needs IPython, which is not installed: "
+                    "pip install ipython (or pip install 'gpu2tpu[notebook]'); file left as it is"
+                ) from None
+            type(self)._module = inputtransformer2
+        return getattr(self._module, name)
+
+
+it2 = _LazyInputTransformer()
 
 # Cell magics whose body is Python that runs in the notebook's namespace (rewritten);
 # `timeit` runs its body inside a timing function, so what it defines does not persist.
@@ -234,13 +262,14 @@ def _parses(code: str) -> bool:
     return True
 
 
-_TRANSFORMERS = (it2.MagicAssign, it2.SystemAssign, it2.EscapedCommand, it2.HelpEnd)
+_TRANSFORMERS = ("MagicAssign", "SystemAssign", "EscapedCommand", "HelpEnd")
 
 
 def _next_escape(lines: list[str]) -> it2.TokenTransformBase | None:
     """IPython's next piece of special syntax in `lines`, in IPython's own order."""
     tokens = it2.make_tokens_by_line(lines)
-    found = [t for t in (cls.find(tokens) for cls in _TRANSFORMERS) if t is not None]
+    classes = [getattr(it2, name) for name in _TRANSFORMERS]
+    found = [t for t in (cls.find(tokens) for cls in classes) if t is not None]
     for candidate in sorted(found, key=it2.TokenTransformBase.sortby):
         try:
             candidate.transform(list(lines))
