@@ -30,6 +30,8 @@ class Options:
     `select` and `ignore` hold rule codes or code prefixes (`G2T1`, `G2T101`), as in ruff.
     `device_name` names a device variable that already exists outside this text (a notebook's
     earlier cell); with `define_device=False` the rewrite never defines one itself.
+    `target_torch` ("2.6") is the oldest torch the rewritten code must run on: a fix whose
+    rule needs a newer torch is not applied but reported (see `torch_target`); None: any.
     """
 
     select: tuple[str, ...] = ()
@@ -38,6 +40,7 @@ class Options:
     fix: bool = True
     device_name: str | None = None
     define_device: bool = True
+    target_torch: str | None = None
 
     def enabled(self, code: str) -> bool:
         """Whether a rule code is switched on: the longest matching prefix wins."""
@@ -54,7 +57,8 @@ class Finding:
 
     `fixed` is True when the returned text already contains the fix (an edit); otherwise the
     finding is left for a person, and `fixable` says whether `--unsafe-fixes` would fix it.
-    Lines are 1-based, columns 1-based (as ruff prints them).
+    Lines are 1-based, columns 1-based (as ruff prints them). `needs_torch` is set on a fix
+    that was not applied because its rule needs a newer torch than `Options.target_torch`.
     """
 
     code: str
@@ -69,6 +73,7 @@ class Finding:
     fixable: bool = False
     before: str = ""
     after: str = ""
+    needs_torch: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
