@@ -13,6 +13,8 @@ from pathlib import Path
 
 from . import __version__
 
+FORMATS = ["text", "json", "csv", "github", "sarif", "markdown"]
+
 
 def _codes(value: str) -> list[str]:
     return [c.strip().upper() for c in value.split(",") if c.strip()]
@@ -32,6 +34,10 @@ def _add_rewrite_options(p: argparse.ArgumentParser) -> None:
         "-j", "--jobs", type=int, default=0, help="worker processes (default: all cores)"
     )
     p.add_argument("--stdin-filename", default=None, help="name to report for `-` (standard input)")
+    p.add_argument("--target-torch", default=None, metavar="VERSION",
+                   help="oldest torch the code must run on, e.g. 2.6: fixes that need a newer "
+                   "one are reported, not applied (default: [tool.gpu2tpu] target-torch, else "
+                   "the lowest torch the project's own pins admit)")  # fmt: skip
     p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the summary")
 
 
@@ -45,7 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="list CUDA-specific code and TPU hazards (writes nothing)")
     _add_rewrite_options(check)
-    check.add_argument("--format", choices=["text", "json", "csv"], default="text")
+    check.add_argument("--format", choices=FORMATS, default="text",
+                       help="text (default), json, csv, github (workflow annotations), sarif "
+                       "(SARIF 2.1.0), markdown (a migration report for a pull request)")  # fmt: skip
+    check.add_argument("--output-file", "-o", default=None, metavar="PATH",
+                       help="write the report to PATH instead of standard output")  # fmt: skip
 
     rewrite = sub.add_parser("rewrite", help="rewrite CUDA-specific code into device-agnostic code")
     _add_rewrite_options(rewrite)
@@ -53,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     modes.add_argument("--diff", action="store_true", help="print a unified diff; write nothing")
     modes.add_argument("--check", action="store_true",
                        help="write nothing; exit 1 when anything would change")  # fmt: skip
+    rewrite.add_argument("--report", default=None, metavar="PATH",
+                         help="also write the migration report (Markdown) to PATH")  # fmt: skip
 
     # These two parse their own options (`gpu2tpu doctor --help`, `gpu2tpu new --help`).
     for name, text in (

@@ -56,9 +56,14 @@ def test_check_json_is_the_documented_schema(tmp_path: Path) -> None:
     assert proc.returncode == 1
     doc = json.loads(proc.stdout)
     assert doc["version"] == 1
-    keys = {"code", "name", "severity", "safety", "fixed", "fixable", "path", "cell", "cell_id",
-            "line", "col", "message", "hint", "url"}  # fmt: skip
+    keys = {"code", "name", "severity", "safety", "category", "fixed", "fixable", "needs_torch",
+            "path", "cell", "cell_id", "line", "col", "message", "hint", "url"}  # fmt: skip
     assert all(set(f) == keys for f in doc["findings"])
+    categories = {f["code"]: f["category"] for f in doc["findings"]}
+    assert categories == {"G2T101": "blocks-tpu", "G2T102": "blocks-tpu",
+                          "G2T111": "differs-on-tpu"}  # fmt: skip
+    assert doc["summary"]["findings_by_category"]["differs-on-tpu"] == 1
+    assert doc["findings"][0]["url"].endswith("docs/rules.md#g2t101")
     first = doc["findings"][0]
     assert (first["code"], first["path"], first["line"], first["col"]) == (
         "G2T101",

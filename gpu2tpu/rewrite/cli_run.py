@@ -3,26 +3,50 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import TextIO
 
-from .engine import Config, ConfigError, Mode, decode_source, load_config, run
+from .engine import Config, ConfigError, Mode, RunReport, decode_source, load_config, run
 from .model import Options
 from .report import (
+    RunInfo,
     error_lines,
     exit_code,
     finding_line,
     finding_lines,
     print_summary,
-    render_csv,
-    render_json,
 )
+from .report_output import render_report, write_report
+
+
+def resolve_target(args: argparse.Namespace, section: dict, cwd: Path) -> tuple[str | None, str]:
+    """target-torch and where it came from: the command line, `[tool.gpu2tpu]`, or the lowest
+    torch the project's own pins admit (the folder of its pyproject.toml, else `cwd`)."""
+    from .torch_target import TargetError, normalize, project_floor
+
+    try:
+        if getattr(args, "target_torch", None):
+            return normalize(args.target_torch), "--target-torch"
+        if "target-torch" in section:
+            return normalize(section["target-torch"]), "[tool.gpu2tpu] target-torch"
+    except TargetError as err:
+        raise ConfigError(str(err)) from None
+    pin = project_floor(section.get("__root__") or cwd)
+    return (pin.version, pin.source) if pin else (None, "")
 
 
 def build_config(args: argparse.Namespace, cwd: Path) -> Config:
     """Command-line options over `[tool.gpu2tpu]` over the defaults."""
+    config, _ = build_config_and_info(args, cwd)
+    return config
+
+
+def build_config_and_info(args: argparse.Namespace, cwd: Path) -> tuple[Config, RunInfo]:
+    """The engine's settings, and what the reports say about them (target-torch's source)."""
     section = load_config(cwd)
+    target, target_source = resolve_target(args, section, cwd)
     select = args.select if args.select is not None else section.get("select", [])
     ignore = args.ignore if args.ignore is not None else section.get("ignore", [])
     unsafe = (
@@ -37,6 +61,7 @@ def build_config(args: argparse.Namespace, cwd: Path) -> Config:
             select=tuple(c.upper() for c in select),
             ignore=tuple(c.upper() for c in ignore),
             unsafe_fixes=bool(unsafe),
+            target_torch=target,
         ),
         exclude=tuple(section.get("exclude", [])) + tuple(args.exclude),
         jobs=args.jobs,
@@ -46,7 +71,7 @@ def build_config(args: argparse.Namespace, cwd: Path) -> Config:
         if not isinstance(max_bytes, int) or max_bytes <= 0:
             raise ConfigError("[tool.gpu2tpu] max-file-size must be a positive number of bytes")
         config = Config(config.options, config.exclude, max_bytes, config.jobs, config.root)
-    return config
+    return config, RunInfo(target, target_source)
 
 
 def _check_codes(config: Config) -> str | None:
@@ -66,15 +91,12 @@ def run_rewrite_command(
     args: argparse.Namespace, cwd: Path, stdin: TextIO, stdout: TextIO, stderr: TextIO
 ) -> int:
     try:
-        config = build_config(args, cwd)
+        config, info = build_config_and_info(args, cwd)
     except ConfigError as err:
         print(f"gpu2tpu: error: {err}", file=stderr)
         return 2
     if "ALL" in config.options.select:
-        config = Config(
-            Options(select=(), ignore=config.options.ignore, unsafe_fixes=config.options.unsafe_fixes),
-            config.exclude, config.max_bytes, config.jobs, config.root,
-        )  # fmt: skip
+        config = dataclasses.replace(config, options=dataclasses.replace(config.options, select=()))
     problem = _check_codes(config)
     if problem:
         print(f"gpu2tpu: error: {problem}", file=stderr)
@@ -91,15 +113,19 @@ def run_rewrite_command(
         return _run_stdin(args, config, mode, stdin, stdout, stderr)
     report = run(args.paths, config, mode)
     fmt = getattr(args, "format", "text")
-    if mode is Mode.CHECK and fmt == "json":
-        stdout.write(render_json(report))
-        for line in error_lines(report):
-            print(line, file=stderr)
-        return exit_code(report)
-    if mode is Mode.CHECK and fmt == "csv":
-        stdout.write(render_csv(report))
-        for line in error_lines(report):
-            print(line, file=stderr)
+    output_file = getattr(args, "output_file", None)
+    if mode is Mode.CHECK and (fmt != "text" or output_file):
+        text = render_report(report, fmt, info, quiet=args.quiet)
+        try:
+            if output_file:
+                write_report(Path(output_file), text)
+            else:
+                stdout.write(text)
+                stdout.flush()
+        except OSError as err:
+            print(f"gpu2tpu: error: cannot write {output_file}: {err.strerror or err}", file=stderr)
+            return 2
+        _print_errors(report, stderr)
         return exit_code(report)
     if mode is Mode.DIFF:
         for outcome in report.files:
@@ -112,10 +138,23 @@ def run_rewrite_command(
             for outcome in report.files:
                 if outcome.status == "would-rewrite":
                     print(f"would rewrite {outcome.path}", file=stdout)
+    stdout.flush()  # the lines above come before the errors and the summary, even on one terminal
+    _print_errors(report, stderr)
+    report_path = getattr(args, "report", None)
+    if report_path:
+        try:
+            write_report(Path(report_path), render_report(report, "markdown", info))
+        except OSError as err:
+            print(f"gpu2tpu: error: cannot write {report_path}: {err.strerror or err}", file=stderr)
+            return 2
+    print_summary(report, stderr if mode is Mode.DIFF else stdout, info)
+    return exit_code(report)
+
+
+def _print_errors(report: RunReport, stderr: TextIO) -> None:
     for line in error_lines(report):
         print(line, file=stderr)
-    print_summary(report, stderr if mode is Mode.DIFF else stdout)
-    return exit_code(report)
+    stderr.flush()
 
 
 def _run_stdin(
@@ -128,12 +167,13 @@ def _run_stdin(
 ) -> int:
     """`gpu2tpu rewrite -`: text in, rewritten text out (for editors and pipes)."""
     from .source import SourceError, rewrite_source
+    from .torch_target import rewrite_for_target
 
     name = args.stdin_filename or "-"
     data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
     try:
         text = decode_source(data).text
-        result = rewrite_source(text, config.options)
+        result = rewrite_for_target(rewrite_source, text, config.options)
     except SourceError as err:
         print(f"error: {name}: {err.reason}", file=stderr)
         if mode is Mode.WRITE:

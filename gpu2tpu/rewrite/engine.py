@@ -135,7 +135,7 @@ def load_config(start: Path) -> dict:
     section = data.get("tool", {}).get("gpu2tpu", {})
     if not isinstance(section, dict):
         raise ConfigError(f"{path}: [tool.gpu2tpu] must be a table")
-    known = {"exclude", "select", "ignore", "unsafe-fixes", "max-file-size"}
+    known = {"exclude", "select", "ignore", "unsafe-fixes", "max-file-size", "target-torch"}
     unknown = sorted(set(section) - known)
     if unknown:
         raise ConfigError(f"{path}: unknown [tool.gpu2tpu] key(s): {', '.join(unknown)}")
@@ -293,8 +293,9 @@ def process_file(path: str, config: Config, mode: Mode, tokens: tuple[bytes, ...
             return _process_notebook(path, data, config, mode)
         decoded = decode_source(data)
         from .source import rewrite_source
+        from .torch_target import rewrite_for_target
 
-        result = rewrite_source(decoded.text, config.options)
+        result = rewrite_for_target(rewrite_source, decoded.text, config.options)
     except SourceError as err:
         where = f" (line {err.line}, col {err.col})" if err.line else ""
         return FileOutcome(path, Status.ERROR, error=f"{err.reason}{where}; file left as it is")
@@ -347,6 +348,7 @@ def _read(path: str, config: Config) -> bytes:
 
 def _process_notebook(path: str, data: bytes, config: Config, mode: Mode) -> FileOutcome:
     from .notebook import NotebookError, notebook_diff, rewrite_notebook
+    from .torch_target import rewrite_for_target
 
     try:
         text = data.decode("utf-8")
@@ -355,7 +357,7 @@ def _process_notebook(path: str, data: bytes, config: Config, mode: Mode) -> Fil
             path, Status.ERROR, error="notebook is not valid UTF-8; file left as it is"
         )
     try:
-        result = rewrite_notebook(text, config.options)
+        result = rewrite_for_target(rewrite_notebook, text, config.options)
     except NotebookError as err:
         return FileOutcome(path, Status.ERROR, error=f"{err.reason}; file left as it is")
     outcome = FileOutcome(

@@ -1,7 +1,9 @@
 """Renderings of a run: `path:line:col: CODE message` lines, JSON, CSV, and the summary.
 
 The JSON record is documented in docs/json-schema.md and is stable: code, name, severity,
-safety, fixed, fixable, path, cell, cell_id, line, col, message, hint, url.
+safety, category, fixed, fixable, needs_torch, path, cell, cell_id, line, col, message, hint,
+url. The CI formats (GitHub annotations, SARIF) are in `report_ci`, the Markdown migration
+report in `report_markdown`; all of them sort findings into the same categories.
 """
 
 from __future__ import annotations
@@ -11,12 +13,70 @@ import io
 import json
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
 
 from .engine import FileOutcome, Mode, RunReport, Status
-from .model import CellFinding, Finding
+from .model import CellFinding, Finding, Severity
 
-DOCS_URL = "https://github.com/gpu2tpu/gpu2tpu/blob/main/docs/rules.md#{code}"
+DOCS_URL = "https://github.com/gpu2tpu/gpu2tpu/blob/main/docs/rules.md#{anchor}"
 SCHEMA_VERSION = 1
+
+
+class Category(StrEnum):
+    """What a finding means for the move to a TPU; every format sorts findings by it."""
+
+    BLOCKS_TPU = "blocks-tpu"  # fails on a TPU (or on any machine without CUDA)
+    DIFFERS_ON_TPU = "differs-on-tpu"  # runs, but may behave differently
+    TPU_PERFORMANCE = "tpu-performance"  # runs correctly, slowly (G2T6xx)
+    FIX_WITHHELD = "fix-withheld"  # a fix exists but would have broken the file
+    NEEDS_NEWER_TORCH = "needs-newer-torch"  # a fix exists but needs a newer torch
+
+
+CATEGORY_TITLES: dict[Category, str] = {
+    Category.BLOCKS_TPU: "Stops the code running on a TPU",
+    Category.DIFFERS_ON_TPU: "Runs on a TPU, but may behave differently",
+    Category.TPU_PERFORMANCE: "TPU performance hints",
+    Category.FIX_WITHHELD: "Fixes withheld (the result would not have been valid code)",
+    Category.NEEDS_NEWER_TORCH: "Fixes that need a newer torch than target-torch",
+}
+
+# Short labels, for a list or a table column.
+CATEGORY_LABELS: dict[Category, str] = {
+    Category.BLOCKS_TPU: "blocks a TPU",
+    Category.DIFFERS_ON_TPU: "may differ on a TPU",
+    Category.TPU_PERFORMANCE: "TPU performance",
+    Category.FIX_WITHHELD: "fix withheld",
+    Category.NEEDS_NEWER_TORCH: "needs a newer torch",
+}
+
+# The field the rewrite's verifier sets on a finding whose fix it withheld.
+WITHHELD_FIELD = "withheld"
+
+
+def category(finding: Finding) -> Category:
+    if getattr(finding, WITHHELD_FIELD, False):
+        return Category.FIX_WITHHELD
+    if finding.needs_torch:
+        return Category.NEEDS_NEWER_TORCH
+    if finding.code.startswith("G2T6"):
+        return Category.TPU_PERFORMANCE
+    if finding.severity == Severity.ERROR:
+        return Category.BLOCKS_TPU
+    return Category.DIFFERS_ON_TPU
+
+
+def rule_url(code: str) -> str:
+    """The rule's section in docs/rules.md (GitHub's heading anchors are lower case)."""
+    return DOCS_URL.format(anchor=code.lower())
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What the renderings say about the run besides its findings."""
+
+    target_torch: str | None = None
+    target_source: str = ""  # where target-torch came from, e.g. "requirements.txt: torch>=2.4"
 
 
 def _unpack(item: CellFinding | Finding) -> tuple[Finding, int | None, str | None]:
@@ -35,31 +95,46 @@ def location(path: str, finding: Finding, cell: int | None) -> str:
 
 def finding_line(path: str, item: CellFinding | Finding, *, show_fix: bool = True) -> str:
     finding, cell, _ = _unpack(item)
-    marker = " [*]" if show_fix and _would_fix(finding) else ""
+    marker = " [*]" if show_fix and would_fix(finding) else ""
     return f"{location(path, finding, cell)}: {finding.code}{marker} {finding.message}"
 
 
-def iter_records(report: RunReport, *, include_edits: bool) -> Iterator[dict]:
+def unpack(item: CellFinding | Finding) -> tuple[Finding, int | None, str | None]:
+    """The finding, its cell index and cell id (None, None outside notebooks)."""
+    return _unpack(item)
+
+
+def iter_items(
+    report: RunReport, *, include_edits: bool
+) -> Iterator[tuple[FileOutcome, CellFinding | Finding]]:
+    """Every file's edits (if asked) and findings, in file order, then place order."""
     for outcome in report.files:
         items = [*(outcome.edits if include_edits else ()), *outcome.findings]
         for item in sorted(items, key=_sort_key):
-            finding, cell, cell_id = _unpack(item)
-            yield {
-                "code": finding.code,
-                "name": finding.name,
-                "severity": str(finding.severity),
-                "safety": str(finding.safety),
-                "fixed": finding.fixed and report.mode is Mode.WRITE,
-                "fixable": finding.fixed or finding.fixable,
-                "path": outcome.path,
-                "cell": cell,
-                "cell_id": cell_id,
-                "line": finding.line,
-                "col": finding.col,
-                "message": finding.message,
-                "hint": finding.hint,
-                "url": DOCS_URL.format(code=finding.code),
-            }
+            yield outcome, item
+
+
+def iter_records(report: RunReport, *, include_edits: bool) -> Iterator[dict]:
+    for outcome, item in iter_items(report, include_edits=include_edits):
+        finding, cell, cell_id = _unpack(item)
+        yield {
+            "code": finding.code,
+            "name": finding.name,
+            "severity": str(finding.severity),
+            "safety": str(finding.safety),
+            "category": str(category(finding)),
+            "fixed": finding.fixed and report.mode is Mode.WRITE,
+            "fixable": finding.fixed or finding.fixable,
+            "needs_torch": finding.needs_torch or None,
+            "path": outcome.path,
+            "cell": cell,
+            "cell_id": cell_id,
+            "line": finding.line,
+            "col": finding.col,
+            "message": finding.message,
+            "hint": finding.hint,
+            "url": rule_url(finding.code),
+        }
 
 
 def _sort_key(item: CellFinding | Finding) -> tuple[int, int, int, str]:
@@ -67,23 +142,30 @@ def _sort_key(item: CellFinding | Finding) -> tuple[int, int, int, str]:
     return (cell if cell is not None else -2, finding.line, finding.col, finding.code)
 
 
-def render_json(report: RunReport, *, include_edits: bool = True) -> str:
+def error_records(report: RunReport) -> list[dict]:
+    """`{"path", "reason"}` for each file (or notebook cell) that could not be processed."""
     errors = [{"path": e.split(": ", 1)[0], "reason": e.split(": ", 1)[-1]} for e in report.errors]
     for o in report.files:
         errors.extend({"path": o.path, "reason": e} for e in o.cell_errors)
+    return errors
+
+
+def render_json(
+    report: RunReport, *, include_edits: bool = True, info: RunInfo | None = None
+) -> str:
     doc = {
         "version": SCHEMA_VERSION,
         "findings": list(iter_records(report, include_edits=include_edits)),
-        "errors": errors,
-        "summary": summary_counts(report),
+        "errors": error_records(report),
+        "summary": summary_counts(report, info),
     }
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
 def render_csv(report: RunReport, *, include_edits: bool = True) -> str:
     out = io.StringIO()
-    fields = ["path", "cell", "line", "col", "code", "name", "severity", "safety", "fixable",
-              "message", "hint"]  # fmt: skip
+    fields = ["path", "cell", "line", "col", "code", "name", "severity", "safety", "category",
+              "fixable", "needs_torch", "message", "hint"]  # fmt: skip
     writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()
     for rec in iter_records(report, include_edits=include_edits):
@@ -92,11 +174,15 @@ def render_csv(report: RunReport, *, include_edits: bool = True) -> str:
 
 
 def finding_lines(report: RunReport, *, include_edits: bool) -> list[str]:
+    """One line per finding, ruff style; after a file's lines, its note on torch, if any."""
     lines: list[str] = []
+    notes = torch_notes(report)
     for outcome in report.files:
         items = [*(outcome.edits if include_edits else ()), *outcome.findings]
         for item in sorted(items, key=_sort_key):
             lines.append(finding_line(outcome.path, item, show_fix=include_edits))
+        if outcome.path in notes:
+            lines.append(f"{outcome.path}: note: {notes[outcome.path]}")
     return lines
 
 
@@ -107,21 +193,49 @@ def error_lines(report: RunReport) -> list[str]:
     return lines
 
 
-def _would_fix(finding: Finding) -> bool:
+def would_fix(finding: Finding) -> bool:
+    """Fixed, or fixed by `gpu2tpu rewrite` with the same options (safe fixes)."""
     return finding.fixed or (finding.fixable and finding.safety == "safe")
 
 
-def summary_counts(report: RunReport) -> dict:
+def is_fix(report: RunReport, finding: Finding) -> bool:
+    """An edit of this run: made (rewrite) or one `gpu2tpu rewrite` would make (check)."""
+    return finding.fixed or (report.mode is Mode.CHECK and would_fix(finding))
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else 0 for p in version.split("."))
+
+
+def torch_notes(report: RunReport) -> dict[str, str]:
+    """Once per file whose fixes were held back by target-torch: what applying them needs."""
+    notes: dict[str, str] = {}
+    for o in report.files:
+        held = [_unpack(i)[0] for i in o.findings if _unpack(i)[0].needs_torch]
+        if held:
+            highest = max((f.needs_torch for f in held), key=_version_key)
+            n = len(held)
+            notes[o.path] = (
+                f"{n} fix{'es' * (n != 1)} not applied: the rewrite would raise the minimum "
+                f"torch to {highest}"
+            )
+    return notes
+
+
+def summary_counts(report: RunReport, info: RunInfo | None = None) -> dict:
     """Counts for the summary; in `check` mode "edits" are the fixes a rewrite would make."""
     edits: Counter[str] = Counter()
     left: Counter[str] = Counter()
+    by_category: dict[str, Counter[str]] = {str(c): Counter() for c in Category}
     for o in report.files:
         for item in (*o.edits, *o.findings):
             finding = _unpack(item)[0]
-            if finding.fixed or (report.mode is Mode.CHECK and _would_fix(finding)):
+            if is_fix(report, finding):
                 edits[finding.code] += 1
             else:
                 left[finding.code] += 1
+                by_category[str(category(finding))][finding.code] += 1
+    notes = torch_notes(report)
     return {
         "files_scanned": len(report.files),
         "skipped_by_prefilter": report.count(Status.PREFILTERED) + report.count(Status.EMPTY),
@@ -130,28 +244,48 @@ def summary_counts(report: RunReport) -> dict:
         "errors": len(report.errors),
         "edits_by_rule": dict(sorted(edits.items())),
         "findings_left": dict(sorted(left.items())),
+        "findings_by_category": {k: sum(v.values()) for k, v in by_category.items()},
+        "target_torch": info.target_torch if info else None,
+        "raises_min_torch": {path: note.rsplit(" ", 1)[-1] for path, note in sorted(notes.items())},
     }
 
 
-def summary_text(report: RunReport) -> list[str]:
-    """The closing lines, ruff/black style, as plain text."""
-    c = summary_counts(report)
+def category_counts(report: RunReport) -> dict[Category, Counter[str]]:
+    """Findings left for a person, by category and then by rule code."""
+    out: dict[Category, Counter[str]] = {c: Counter() for c in Category}
+    for o in report.files:
+        for item in (*o.edits, *o.findings):
+            finding = _unpack(item)[0]
+            if not is_fix(report, finding):
+                out[category(finding)][finding.code] += 1
+    return out
+
+
+def _by_rule(counts: Counter[str]) -> str:
+    return ", ".join(f"{code} x{n}" for code, n in sorted(counts.items()))
+
+
+def summary_text(report: RunReport, info: RunInfo | None = None) -> list[str]:
+    """The closing lines, ruff/black style, as plain text: one fact per line."""
+    c = summary_counts(report, info)
     edits = sum(c["edits_by_rule"].values())
     left = sum(c["findings_left"].values())
     files = c["files_scanned"]
-    lines = []
+    errors = c["errors"] + sum(len(o.cell_errors) for o in report.files)
+    lines: list[str] = []
     if report.mode is Mode.CHECK:
         total = edits + left
-        fixable = edits
         with_findings = sum(1 for o in report.files if o.edits or o.findings)
         if total:
             lines.append(
                 f"Found {total} finding{'s' * (total != 1)} in {with_findings} "
-                f"file{'s' * (with_findings != 1)} ({fixable} fixable with `gpu2tpu rewrite`, "
+                f"file{'s' * (with_findings != 1)} ({edits} fixable with `gpu2tpu rewrite`, "
                 f"{left} need{'s' * (left == 1)} a person)."
             )
-        else:
+        elif not errors:
             lines.append(f"All clear: no CUDA-specific code in {files} file{'s' * (files != 1)}.")
+        else:
+            lines.append(f"No findings in {files} file{'s' * (files != 1)}.")
     else:
         verb = "rewritten" if report.mode is Mode.WRITE else "would be rewritten"
         n = c["rewritten"] if report.mode is Mode.WRITE else c["would_rewrite"]
@@ -161,28 +295,47 @@ def summary_text(report: RunReport) -> list[str]:
             f"{edits} edit{'s' * (edits != 1)}, {left} finding{'s' * (left != 1)} left for a person."
         )
     if c["edits_by_rule"]:
-        by_rule = ", ".join(f"{k} x{v}" for k, v in c["edits_by_rule"].items())
         label = "Fixable by rule" if report.mode is Mode.CHECK else "Edits by rule"
-        lines.append(f"{label}: {by_rule}")
-    if c["errors"]:
+        lines.append(f"{label}: {_by_rule(Counter(c['edits_by_rule']))}")
+    for cat, counts in category_counts(report).items():
+        if not counts:
+            continue
+        title = CATEGORY_TITLES[cat]
+        if cat is Category.NEEDS_NEWER_TORCH and info and info.target_torch:
+            title = f"{title} {info.target_torch}"
+        lines.append(f"{title}: {sum(counts.values())} ({_by_rule(counts)})")
+    if c["raises_min_torch"]:
+        highest = max(c["raises_min_torch"].values(), key=_version_key)
+        k = len(c["raises_min_torch"])
+        source = f" ({info.target_source})" if info and info.target_source else ""
         lines.append(
-            f"{c['errors']} file{'s' * (c['errors'] != 1)} could not be processed (see errors above)."
+            f"Applying them would raise the minimum torch to {highest} in {k} "
+            f"file{'s' * (k != 1)}; target-torch is {c['target_torch']}{source}."
         )
+    cells = sum(len(o.cell_errors) for o in report.files)
+    parts = [
+        f"{n} {what}{'s' * (n != 1)}"
+        for n, what in ((c["errors"], "file"), (cells, "notebook cell"))
+        if n
+    ]
+    if parts:
+        lines.append(f"{' and '.join(parts)} could not be processed (see the error lines).")
     return lines
 
 
-def print_summary(report: RunReport, stream) -> None:  # type: ignore[no-untyped-def]
-    """Print the summary with rich on a terminal, plain text elsewhere."""
-    lines = summary_text(report)
+def print_summary(report: RunReport, stream, info: RunInfo | None = None) -> None:  # type: ignore[no-untyped-def]
+    """Print the summary with rich on a terminal, plain text elsewhere; one line per fact."""
+    lines = summary_text(report, info)
     if stream.isatty():
         from rich.console import Console
 
-        console = Console(file=stream, highlight=False)
+        console = Console(file=stream, highlight=False, soft_wrap=True)
         for i, line in enumerate(lines):
             console.print(line, style="bold" if i == 0 else None, markup=False)
     else:
         for line in lines:
             print(line, file=stream)
+    stream.flush()
 
 
 def exit_code(report: RunReport) -> int:

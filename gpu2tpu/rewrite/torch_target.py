@@ -1,0 +1,339 @@
+"""target-torch: the oldest torch the rewritten code must run on, like ruff's target-version.
+
+Every fix writes APIs that exist only from some torch release on (`torch.accelerator` 2.6,
+`torch.accelerator.device_index` 2.8, `torch.accelerator.memory` 2.9: docs/torch-versions.md
+has the table and how it was checked). Each rule says the torch its fix needs
+(`Rule.min_torch`). With a target, a fix whose rule needs a newer torch is not applied: it
+becomes a finding that says which torch it needs, and the report says once per file that
+applying it would raise the project's minimum torch, and to what.
+
+The target comes from `--target-torch`, else `[tool.gpu2tpu] target-torch`, else the project's
+own pins: the lowest torch that its pyproject.toml (dependencies, optional dependencies,
+dependency groups, Poetry), requirements*.txt, environment.yml, setup.cfg or setup.py admit.
+A requirement with no lower bound (`torch`, `torch<3`) pins nothing.
+
+The decision is made around `rewrite_source`/`rewrite_notebook`, not inside the rules: the
+fixes that may be applied run as usual with the held-back rules switched off, and those rules
+then run once more in report-only mode to say where their fixes would have gone.
+"""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import dataclasses
+import functools
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from .model import CellFinding, Finding, Options, Safety
+
+TORCH_NAMES = ("torch", "pytorch")  # pytorch: conda's name
+
+
+class TargetError(ValueError):
+    """A target-torch value that is not a torch version."""
+
+
+def normalize(value: object) -> str:
+    """`2.6`, `"2.6"`, `"2.6.1"`, `"v2.7"` -> `"2.6"`, `"2.6"`, `"2.6"`, `"2.7"` (major.minor)."""
+    text = str(value).strip().removeprefix("v")
+    try:
+        version = Version(text)
+    except InvalidVersion:
+        raise TargetError(
+            f'target-torch must be a torch version such as "2.6", not {value!r}'
+        ) from None
+    if version.major < 1:
+        raise TargetError(f"target-torch {value!r} is older than any torch release")
+    major, minor = (*version.release, 0)[:2]
+    return f"{major}.{minor}"
+
+
+def _key(version: str) -> Version:
+    return Version(version)
+
+
+# -- the project's own pins --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pin:
+    """The lowest torch one requirement admits, and where it was read."""
+
+    version: str  # major.minor
+    source: str  # e.g. "requirements.txt: torch>=2.4"
+
+
+def lower_bound(spec: SpecifierSet | str) -> str | None:
+    """The lowest torch (major.minor) a specifier admits; None when it sets no lower bound."""
+    bounds: list[Version] = []
+    for item in SpecifierSet(str(spec)):
+        if item.operator in ("==", "===", ">=", "~=", ">"):
+            text = item.version.removesuffix(".*")
+            try:
+                bounds.append(Version(text))
+            except InvalidVersion:
+                continue
+    if not bounds:
+        return None
+    return normalize(max(bounds).base_version)
+
+
+def _requirement_pin(text: str, source: str) -> Pin | None:
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        return None
+    if req.name.lower() not in TORCH_NAMES:
+        return None
+    version = lower_bound(req.specifier)
+    return Pin(version, f"{source}: {text.strip()}") if version else None
+
+
+def _pyproject_pins(path: Path) -> Iterator[Pin]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return
+    project = data.get("project", {})
+    texts: list[str] = list(project.get("dependencies", []) or [])
+    for group in (project.get("optional-dependencies", {}) or {}).values():
+        texts += list(group or [])
+    for group in (data.get("dependency-groups", {}) or {}).values():
+        texts += [t for t in group or [] if isinstance(t, str)]
+    for text in texts:
+        if isinstance(text, str) and (pin := _requirement_pin(text, path.name)):
+            yield pin
+    poetry = data.get("tool", {}).get("poetry", {})
+    tables = [poetry.get("dependencies", {})]
+    tables += [g.get("dependencies", {}) for g in (poetry.get("group", {}) or {}).values()]
+    for table in tables:
+        spec = (table or {}).get("torch")
+        if isinstance(spec, dict):
+            spec = spec.get("version")
+        if isinstance(spec, str) and (version := _poetry_bound(spec)):
+            yield Pin(version, f"{path.name}: torch = {spec!r} (Poetry)")
+
+
+def _poetry_bound(spec: str) -> str | None:
+    """Poetry's `^2.4`, `~2.4`, `2.4.*`, `>=2.4,<3` -> `2.4`."""
+    spec = spec.strip()
+    if spec[:1] in ("^", "~") and spec[1:2] != "=":
+        spec = ">=" + spec[1:]
+    elif spec[:1].isdigit():
+        spec = "==" + spec
+    try:
+        return lower_bound(spec)
+    except (InvalidSpecifier, TargetError):
+        return None
+
+
+def _requirements_pins(path: Path) -> Iterator[Pin]:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return
+    for raw in text.replace("\\\n", " ").splitlines():
+        line = re.split(r"(?:^|\s)#", raw, maxsplit=1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        line = re.split(r"\s--", line, maxsplit=1)[0]  # `--hash=...` and other options
+        if pin := _requirement_pin(line, path.name):
+            yield pin
+
+
+_CONDA_ITEM = re.compile(r"^\s*-\s*(?:[\w.-]+::)?(?:py)?torch(?![\w.-])\s*(?P<spec>.*)$")
+_CONDA_PART = re.compile(r"\s*(?P<op>>=|===|==|~=|>|=|<=|<|!=)?\s*v?(?P<v>\d+(?:\.\d+)*)")
+
+
+def _conda_pins(path: Path) -> Iterator[Pin]:
+    """`- pytorch=2.6`, `- pytorch>=2.4,<3`, `- torch==2.6.0` (also under `pip:`)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return
+    for raw in text.splitlines():
+        m = _CONDA_ITEM.match(raw.split("#", 1)[0])
+        if not m:
+            continue
+        spec = m["spec"].strip().strip("'\"")
+        if spec[:1].isdigit():  # `pytorch 2.6.*`: a version (and a build) after a space
+            spec = "=" + spec.split()[0]
+        if re.match(r"=\d", spec):  # `pytorch=2.6` or `pytorch=2.6=build`: 2.6.*
+            parts = [spec.split("=")[1]]
+        else:
+            parts = spec.split(",")
+        bounds = []
+        for part in parts:
+            hit = _CONDA_PART.match(part)
+            if hit and hit["op"] in (None, "=", "==", "===", ">=", "~=", ">"):
+                bounds.append(Version(hit["v"]))
+        if bounds:
+            yield Pin(normalize(max(bounds)), f"{path.name}: {raw.strip().lstrip('- ')}")
+
+
+def _setup_cfg_pins(path: Path) -> Iterator[Pin]:
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path, encoding="utf-8")
+    except (OSError, configparser.Error, UnicodeDecodeError):
+        return
+    values: list[str] = []
+    if parser.has_option("options", "install_requires"):
+        values.append(parser.get("options", "install_requires"))
+    if parser.has_section("options.extras_require"):
+        values += [v for _, v in parser.items("options.extras_require")]
+    for value in values:
+        for line in value.splitlines():
+            if pin := _requirement_pin(line.split("#", 1)[0].strip() or "-", path.name):
+                yield pin
+
+
+def _setup_py_pins(path: Path) -> Iterator[Pin]:
+    """`install_requires=[...]` and `extras_require={...}` literals of any call, or module-level
+    names bound to such literals."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return
+    names: dict[str, ast.expr] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    names[target.id] = node.value
+
+    def strings(node: ast.expr | None) -> Iterator[str]:
+        if isinstance(node, ast.Name):
+            node = names.get(node.id)
+        if isinstance(node, ast.List | ast.Tuple | ast.Set):
+            for item in node.elts:
+                if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                    yield item.value
+        elif isinstance(node, ast.Dict):
+            for value in node.values:
+                yield from strings(value)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            for kw in node.keywords:
+                if kw.arg in ("install_requires", "extras_require"):
+                    for text in strings(kw.value):
+                        if pin := _requirement_pin(text, path.name):
+                            yield pin
+
+
+def iter_pins(folder: Path) -> Iterator[Pin]:
+    """Every torch requirement with a lower bound in the project files of `folder`."""
+    readers: list[tuple[Iterable[Path], Callable[[Path], Iterator[Pin]]]] = [
+        ([folder / "pyproject.toml"], _pyproject_pins),
+        (
+            sorted(
+                {*folder.glob("requirements*.txt"), *folder.glob("requirements/*.txt")},
+                key=lambda p: p.as_posix(),
+            ),
+            _requirements_pins,
+        ),
+        ([folder / "environment.yml", folder / "environment.yaml"], _conda_pins),
+        ([folder / "setup.cfg"], _setup_cfg_pins),
+        ([folder / "setup.py"], _setup_py_pins),
+    ]
+    for paths, read in readers:
+        for path in paths:
+            if path.is_file():
+                for pin in read(path):
+                    if path.parent != folder:
+                        pin = Pin(pin.version, f"{path.parent.name}/{pin.source}")
+                    yield pin
+
+
+def project_floor(folder: Path) -> Pin | None:
+    """The lowest torch the project's pins admit (the lowest over all of them), if any."""
+    pins = list(iter_pins(folder))
+    return min(pins, key=lambda p: _key(p.version)) if pins else None
+
+
+# -- holding fixes back ------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def rule_min_torch() -> dict[str, str]:
+    """Rule code -> the torch its fix needs (`Rule.min_torch`; notebook checks: 2.6)."""
+    from .rules_doc import documented_rules
+
+    return {r.code: normalize(r.min_torch) for r in documented_rules()}
+
+
+def held_back(options: Options) -> dict[str, str]:
+    """The switched-on rules whose fixes need a newer torch than `options.target_torch`."""
+    if not options.target_torch:
+        return {}
+    target = _key(normalize(options.target_torch))
+    return {
+        code: need
+        for code, need in rule_min_torch().items()
+        if options.enabled(code) and _key(need) > target
+    }
+
+
+R = TypeVar("R")
+
+
+def rewrite_for_target(rewrite: Callable[[str, Options], R], text: str, options: Options) -> R:
+    """`rewrite(text, options)` (rewrite_source or rewrite_notebook) with target-torch applied.
+
+    Without a target, or when no switched-on rule needs a newer torch, this is one call of
+    `rewrite`. Otherwise the held-back rules are switched off for the rewrite, then run alone
+    in report-only mode on the same text; each place where they would have fixed something
+    becomes a finding with `needs_torch` set (positions are the original text's, as for every
+    finding).
+    """
+    held = held_back(options)
+    if not held:
+        return rewrite(text, options)
+    first = rewrite(text, dataclasses.replace(options, ignore=(*options.ignore, *held)))
+    second = rewrite(text, dataclasses.replace(options, select=tuple(held), fix=False))
+    extra = [
+        _held(item, held, options)
+        for item in second.findings  # type: ignore[attr-defined]
+    ]
+    merged = sorted([*first.findings, *extra], key=_order)  # type: ignore[attr-defined]
+    return dataclasses.replace(first, findings=tuple(merged))  # type: ignore[type-var]
+
+
+def _order(item: Finding | CellFinding) -> tuple[int, int, int, str]:
+    if isinstance(item, CellFinding):
+        f = item.finding
+        return (item.cell_index, f.line, f.col, f.code)
+    return (-2, item.line, item.col, item.code)
+
+
+def _held(
+    item: Finding | CellFinding, held: dict[str, str], options: Options
+) -> Finding | CellFinding:
+    finding = item.finding if isinstance(item, CellFinding) else item
+    applies = finding.fixable and (
+        finding.safety == Safety.SAFE or (finding.safety == Safety.UNSAFE and options.unsafe_fixes)
+    )
+    if not applies:
+        return item  # a report-only finding of that rule: the same as without a target
+    need = held[finding.code]
+    marked = dataclasses.replace(
+        finding,
+        fixable=False,
+        needs_torch=need,
+        message=f"{finding.message} (not fixed: the fix needs torch {need}, "
+        f"target-torch is {normalize(options.target_torch)})",
+    )
+    if isinstance(item, CellFinding):
+        return dataclasses.replace(item, finding=marked)
+    return marked
