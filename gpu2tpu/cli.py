@@ -34,6 +34,9 @@ def _add_rewrite_options(p: argparse.ArgumentParser) -> None:
         "-j", "--jobs", type=int, default=0, help="worker processes (default: all cores)"
     )
     p.add_argument("--stdin-filename", default=None, help="name to report for `-` (standard input)")
+    p.add_argument("--force-exclude", action="store_true",
+                   help="apply the exclude patterns to files named on the command line too "
+                   "(for pre-commit, as ruff's --force-exclude)")  # fmt: skip
     p.add_argument("--target-torch", default=None, metavar="VERSION",
                    help="oldest torch the code must run on, e.g. 2.6: fixes that need a newer "
                    "one are reported, not applied (default: [tool.gpu2tpu] target-torch, else "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 from pathlib import Path
@@ -111,7 +112,8 @@ def run_rewrite_command(
         mode = Mode.WRITE
     if args.paths == ["-"]:
         return _run_stdin(args, config, mode, stdin, stdout, stderr)
-    report = run(args.paths, config, mode)
+    paths = force_exclude(args.paths, config) if args.force_exclude else args.paths
+    report = run(paths, config, mode)
     fmt = getattr(args, "format", "text")
     output_file = getattr(args, "output_file", None)
     if mode is Mode.CHECK and (fmt != "text" or output_file):
@@ -149,6 +151,24 @@ def run_rewrite_command(
             return 2
     print_summary(report, stderr if mode is Mode.DIFF else stdout, info)
     return exit_code(report)
+
+
+def force_exclude(paths: list[str], config: Config) -> list[str]:
+    """The paths that the exclude patterns (defaults and `[tool.gpu2tpu] exclude`) leave: with
+    `--force-exclude` they apply to files named on the command line too, as pre-commit names
+    every staged file."""
+    from .engine import DEFAULT_EXCLUDES, _excluded, _prefixes
+
+    patterns = (*DEFAULT_EXCLUDES, *config.exclude)
+    kept = []
+    for raw in paths:
+        rel = Path(raw).as_posix()
+        if config.root is not None:
+            with contextlib.suppress(ValueError, OSError):
+                rel = Path(raw).resolve().relative_to(config.root.resolve()).as_posix()
+        if raw == "-" or not any(_excluded(p, Path(p).name, patterns) for p in _prefixes(rel)):
+            kept.append(raw)
+    return kept
 
 
 def _print_errors(report: RunReport, stderr: TextIO) -> None:

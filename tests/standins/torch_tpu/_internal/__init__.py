@@ -1,1 +1,0 @@
-"""STAND-IN for `torch_tpu._internal`."""
