@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from gpu2tpu.backends import (
     BACKEND_NAMES,
     BackendUnavailable,
     UnknownBackend,
+    ask_backends,
     available_backends,
     backend_class,
     chip_kind,
@@ -180,37 +182,57 @@ def test_accelerator_answers_calls_backend_synchronize() -> None:
 
 
 def test_torchtpu_standin_is_picked_by_auto_and_adapts_its_calls(torch_tpu: None) -> None:
-    backend, reason = choose_backend("auto")
-    assert backend.name == "tpu"
-    assert reason.startswith("auto: using TorchTPU") and "sees a TPU" in reason
-    chip = backend.chip()
-    assert (chip.name, chip.kind, chip.count) == ("TPU v5 lite", "v5e", 4)
-    mem = backend.memory()
-    assert (mem.in_use_bytes, mem.peak_bytes, mem.total_bytes) == (1024, 4096, 16 * 2**30)
-    assert backend.compilation_count() == 7
-    tpu_module = torch.tpu
-    tpu_module.calls.clear()
-    backend.synchronize()
-    assert tpu_module.calls == ["synchronize"]
+    import torch_tpu._loader as loader
+
+    with warnings.catch_warnings():
+        # TorchTPU warns on each experimental API; the adapter's own calls must not show them.
+        warnings.simplefilter("error")
+        backend, reason = choose_backend("auto")
+        assert backend.name == "tpu"
+        assert reason.startswith("auto: using TorchTPU") and "sees a TPU" in reason
+        chip = backend.chip()
+        assert (chip.name, chip.kind, chip.count) == ("TPU v5e", "v5e", 4)
+        mem = backend.memory()
+        # TorchTPU reports the chip's HBM only: in use and peak stay unknown.
+        assert (mem.in_use_bytes, mem.peak_bytes, mem.total_bytes) == (None, None, 16 * 2**30)
+        assert backend.compilation_count() == 7
+    loader.synchronized.clear()
+    backend.synchronize()  # through torch.accelerator: torch.tpu.synchronize is internal
+    assert loader.synchronized == ["synchronize"]
     with pytest.raises(ValueError, match="half-way"), backend.activate() as dev:
         assert dev.type == "meta" and torch.empty(3).device.type == "meta"
         assert torch.accelerator.current_accelerator(check_available=True) == dev
         torch.accelerator.synchronize()
         raise ValueError("half-way")
-    assert tpu_module.calls == ["synchronize", "synchronize"]
+    assert loader.synchronized == ["synchronize", "synchronize"]
     assert torch.get_default_device().type == "cpu"
 
 
-def test_torchtpu_fused_eager_mode_is_entered_and_left(torch_tpu: None) -> None:
-    import torch_tpu._internal.execution_mode as modes
-
+@pytest.mark.parametrize("mode", ["defer_and_fuse", "defer_never_and_launch_blocking"])
+def test_torchtpu_eager_mode_is_entered_and_left(torch_tpu: None, mode: str) -> None:
     from gpu2tpu.backends.torchtpu import TorchTPUBackend
 
-    with TorchTPUBackend(eager_mode="fused").activate():
-        assert modes.current is modes.DeferMode.DEFER_AND_FUSE
-    assert modes.current is modes.DeferMode.DEFAULT
-    with pytest.raises(ValueError, match="known modes: fused, strict, debug"):
-        TorchTPUBackend(eager_mode="lazy")
+    before = torch.tpu.eager_mode
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with TorchTPUBackend(eager_mode=mode).activate():
+            assert torch.tpu.eager_mode is torch.tpu.EagerMode[mode.upper()]
+    assert torch.tpu.eager_mode is before
+    known = "known modes: defer_and_fuse, defer_never, defer_never_and_launch_blocking"
+    with pytest.raises(ValueError, match=known):
+        TorchTPUBackend(eager_mode="fused")
+
+
+def test_torchtpu_eager_mode_missing_from_the_runtime_is_named(
+    torch_tpu: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpu2tpu.backends.torchtpu import TorchTPUBackend
+
+    monkeypatch.delattr(torch.tpu, "set_eager_mode")
+    backend = TorchTPUBackend(eager_mode="defer_never")
+    with pytest.raises(RuntimeError, match="no torch.tpu.set_eager_mode"), backend.activate():
+        pass
+    assert torch.get_default_device().type == "cpu"
 
 
 def test_torchtpu_without_chip_is_skipped_and_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -221,6 +243,89 @@ def test_torchtpu_without_chip_is_skipped_and_refused(monkeypatch: pytest.Monkey
         assert "torch_tpu is installed but found no TPU chip" in reason
         with pytest.raises(BackendUnavailable, match="found no TPU chip"):
             get_backend("tpu")
+    finally:
+        forget_standins()
+
+
+# -- one backend's failure never breaks the question about all of them -------------------------
+
+
+def _raising_reason(cls: type) -> str | None:
+    # What the adapter once did, and what TorchTPU 0.2.0 forbids from outside torch.
+    return "found" if torch.tpu.is_available() else None
+
+
+INTERNAL = "is_available is internal to TorchTPU"
+
+
+def test_backend_raising_when_asked_is_listed_unavailable(
+    torch_tpu: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpu2tpu.backends.torchtpu import TorchTPUBackend
+
+    monkeypatch.setattr(TorchTPUBackend, "unavailable_reason", classmethod(_raising_reason))
+    statuses = {s.name: s for s in available_backends()}
+    assert not statuses["tpu"].available
+    assert statuses["tpu"].reason.startswith(
+        f"failed when asked whether it runs here (RuntimeError: {INTERNAL}"
+    )
+    assert "\n" not in statuses["tpu"].reason
+    assert statuses["cpu"].available
+    backend, reason = choose_backend("auto")
+    assert backend.name == "cpu"
+    assert f"tpu failed when asked (RuntimeError: {INTERNAL}" in reason
+    with pytest.raises(BackendUnavailable, match=INTERNAL):
+        get_backend("tpu")
+
+
+def test_backend_raising_when_asked_for_its_chip_is_listed_unavailable(
+    torch_tpu: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpu2tpu.backends.torchtpu import TorchTPUBackend
+
+    def chip(self: object) -> None:
+        torch.tpu.device_count()  # internal in TorchTPU 0.2.0
+
+    monkeypatch.setattr(TorchTPUBackend, "chip", chip)
+    reports = {r.status.name: r for r in ask_backends(describe=lambda name: name != "jax")}
+    tpu = reports["tpu"]
+    assert not tpu.status.available and tpu.chip is None
+    assert tpu.status.reason.startswith(
+        "TorchTPU is installed but failed when asked for its chip (RuntimeError: device_count "
+        "is internal to TorchTPU"
+    )
+    assert reports["cpu"].status.available and reports["cpu"].chip.kind == "cpu"
+    assert reports["tpu"].to_dict()["reason"] == tpu.status.reason
+
+
+def test_adapter_that_fails_to_load_is_listed_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu2tpu import backends
+
+    monkeypatch.setitem(backends._REGISTRY, "xla", ("no_such_adapter", "Nothing"))
+    statuses = {s.name: s for s in available_backends()}
+    assert not statuses["xla"].available
+    assert statuses["xla"].reason.startswith(
+        "gpu2tpu's no_such_adapter adapter failed to load (ModuleNotFoundError:"
+    )
+    assert statuses["cpu"].available
+
+
+def test_torch_tpu_that_fails_to_import_is_named(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    use_standins(monkeypatch)  # both stand-ins hidden; a broken torch_tpu goes first
+    broken = tmp_path / "torch_tpu"
+    broken.mkdir()
+    (broken / "__init__.py").write_text(
+        "raise RuntimeError('Failed to load the backend extension: torch_tpu.\\nmore')\n"
+    )
+    monkeypatch.delitem(sys.modules, "torch_tpu")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        status = backend_class("tpu").status()
+        assert status.reason == (
+            "torch_tpu is installed but failed to import "
+            "(RuntimeError: Failed to load the backend extension: torch_tpu.)"
+        )
+        assert choose_backend("auto")[0].name == "cpu"
     finally:
         forget_standins()
 

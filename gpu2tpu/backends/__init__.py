@@ -3,13 +3,18 @@
 `get_backend(name)` gives one by name, and never falls back silently: an explicit name that
 cannot run here raises `BackendUnavailable` with the install command. `choose_backend("auto")`
 picks TorchTPU, then PyTorch/XLA on a TPU, then the CPU dry run, and says why in one line.
-Backend modules load only when their name is asked for, so importing this package imports
-neither torch nor any TPU runtime.
+`ask_backends()` asks every backend whether it runs here (and, if asked to, for its chip and
+memory); a backend that raises while being asked is listed as unavailable with what it said,
+so one broken runtime never hides the others. Backend modules load only when their name is
+asked for, so importing this package imports neither torch nor any TPU runtime.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from .base import (
     Backend,
@@ -19,16 +24,19 @@ from .base import (
     MemoryInfo,
     UnknownBackend,
     chip_kind,
+    failure_reason,
 )
 
 __all__ = [
     "BACKEND_NAMES",
     "Backend",
+    "BackendReport",
     "BackendStatus",
     "BackendUnavailable",
     "ChipInfo",
     "MemoryInfo",
     "UnknownBackend",
+    "ask_backends",
     "available_backends",
     "backend_class",
     "chip_kind",
@@ -108,8 +116,12 @@ def choose_backend(name: str = "auto") -> tuple[Backend, str]:
         return backend, f"{key}: requested explicitly"
     skipped: list[str] = []
     for candidate in _AUTO_ORDER:
-        cls = backend_class(candidate)
-        why_not = cls.auto_skip_reason()
+        try:
+            cls = backend_class(candidate)
+            why_not = cls.auto_skip_reason()
+        except Exception as err:  # one broken runtime must not stop the choice
+            skipped.append(f"{candidate} {failure_reason('failed when asked', err)}")
+            continue
         if why_not is None:
             version = cls.version()
             found = f" ({cls.distribution} {version})" if version else ""
@@ -128,6 +140,73 @@ def _join_reasons(reasons: list[str]) -> str:
     return "; ".join(reasons)
 
 
+@dataclass(frozen=True)
+class BackendReport:
+    """One backend as `ask_backends` found it: its status and, if asked for, chip and memory."""
+
+    status: BackendStatus
+    chip: ChipInfo | None = None
+    memory: MemoryInfo | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.status.to_dict(),
+            "chip": self.chip.to_dict() if self.chip else None,
+            "memory": self.memory.to_dict() if self.memory else None,
+        }
+
+
+def _status(key: str) -> BackendStatus:
+    try:
+        return backend_class(key).status()
+    except Exception as err:  # the adapter module itself failed to import
+        module_name, _class_name = _REGISTRY[key]
+        return BackendStatus(
+            name=key,
+            title=key,
+            available=False,
+            reason=failure_reason(f"gpu2tpu's {module_name} adapter failed to load", err),
+            install="",
+        )
+
+
+def _unavailable(status: BackendStatus, reason: str) -> BackendStatus:
+    return BackendStatus(
+        name=status.name,
+        title=status.title,
+        available=False,
+        reason=reason,
+        install=status.install,
+        version=status.version,
+    )
+
+
+def ask_backends(describe: Callable[[str], bool] | None = None) -> list[BackendReport]:
+    """Every backend, whether it runs here and why not; never raises for a backend's fault.
+
+    `describe(name)` says which available backends to ask for their chip and memory too
+    (None: none). An exception at any step (importing the adapter or its runtime, asking
+    whether it runs, asking for the chip or memory) makes that backend's line "unavailable"
+    with the exception's type and first line as the reason.
+    """
+    reports: list[BackendReport] = []
+    for key in _REGISTRY:
+        status = _status(key)
+        if not status.available or describe is None or not describe(key):
+            reports.append(BackendReport(status))
+            continue
+        try:
+            backend = _instance(key)
+            chip = backend.chip()
+            memory = backend.memory()
+        except Exception as err:
+            why = failure_reason("is installed but failed when asked for its chip", err)
+            reports.append(BackendReport(_unavailable(status, f"{status.title} {why}")))
+            continue
+        reports.append(BackendReport(status, chip, memory))
+    return reports
+
+
 def available_backends() -> list[BackendStatus]:
     """Every backend, found or missing, with its version or the command that installs it."""
-    return [backend_class(key).status() for key in _REGISTRY]
+    return [report.status for report in ask_backends()]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     import torch
 
-# PCI vendor id of Google's TPU chips (backends.md §3: TorchTPU's hardware detection).
+# PCI vendor id of Google's TPU chips (docs/backends.md, "TorchTPU 0.2.0 as released").
 GOOGLE_TPU_PCI_VENDOR = "0x1ae0"
 
 
@@ -136,6 +136,15 @@ def package_version(distribution: str) -> str | None:
         return None
 
 
+def failure_reason(what: str, err: BaseException) -> str:
+    """'failed when asked for its chip (RuntimeError: first line)': one line for a report."""
+    lines = str(err).strip().splitlines()
+    said = lines[0] if lines else ""
+    if len(said) > 200:
+        said = said[:197] + "..."
+    return f"{what} ({type(err).__name__}: {said})" if said else f"{what} ({type(err).__name__})"
+
+
 def has_module(name: str) -> bool:
     """Whether `import name` could succeed, without importing it."""
     try:
@@ -189,21 +198,37 @@ class Backend:
         return package_version(cls.distribution) if cls.distribution else None
 
     @classmethod
+    def safe_unavailable_reason(cls) -> str | None:
+        """`unavailable_reason()`, with an exception it raises turned into the reason.
+
+        A runtime that raises when asked (a broken install, an API that changed) makes its
+        own backend unavailable, never the question about every backend.
+        """
+        try:
+            return cls.unavailable_reason()
+        except Exception as err:
+            return failure_reason("failed when asked whether it runs here", err)
+
+    @classmethod
     def status(cls) -> BackendStatus:
-        reason = cls.unavailable_reason()
+        reason = cls.safe_unavailable_reason()
+        try:
+            version = cls.version()
+        except Exception:  # unreadable metadata: the version is unknown, nothing more
+            version = None
         return BackendStatus(
             name=cls.name,
             title=cls.title,
             available=reason is None,
             reason=reason or "available",
             install=f"{cls.install} {cls.install_note}".strip(),
-            version=cls.version(),
+            version=version,
         )
 
     @classmethod
     def require(cls) -> None:
         """Raise `BackendUnavailable` with the reason and the install command, if unusable."""
-        reason = cls.unavailable_reason()
+        reason = cls.safe_unavailable_reason()
         if reason is not None:
             note = f" {cls.install_note}" if cls.install_note else ""
             raise BackendUnavailable(
