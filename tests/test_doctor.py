@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 from rich.console import Console
+from standins import forget_standins, use_standins
 from standins.metadata import STANDIN_SETS, build_site
 
 from gpu2tpu.readiness.doctor import DoctorReport, diagnose, doctor_magic_output, main
@@ -352,6 +353,38 @@ def test_tpu_machine_without_any_pytorch_tpu_backend(tmp_path: Path) -> None:
     (problem,) = report.problems
     assert "no PyTorch TPU backend" in problem.message
     assert problem.fix.startswith("pip install torch-tpu")
+
+
+def test_torch_tpu_that_raises_when_asked_is_a_note_not_a_failed_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    from gpu2tpu.backends.torchtpu import TorchTPUBackend
+
+    def asks_torch_tpu(cls: type) -> None:
+        torch.tpu.is_available()  # what the adapter once did; TorchTPU 0.2.0 raises
+
+    use_standins(monkeypatch, "torch_tpu")
+    monkeypatch.setattr(TorchTPUBackend, "unavailable_reason", classmethod(asks_torch_tpu))
+    try:
+        report = stand_in(
+            tmp_path,
+            "torchtpu_matching",
+            root=tpu_root(tmp_path),
+            environ={"LD_PRELOAD": "libtcmalloc.so.4"},
+            probe_backends=True,
+        )
+    finally:
+        forget_standins()
+    assert report.probe_note is None
+    (note,) = [n for n in report.notes if "torch_tpu 0.2.0" in n.message]
+    assert note.message.startswith(
+        "torch_tpu 0.2.0 is installed on this TPU machine but cannot run: failed when asked "
+        "whether it runs here (RuntimeError: is_available is internal to TorchTPU"
+    )
+    assert not any(line.startswith("TorchTPU") for line in report.usable)
+    assert {b.name: b for b in report.backends}["cpu"].available
 
 
 # -- the real environment of this test run -----------------------------------------------------

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..backends import BackendStatus, ChipInfo, MemoryInfo, available_backends, backend_class
+from ..backends import BackendStatus, ChipInfo, MemoryInfo
 from ..backends.base import package_version
 
 if TYPE_CHECKING:
@@ -146,22 +146,15 @@ def _memory_text(mem: MemoryInfo) -> str:
 
 def collect_info() -> TPUInfo:
     """Ask every backend whether it runs here; ask those that do for their chip and memory."""
-    from ..backends import choose_backend
+    from ..backends import ask_backends, choose_backend
 
-    infos = []
-    for status in available_backends():
-        info = BackendInfo(status)
+    def describe(name: str) -> bool:
         # Starting JAX just to describe it would leave its threads in this process (a forked
         # forecast child then deadlocks); it is described once something has started it.
-        started = status.name != "jax" or "jax" in sys.modules
-        if status.available and started:
-            try:
-                backend = backend_class(status.name)()
-                info.chip = backend.chip()
-                info.memory = backend.memory()
-            except Exception as err:  # shown next to the backend, not raised: it is a report
-                info.error = f"{type(err).__name__}: {err}"
-        infos.append(info)
+        return name != "jax" or "jax" in sys.modules
+
+    # A backend that raises while being asked comes back unavailable, with what it said.
+    infos = [BackendInfo(r.status, r.chip, r.memory) for r in ask_backends(describe)]
     _backend, reason = choose_backend("auto")
     versions = {"python": platform.python_version()}
     versions.update({name: package_version(name) for name in VERSIONED})

@@ -461,6 +461,15 @@ def diagnose(
                 "registers no 'tpu' device; it runs on a TPU VM."
             )
         )
+    tpu_status = {s.name: s for s in statuses or ()}.get("tpu")
+    if "torch-tpu" in installed and tpu_present and tpu_status and not tpu_status.available:
+        # The backend's own answer, exceptions included (the backends layer turns them into it).
+        report.notes.append(
+            Note(
+                f"{installed['torch-tpu'].label} is installed on this TPU machine but cannot "
+                f"run: {tpu_status.reason}."
+            )
+        )
     return report
 
 

@@ -42,8 +42,22 @@ def _jax(version: str, jaxlib_range: str, libtpu_pin: str) -> StandInDistributio
     )
 
 
+# Word for word the METADATA of the released wheel (tests/test_torchtpu_contract.py compares).
 TORCH_TPU_020 = StandInDistribution(
-    "torch_tpu", "0.2.0", ("torch<=2.15,>=2.11", "libtpu>=0.0.50"), ">=3.11"
+    "torch_tpu",
+    "0.2.0",
+    (
+        "numpy>=2",
+        "absl-py>=2",
+        "libtpu>=0.0.50",
+        "portpicker>=1.6",
+        "tensorboard>=2.20",
+        "frozendict>=2",
+        "immutabledict>=4",
+        "pyzmq>=27",
+        "torch>=2.11.0,<=2.15.0",
+    ),
+    ">=3.11",
 )
 TORCHAX_0013 = StandInDistribution(
     "torchax",
