@@ -18,9 +18,9 @@ from standins import forget_standins, use_standins
 from traitlets.config import Config
 
 import gpu2tpu.profile
-from gpu2tpu.magics.execution import rewrite_in_place
 from gpu2tpu.profile.dryrun import DryRunReport, HazardKind
 
+LINE_MAGICS = ("tpu_auto", "tpu_info", "tpu_doctor")
 NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
 
 
@@ -50,9 +50,15 @@ def ip(shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch) -> InteractiveS
 
 
 def run(ip: InteractiveShell, cell: str):  # type: ignore[no-untyped-def]
+    """Run a cell as a kernel does: counted in the history (IPython 9 counts it first)."""
     with capture_output() as cap:
-        result = ip.run_cell(cell)
+        result = ip.run_cell(cell, store_history=True)
     return result, cap
+
+
+def shown_traceback(cap) -> str:  # type: ignore[no-untyped-def]
+    """What IPython printed for an error, with cell and line numbers made comparable."""
+    return re.sub(r"In\[\d+\], line \d+", "In[n], line k", cap.stdout)
 
 
 def last_frame(error: BaseException) -> traceback.FrameSummary:
@@ -63,19 +69,32 @@ def last_frame(error: BaseException) -> traceback.FrameSummary:
 
 
 def test_unload_removes_every_hook(shell: InteractiveShell) -> None:
-    transformers = list(shell.input_transformers_post)
+    hooks = {
+        "cleanup": list(shell.input_transformers_cleanup),
+        "post": list(shell.input_transformers_post),
+        "ast": list(shell.ast_transformers),
+    }
     callbacks = {e: list(shell.events.callbacks[e]) for e in ("pre_run_cell", "post_run_cell")}
+    custom = shell.custom_exceptions
     shell.run_line_magic("load_ext", "gpu2tpu")
-    assert shell.find_cell_magic("tpu") and shell.find_line_magic("tpu_info")
+    for kind, name in (("cell", "tpu"), *(("line", n) for n in LINE_MAGICS)):
+        assert shell.find_magic(name, kind), name
     with capture_output():
         shell.run_line_magic("tpu_auto", "on --backend cpu")
-    assert len(shell.input_transformers_post) == len(transformers) + 1
+    assert len(shell.input_transformers_cleanup) == len(hooks["cleanup"]) + 1
+    assert len(shell.ast_transformers) == len(hooks["ast"]) + 1
+    assert "showtraceback" in shell.__dict__
     shell.run_line_magic("unload_ext", "gpu2tpu")
     assert shell.find_cell_magic("tpu") is None
-    assert shell.find_line_magic("tpu_auto") is None and shell.find_line_magic("tpu_info") is None
-    assert shell.input_transformers_post == transformers
-    for event, hooks in callbacks.items():
-        assert shell.events.callbacks[event] == hooks
+    for name in LINE_MAGICS:  # %tpu_doctor included
+        assert shell.find_line_magic(name) is None, name
+    assert shell.input_transformers_cleanup == hooks["cleanup"]
+    assert shell.input_transformers_post == hooks["post"]
+    assert shell.ast_transformers == hooks["ast"]
+    assert "showtraceback" not in shell.__dict__
+    assert shell.custom_exceptions == custom
+    for event, registered in callbacks.items():
+        assert shell.events.callbacks[event] == registered
 
 
 def test_help_documents_the_options(ip: InteractiveShell) -> None:
@@ -87,9 +106,18 @@ def test_help_documents_the_options(ip: InteractiveShell) -> None:
         "--dry-run",
         "--profile",
         "--forecast",
+        "--output",
+        "--steps",
+        "--warmup",
+        "--tokens-per-step",
+        "--samples-per-step",
+        "--chips",
+        "--search",
     ):
         assert option in doc
     assert "silent fallback" in doc
+    auto_doc = ip.find_line_magic("tpu_auto").__doc__
+    assert "--backend" in auto_doc and "{on,off}" in auto_doc  # magic_arguments' usage line
 
 
 # -- running a cell --------------------------------------------------------------------------------
@@ -122,20 +150,36 @@ def test_findings_the_rewrite_cannot_fix_are_listed_with_cell_lines(ip: Interact
     result, cap = run(ip, cell)
     assert result.success, result.error_in_exec
     # A report-only finding, at the cell's own line 3.
-    assert re.search(r"gpu2tpu: line 3: G2T\d{3} `torch\.cuda\.stream`", cap.stderr), cap.stderr
+    assert re.fullmatch(
+        r"gpu2tpu: line 3: `torch\.cuda\.stream`[^\n]*\(G2T\d{3}\)\n", cap.stderr
+    ), cap.stderr
 
 
-def test_error_halfway_points_at_the_cell_line_and_restores_device(ip: InteractiveShell) -> None:
+def test_error_halfway_shows_the_cell_as_written_with_its_own_number(
+    ip: InteractiveShell,
+) -> None:
     cell = "%%tpu --backend cpu\na = 1\nx = torch.ones(2).cuda()\nraise ValueError('boom')\nb = 2\n"
     result, cap = run(ip, cell)
     error = result.error_in_exec
     assert isinstance(error, ValueError)
     frame = last_frame(error)
     assert frame.lineno == 4  # line 1 is the %%tpu line, as the notebook numbers it
-    assert ip.compile._filename_map[frame.filename] == ip.execution_count
-    assert linecache.getline(frame.filename, 4).strip() == "raise ValueError('boom')"
+    # the cell's own number, although IPython 9 has counted the next one already
+    assert ip.compile._filename_map[frame.filename] == result.execution_count
+    assert linecache.getline(frame.filename, 3) == "x = torch.ones(2).cuda()\n"  # as written
     assert "b" not in ip.user_ns and ip.user_ns["a"] == 1
-    assert "Cell In[" in cap.stdout and "line 4" in cap.stdout
+    assert f"Cell In[{result.execution_count}], line 4" in cap.stdout
+    assert "gpu2tpu" not in cap.stdout  # no frame of the extension is shown
+
+
+def test_error_on_a_rewritten_line_notes_what_ran(ip: InteractiveShell) -> None:
+    result, cap = run(ip, "%%tpu --backend cpu\ny = torch.ones(2).cuda() @ torch.ones(3)\n")
+    error = result.error_in_exec
+    assert isinstance(error, RuntimeError)
+    note = f"gpu2tpu: line 2 of In[{result.execution_count}] ran rewritten as: "
+    assert note + "y = torch.ones(2).to(device) @ torch.ones(3)" in error.__notes__
+    assert "----> 2 y = torch.ones(2).cuda() @ torch.ones(3)" in cap.stdout  # the user's line
+    assert note in cap.stdout  # IPython shows the note under the message
 
 
 def test_leading_blank_lines_keep_line_numbers(ip: InteractiveShell) -> None:
@@ -170,13 +214,49 @@ def test_xla_cell_ends_with_a_sync(ip: InteractiveShell, monkeypatch: pytest.Mon
     assert torch_xla.syncs == before + 1  # the cell's lazy graph ran when the cell ended
 
 
-def test_syntax_error_is_a_normal_syntax_error_at_the_user_line(ip: InteractiveShell) -> None:
-    result, _ = run(ip, "%%tpu --backend cpu\nsyntax_probe = 1\nb = (1,\nc = 3\n")
+def test_syntax_error_looks_like_ipythons_own(ip: InteractiveShell) -> None:
+    body = "syntax_probe = 1\nb = (1,\nc = 3\n"
+    result, cap = run(ip, "%%tpu --backend cpu\n" + body)
     error = result.error_in_exec
-    assert isinstance(error, SyntaxError)
-    assert error.lineno in (3, 4)  # where Python reports an unclosed bracket
-    assert ip.compile._filename_map[error.filename] == ip.execution_count
+    assert isinstance(error, SyntaxError) and type(error).__name__ == "SyntaxError"
+    assert error.lineno in (3, 4)  # where Python reports an unclosed bracket, below %%tpu
+    assert ip.compile._filename_map[error.filename] == result.execution_count
     assert "syntax_probe" not in ip.user_ns  # nothing ran
+    plain, plain_cap = run(ip, body)  # the same error in a cell IPython compiles itself
+    assert isinstance(plain.error_before_exec, SyntaxError)
+    assert shown_traceback(cap) == shown_traceback(plain_cap)
+    assert "Traceback" not in cap.stdout and "gpu2tpu" not in cap.stdout
+
+
+def test_cell_numbers_in_diff_headers_and_dry_run_titles(ip: InteractiveShell) -> None:
+    result, cap = run(ip, "%%tpu --dry-run --show-diff\nx = torch.ones(2).cuda()\nx.sum().item()\n")
+    assert result.success, result.error_in_exec
+    label = f"In[{result.execution_count}]"
+    assert f"--- {label} (as written)" in cap.stdout
+    assert ip.user_ns["_tpu_dry_run"].label == label
+
+
+def test_line_magics_inside_the_cell_are_rewritten(ip: InteractiveShell) -> None:
+    result, cap = run(ip, "%%tpu --backend cpu\n%time z = torch.ones(2).cuda()\nz.device.type\n")
+    assert result.success, result.error_in_exec
+    assert result.result == "cpu" and "Wall time" in cap.stdout
+
+
+@NO_GPU
+def test_a_stale_cuda_device_from_an_unwrapped_cell_is_replaced(ip: InteractiveShell) -> None:
+    ip.user_ns["device"] = torch.device("cuda")  # as a cell run without gpu2tpu left it
+    ip.user_ns["dev_name"] = "cuda:0"
+    cell = (
+        "%%tpu --backend cpu\nx = torch.ones(2).to(device)\ny = torch.ones(2, device=dev_name)\n"
+        "(x.device.type, y.device.type)\n"
+    )
+    result, cap = run(ip, cell)
+    assert result.success, result.error_in_exec
+    assert result.result == ("cpu", "cpu")
+    assert "gpu2tpu: `device` holds device(type='cuda') from a cell that ran without" in cap.stderr
+    assert "`dev_name` holds 'cuda:0'" in cap.stderr
+    assert ip.user_ns["dev_name"] == "cpu"
+    ip.user_ns.pop("dev_name")
 
 
 def test_unknown_backend_unknown_option_and_unavailable_backend(ip: InteractiveShell) -> None:
@@ -202,16 +282,6 @@ def test_composes_with_time_in_both_orders(ip: InteractiveShell) -> None:
     inner, cap = run(ip, "%%tpu --backend cpu\n%%time\nx = torch.ones(2).cuda()\n")
     assert inner.success and "Wall time" in cap.stdout
     assert ip.user_ns["x"].device.type == "cpu"
-
-
-def test_rewrite_keeps_every_line_in_place() -> None:
-    ns: dict = {"torch": torch}
-    source = "a = 1\ntorch.cuda.synchronize()\nx = torch.zeros(2).cuda()\n"
-    new, result = rewrite_in_place(source, "device", ns)
-    assert new.count("\n") == source.count("\n")
-    assert new.splitlines()[0] == "a = 1"
-    assert "torch.cuda" not in new
-    assert {f.line for f in result.edits} == {2, 3}  # the cell's own lines
 
 
 # -- the dry run -----------------------------------------------------------------------------------
@@ -271,10 +341,68 @@ def test_tpu_auto_rewrites_every_cell_until_off(ip: InteractiveShell) -> None:
 
 
 def test_tpu_auto_rejects_bad_arguments(ip: InteractiveShell) -> None:
-    with pytest.raises(UsageError, match="usage: %tpu_auto on"):
+    with pytest.raises(UsageError, match="invalid choice: 'maybe'"):
         ip.run_line_magic("tpu_auto", "maybe")
     with pytest.raises(UsageError, match="known backends"):
         ip.run_line_magic("tpu_auto", "on --backend nope")
+    with pytest.raises(UsageError, match="--backend goes with on"):
+        ip.run_line_magic("tpu_auto", "off --backend cpu")
+
+
+@NO_GPU
+def test_auto_mode_says_problems_maps_errors_and_times_cuda_events(ip: InteractiveShell) -> None:
+    run(ip, "%tpu_auto on --backend cpu")
+    try:
+        result, cap = run(ip, "with torch.cuda.stream(None):\n    s = 1\n")
+        assert result.success, result.error_in_exec
+        assert re.fullmatch(
+            r"gpu2tpu: line 1: `torch\.cuda\.stream`[^\n]*\(G2T\d{3}\)\n", cap.stderr
+        )
+        # CUDA-event timing: the codemod adds lines (an import, synchronizes); the cell runs
+        # and its error still points at the line as written, with what ran there.
+        cell = (
+            "start = torch.cuda.Event(enable_timing=True)\n"
+            "end = torch.cuda.Event(enable_timing=True)\n"
+            "start.record()\n"
+            "w = torch.ones(2).cuda()\n"
+            "end.record()\n"
+            "torch.cuda.synchronize()\n"
+            "elapsed = start.elapsed_time(end)\n"
+            "bad = w @ torch.ones(3).cuda()\n"
+        )
+        result, cap = run(ip, cell)
+        error = result.error_in_exec
+        assert isinstance(error, RuntimeError), error
+        assert isinstance(ip.user_ns["elapsed"], float) and ip.user_ns["elapsed"] >= 0
+        frame = last_frame(error)
+        assert frame.lineno == 8
+        assert linecache.getline(frame.filename, 8) == "bad = w @ torch.ones(3).cuda()\n"
+        assert ip.compile._filename_map[frame.filename] == result.execution_count
+        assert f"Cell In[{result.execution_count}], line 8" in cap.stdout
+        ran = "ran rewritten as: bad = w @ torch.ones(3).to(device)"
+        assert any(ran in note for note in error.__notes__) and ran in cap.stdout
+        # line magics are rewritten too, and a syntax error is IPython's own
+        result, cap = run(ip, "%time q = torch.ones(2).cuda()\nq.device.type\n")
+        assert result.result == "cpu" and "Wall time" in cap.stdout
+        broken, broken_cap = run(ip, "v = (1,\n")
+        assert isinstance(broken.error_before_exec, SyntaxError)
+    finally:
+        run(ip, "%tpu_auto off")
+    plain, plain_cap = run(ip, "v = (1,\n")
+    assert shown_traceback(broken_cap) == shown_traceback(plain_cap)
+
+
+@NO_GPU
+def test_auto_mode_replaces_a_stale_cuda_device(ip: InteractiveShell) -> None:
+    ip.user_ns["dev"] = torch.device("cuda:0")  # set before auto mode, by an unwrapped cell
+    run(ip, "%tpu_auto on --backend cpu")
+    try:
+        result, cap = run(ip, "q = torch.ones(2).to(dev)\nq.device.type\n")
+    finally:
+        run(ip, "%tpu_auto off")
+        ip.user_ns.pop("dev")
+    assert result.result == "cpu", result.error_in_exec
+    assert "gpu2tpu: `dev` holds device(type='cuda', index=0)" in cap.stderr
 
 
 # -- torchax --------------------------------------------------------------------------------------
@@ -329,27 +457,108 @@ def test_profile_and_forecast_dispatch_to_the_profile_package(
 ) -> None:
     calls = []
 
-    def cell_profile(run_cell, *, backend):  # type: ignore[no-untyped-def]
-        calls.append(("profile", backend.name, run_cell(), run_cell()))
+    def cell_profile(run_cell, *, backend, **options):  # type: ignore[no-untyped-def]
+        calls.append(("profile", backend.name, run_cell(), run_cell(), options))
         return "profiled"
 
-    def forecast_cell(run_cell, *, targets, backend, source):  # type: ignore[no-untyped-def]
-        calls.append(("forecast", targets, backend.name, "counter" in source))
+    def forecast_cell(run_cell, *, targets, backend, source, **options):  # type: ignore[no-untyped-def]
+        run_cell()
+        calls.append(("forecast", targets, backend.name, "counter" in source, options))
         return "forecast"
 
     monkeypatch.setattr(gpu2tpu.profile, "cell_profile", cell_profile, raising=False)
     monkeypatch.setattr(gpu2tpu.profile, "forecast_cell", forecast_cell, raising=False)
     ip.user_ns["counter"] = 0
-    cell = "counter += 1\ncounter\n"
-    assert ip.run_cell_magic("tpu", "--backend cpu --profile", cell) == "profiled"
-    assert calls[0] == ("profile", "cpu", 1, 2)  # the cell is the step: it runs per call
+    cell = (
+        "counter += 1\nmodel = torch.nn.Linear(4, 2)\nbatch = (torch.ones(8, 4), None)\ncounter\n"
+    )
+    line = "--backend cpu --profile --steps 4 --warmup 1 --tokens-per-step 1_024 -o prof"
+    assert ip.run_cell_magic("tpu", line, cell) == "profiled"
+    assert ip.user_ns["prof"] == "profiled"  # -o NAME binds the result
+    # the cell is the step: it runs per call
+    assert calls[0] == (
+        "profile",
+        "cpu",
+        1,
+        2,
+        {"steps": 4, "warmup": 1, "tokens_per_step": 1024.0},
+    )
     assert ip.run_cell_magic("tpu", "--backend cpu --forecast v5e,v6e", cell) == "forecast"
-    assert calls[1] == ("forecast", ["v5e", "v6e"], "cpu", True)
+    # the largest-batch search is off unless asked for
+    assert calls[1] == ("forecast", ["v5e", "v6e"], "cpu", True, {"batch_search": False})
+    ip.run_cell_magic("tpu", "--backend cpu --forecast v5e --search --chips 2", cell)
+    assert calls[2][-1] == {"batch_search": True, "chips": 2}
     # An install without the forecast: neither the attribute nor its lazy entry.
     monkeypatch.delattr(gpu2tpu.profile, "forecast_cell")
     monkeypatch.delitem(gpu2tpu.profile._LAZY, "forecast_cell")
     with pytest.raises(UsageError, match="forecast_cell"):
         ip.run_cell_magic("tpu", "--backend cpu --forecast v5e", cell)
+
+
+def test_forecast_says_which_earlier_values_it_used(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = []
+
+    def forecast_cell(run_cell, *, targets, backend, source, **options):  # type: ignore[no-untyped-def]
+        run_cell()
+        seen.append(targets)
+        return "forecast"
+
+    monkeypatch.setattr(gpu2tpu.profile, "forecast_cell", forecast_cell, raising=False)
+    for name in ("model", "batch", "example_batch"):
+        ip.user_ns.pop(name, None)
+    result, _ = run(ip, "%%tpu --backend cpu --forecast v5e\nx = 1\n")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "needs the cell to define `model`" in str(result.error_in_exec)
+    assert seen == [] and "x" not in ip.user_ns  # stopped before the cell ran
+    ip.user_ns["model"] = torch.nn.Linear(4, 2)
+    result, cap = run(ip, "%%tpu --backend cpu --forecast v5e\nbatch = (torch.ones(8, 4), None)\n")
+    assert result.result == "forecast", result.error_in_exec
+    assert "gpu2tpu: --forecast uses `model` from an earlier cell: Linear (10 parameters)" in (
+        cap.stdout
+    )
+    assert "`batch`" not in cap.stdout  # the cell defined it
+    for name in ("model", "batch"):
+        ip.user_ns.pop(name)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("--forecast v9z", "unknown TPU target 'v9z'"),
+        ("--forecast ,", "needs TPU targets"),
+        ("--forecast h100", "names no TPU"),
+        ("--profile --forecast v5e", "--profile and --forecast cannot be combined"),
+        ("--dry-run --backend xla", "--dry-run runs on the CPU"),
+        ("--dry-run --profile", "--dry-run and --profile cannot be combined"),
+        ("--steps 5", "--steps goes with --profile"),
+        ("--search", "--search goes with --forecast"),
+        ("--forecast v5e --chips 3", "not a power of two"),
+        ("--profile --steps 0", "--steps must be at least 1"),
+        ("--profile --tokens-per-step -4", "--tokens-per-step must be a positive number"),
+        ("--profile -o 2x", "-o takes a variable name"),
+        ("--show-diff --no-rewrite", "no rewrite to show"),
+        ("--profile --steps many", "invalid int value: 'many'"),
+    ],
+)
+def test_bad_arguments_are_one_line_usage_errors_before_anything_runs(
+    ip: InteractiveShell, line: str, message: str
+) -> None:
+    ip.user_ns["ran"] = 0
+    result, cap = run(ip, f"%%tpu {line}\nran += 1\n")
+    error = result.error_in_exec
+    assert isinstance(error, UsageError), error
+    assert message in str(error) and len(str(error).splitlines()) == 1
+    assert ip.user_ns["ran"] == 0  # nothing ran
+    assert "Traceback" not in cap.stdout + cap.stderr
+
+
+def test_dry_run_result_is_returned_and_bound_with_o(ip: InteractiveShell) -> None:
+    result, _ = run(ip, "%%tpu --dry-run -o report\nx = torch.ones(2)\nx.sum().item()\n")
+    assert isinstance(result.result, DryRunReport)
+    assert ip.user_ns["report"] is result.result
+    ip.user_ns.pop("report")
 
 
 # -- %tpu_info -----------------------------------------------------------------------------------
@@ -364,15 +573,26 @@ def test_tpu_info_text_in_a_terminal(ip: InteractiveShell) -> None:
     assert "torch " + torch.__version__.split("+")[0] in text
 
 
-def test_tpu_info_widget_in_a_kernel(ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tpu_info_and_doctor_in_a_kernel_carry_html_and_text_fallbacks(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import ipywidgets
 
     monkeypatch.setattr(ip, "kernel", object(), raising=False)
-    with capture_output() as cap:
-        ip.run_line_magic("tpu_info", "")
-    assert cap.stdout == ""
-    [output] = cap.outputs
-    assert "application/vnd.jupyter.widget-view+json" in output.data
+    for magic, needle in (
+        ("tpu_info", "<code>pip install torch-tpu"),
+        ("tpu_doctor", "CPU: PyTorch"),
+    ):
+        with capture_output() as cap:
+            ip.run_line_magic(magic, "")
+        assert cap.stdout == ""
+        [output] = cap.outputs
+        data = output.data
+        assert "application/vnd.jupyter.widget-view+json" in data
+        # a saved notebook shown without the widget state (GitHub, VS Code) gets the HTML
+        assert needle in data["text/html"] and "VBox" not in data["text/html"]
+        assert needle.removeprefix("<code>") in data["text/plain"]
+        assert not data["text/plain"].startswith("VBox(")
     from gpu2tpu.magics.info import collect_info
 
     widget = collect_info().widget()

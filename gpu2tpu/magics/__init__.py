@@ -1,8 +1,10 @@
-"""The IPython extension: `%load_ext gpu2tpu` registers `%%tpu`, `%tpu_auto` and `%tpu_info`.
+"""The IPython extension: `%load_ext gpu2tpu` registers `%%tpu`, `%tpu_auto`, `%tpu_info` and
+`%tpu_doctor`.
 
-`%unload_ext gpu2tpu` removes every hook the extension added: the three magics, and auto
-mode's input transformer and run events. Loading imports neither torch nor any TPU runtime;
-they load on the first cell that needs them.
+`%unload_ext gpu2tpu` removes every hook the extension added: each magic it registered, auto
+mode's input and AST transformers, run events and traceback wrapper, and its syntax-error
+handler. Loading imports neither torch nor any TPU runtime; they load on the first cell that
+needs them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ if TYPE_CHECKING:
 __all__ = ["load_ipython_extension", "unload_ipython_extension"]
 
 _LOADED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-_MAGIC_NAMES = {"cell": ("tpu",), "line": ("tpu_auto", "tpu_info")}
 
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:
@@ -37,9 +38,9 @@ def unload_ipython_extension(ipython: InteractiveShell) -> None:
         return
     magics.close()
     manager = ipython.magics_manager
-    for kind, names in _MAGIC_NAMES.items():
+    for kind, registered in magics.magics.items():  # every magic this instance registered
         table = manager.magics[kind]
-        for name in names:
+        for name in registered:
             bound = table.get(name)
             if getattr(bound, "__self__", None) is magics:
                 del table[name]

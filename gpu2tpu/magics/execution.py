@@ -1,39 +1,25 @@
-"""`%%tpu` and `%tpu_auto`: rewrite a cell on the fly and run it on a TPU backend.
+"""`%%tpu`, `%tpu_auto`, `%tpu_info` and `%tpu_doctor`: argument parsing and dispatch.
 
-A cell goes through IPython's own input transforms (`shell.transform_cell`), then the codemod
-(`rewrite_source`), and is compiled under a name registered in IPython's compile cache, so a
-traceback reads `Cell In[n], line k` and shows the cell's line k. The rewrite keeps lines in
-place: the device variable is defined in the user namespace beforehand instead of being
-written into the cell, an `import torch` the codemod would add is replaced by binding `torch`
-in the namespace, and any other added line is folded onto the line it precedes. The code
+A `%%tpu` cell is rewritten by `rewrite_cell`, the same function `gpu2tpu rewrite` applies to
+each cell of a notebook, then goes through IPython's input transforms and is compiled by
+`cells.compile_cell` under the cell's number, with the cell as written registered for its
+traceback. What the rewrite could not migrate is said first, one line per problem. The code
 runs in the user namespace inside the backend's `activate()`; the last expression is the
-magic's return value, so it shows as `Out[n]`; errors propagate, so a notebook run stops.
+magic's return value (so it shows as `Out[n]`); errors propagate, so a notebook run stops,
+with a note saying what a rewritten line really ran.
 """
 
 from __future__ import annotations
 
-import ast
 import difflib
 import functools
-import io
-import re
 import sys
 from collections.abc import Callable
-from contextlib import ExitStack, suppress
-from dataclasses import dataclass, field, replace
-from types import CodeType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from IPython.core import magic_arguments
 from IPython.core.error import UsageError
-from IPython.core.magic import (
-    Magics,
-    cell_magic,
-    line_magic,
-    magics_class,
-    no_var_expand,
-    output_can_be_silenced,
-)
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 
 from ..backends import (
     BACKEND_NAMES,
@@ -43,222 +29,67 @@ from ..backends import (
     choose_backend,
     get_backend,
 )
+from .arguments import CellPlan, check
+from .cells import (
+    CELL_SYNTAX_ERRORS,
+    DEVICE_VARIABLE,
+    FALLBACK_DEVICE_VARIABLE,
+    PreparedCell,
+    add_notes,
+    cell_number,
+    compile_cell,
+    execute,
+    prior_imports,
+    problem_lines,
+    replace_stale_devices,
+    say,
+    show_cell_syntax_error,
+)
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
     from ..profile.dryrun import DryRunReport
-    from ..rewrite.model import Result
+    from ..rewrite.notebook import CellRewrite
+    from .auto import AutoMode
 
-# The variable rewritten cells use for the device; another name when the user has one of
-# their own that is not a device.
-DEVICE_VARIABLE = "device"
-FALLBACK_DEVICE_VARIABLE = "tpu_device"
 # Cell magics whose body is Python run in the user namespace: `%%tpu` over one of them
 # rewrites the inner body and hands it on, so `%%tpu` + `%%time` works in either order.
 NESTED_PYTHON_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
-# How many cells' shape histories the dry run keeps (one per distinct cell text).
+# How many cells' shape histories the dry run keeps (one per distinct cell text), and how
+# many rewritten cells are remembered for the notes on errors raised in them later.
 _HISTORY_LIMIT = 256
-
-
-@dataclass
-class PreparedCell:
-    """A cell ready to run: its code objects and what the rewrite did."""
-
-    filename: str
-    body: CodeType | None
-    last: CodeType | None
-    source: str  # after IPython's transforms
-    rewritten: str  # after the codemod (what runs)
-    result: Result | None = None
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def changed(self) -> bool:
-        return self.rewritten != self.source
-
-
-# -- line-preserving rewrite ---------------------------------------------------------------------
-
-
-def rewrite_in_place(
-    source: str, device_name: str, namespace: dict[str, Any]
-) -> tuple[str, Result | None]:
-    """The codemod's text for `source`, with every line where it was.
-
-    A cell rarely imports torch itself (an earlier cell did), but the codemod recognises
-    `torch.cuda.*` by its import; so the torch modules bound in the namespace are declared
-    to it as import lines in front of the cell, and cut off again afterwards. Finding lines
-    in the result are the cell's own. Returns the source unchanged (and no result) when it
-    does not parse: compiling it then raises Python's own SyntaxError at the user's line.
-    """
-    prelude = _torch_imports(namespace)
-    new, result, needs_torch = _rewrite_cached(source, device_name, prelude)
-    if needs_torch:
-        import torch
-
-        namespace.setdefault("torch", torch)
-    return new, result
-
-
-@functools.lru_cache(maxsize=256)
-def _rewrite_cached(source: str, device_name: str, prelude: str) -> tuple[str, Result | None, bool]:
-    """`rewrite_in_place` as a pure function, cached: re-running a cell costs no rewrite.
-
-    Only the top-level statements that hold one of the rules' trigger tokens (and the
-    imports) go to the codemod; the others become blank lines, so libcst's cost follows the
-    CUDA-specific part of a cell rather than its length, and every line keeps its number.
-    Returns (text, result, whether `torch` must be bound in the namespace).
-    """
-    from ..rewrite.model import Options
-    from ..rewrite.source import SourceError, rewrite_source
-
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return source, None, False  # compiling it raises the user's SyntaxError
-    lines = source.splitlines(keepends=True)
-    keep = _statement_lines(tree, lines, _trigger_tokens())
-    if not keep:
-        return source, None, False
-    sparse = "".join(line if i in keep else _blank(line) for i, line in enumerate(lines))
-    options = Options(device_name=device_name, define_device=False)
-    try:
-        result = rewrite_source(prelude + sparse, options)
-        new = result.new_text
-        if prelude and not new.startswith(prelude):  # a rule touched the declared imports
-            prelude = ""
-            result = rewrite_source(sparse, options)
-            new = result.new_text
-    except SourceError:
-        return source, None, False
-    if prelude:
-        new = new[len(prelude) :]
-        shift = prelude.count("\n")
-        result = replace(
-            result,
-            new_text=new,
-            edits=tuple(replace(f, line=f.line - shift) for f in result.edits),
-            findings=tuple(replace(f, line=f.line - shift) for f in result.findings),
-        )
-    if new == sparse:
-        return source, result, False
-    needs_torch = False
-    if new.count("\n") != sparse.count("\n"):
-        new, needs_torch = _fold_added_lines(sparse, new)
-    new_lines = new.splitlines(keepends=True)
-    if len(new_lines) != len(lines):  # could not keep lines in place: run the cell as written
-        return source, result, False
-    merged = "".join(new_lines[i] if i in keep else line for i, line in enumerate(lines))
-    return merged, replace(result, new_text=merged), needs_torch
-
-
-@functools.cache
-def _trigger_tokens() -> re.Pattern[bytes]:
-    """One pattern for every rule's trigger tokens: a single scan per statement."""
-    from ..rewrite.model import Options
-    from ..rewrite.source import prefilter_tokens
-
-    return re.compile(b"|".join(re.escape(t) for t in prefilter_tokens(Options())))
-
-
-def _statement_lines(tree: ast.Module, lines: list[str], tokens: re.Pattern[bytes]) -> set[int]:
-    """0-based lines of the top-level statements the codemod must see: those holding a
-    trigger token, plus every import (rules resolve names through them); none if no trigger."""
-    triggered: set[int] = set()
-    imports: set[int] = set()
-    for stmt in tree.body:
-        first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))]) - 1
-        span = range(first, stmt.end_lineno or stmt.lineno)
-        if isinstance(stmt, ast.Import | ast.ImportFrom):
-            imports.update(span)
-        text = "".join(lines[i] for i in span).encode("utf-8", "surrogatepass")
-        if tokens.search(text):
-            triggered.update(span)
-    return triggered | imports if triggered else set()
-
-
-def _blank(line: str) -> str:
-    """An empty line with the same line ending."""
-    return line[len(line.rstrip("\r\n")) :] or ""
-
-
-def _torch_imports(namespace: dict[str, Any]) -> str:
-    """`import torch` (and `import torch.nn as nn`, ...) for torch modules the namespace binds."""
-    lines = []
-    for name, value in list(namespace.items()):
-        module = getattr(value, "__name__", None)
-        if not isinstance(value, ModuleType) or not isinstance(module, str):
-            continue
-        torch_module = (module == "torch" or module.startswith("torch.")) and "cuda" not in module
-        if torch_module and name.isidentifier() and not name.startswith("_"):
-            lines.append(f"import {module}\n" if name == module else f"import {module} as {name}\n")
-    return "".join(sorted(lines))
-
-
-def _fold_added_lines(old: str, new: str) -> tuple[str, bool]:
-    """Remove the lines the codemod added, keeping their effect without moving any line.
-
-    An added `import torch` is dropped and reported (the caller binds `torch` in the
-    namespace); another added statement is joined onto the next non-blank line with `;`.
-    """
-    old_lines = old.splitlines(keepends=True)
-    new_lines = new.splitlines(keepends=True)
-    out: list[str] = []
-    carry: list[str] = []
-    needs_torch = False
-    matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        block = new_lines[j1:j2]
-        if tag == "insert" or (tag == "replace" and j2 - j1 > i2 - i1):
-            extra = (j2 - j1) - (i2 - i1)
-            added, block = block[:extra], block[extra:]
-            for line in added:
-                text = line.strip()
-                if text == "import torch":
-                    needs_torch = True
-                elif text:
-                    carry.append(text)
-        for line in block:
-            if carry and line.strip():
-                indent = line[: len(line) - len(line.lstrip())]
-                line = f"{indent}{'; '.join(carry)}; {line.lstrip()}"
-                carry = []
-            out.append(line)
-    return "".join(out), needs_torch
-
-
-def _leading_blank_lines(cell: str, transformed: str) -> int:
-    """Blank lines IPython's transforms dropped from the top of the cell (they shift lines)."""
-    raw = cell.splitlines()
-    blank = 0
-    for line in raw:
-        if line.strip():
-            break
-        blank += 1
-    if blank and len(transformed.splitlines()) + blank <= len(raw):
-        return blank
-    return 0
 
 
 # -- the runner ------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=256)
+def _rewrite(text: str, device_name: str, imports: tuple[str, ...]) -> CellRewrite:
+    """`rewrite_cell` for a cell the magics run, cached: running a cell again costs no rewrite."""
+    from ..rewrite.model import Options
+    from ..rewrite.notebook import rewrite_cell
+
+    options = Options(device_name=device_name, define_device=False)
+    return rewrite_cell(text, options, prior_imports=imports)
+
+
 class CellRunner:
-    """Prepare and run cells for one shell: the part of `%%tpu` that is not argument parsing."""
+    """Prepare and run cells for one shell: what `%%tpu` and auto mode share."""
 
     def __init__(self, shell: InteractiveShell) -> None:
         self.shell = shell
         self._injected: Any = None  # the device object this runner last put in the namespace
         self.histories: dict[str, Any] = {}
         self.last_report: DryRunReport | None = None
+        self.recent: dict[str, PreparedCell] = {}  # traceback name -> cell, newest last
 
     def device_variable(self, backend: Backend) -> str:
         """Bind the device variable for `backend` in the user namespace; return its name.
 
-        A `device` the user made (a torch.device or a string, e.g. from a rewritten
-        `device = torch.device("cuda" if ...)` line) is theirs and stays; one this runner put
-        there is refreshed for the current backend.
+        A `device` the user made (a torch.device or a string) is theirs and stays (one that
+        names CUDA on a machine without it is replaced when a cell reads it, and said so);
+        one this runner put there is refreshed for the current backend.
         """
         import torch
 
@@ -273,48 +104,51 @@ class CellRunner:
         ns[FALLBACK_DEVICE_VARIABLE] = backend.device()
         return FALLBACK_DEVICE_VARIABLE
 
+    def rewrite(self, text: str, device_name: str) -> CellRewrite:
+        """The cell rewritten as `gpu2tpu rewrite` rewrites a notebook cell, knowing what the
+        cells that ran before imported."""
+        return _rewrite(text, device_name, prior_imports(self.shell))
+
     def prepare(
         self,
         cell: str,
         *,
-        header_lines: int = 1,
+        backend: Backend,
+        number: int,
+        header: list[str],
         rewrite: bool = True,
-        device_name: str = DEVICE_VARIABLE,
-        header: str = "",
     ) -> PreparedCell:
-        """Transform, rewrite and compile `cell`; raise SyntaxError at the user's line.
+        """Rewrite, report, transform and compile `cell` (the lines below `header`).
 
-        `header_lines` lines precede the body in the notebook cell (the `%%tpu` line), so the
-        registered text starts with them and line k of the traceback is line k of the cell.
+        Raises a `CellSyntaxError` at the cell's own line when it does not parse.
         """
         shell = self.shell
-        source = shell.transform_cell(cell)
+        device_name = self.device_variable(backend)
+        rewritten = cell
         result = None
-        rewritten = source
         if rewrite:
-            rewritten, result = rewrite_in_place(source, device_name, shell.user_ns)
-        pad = header_lines + _leading_blank_lines(cell, source)
-        head = [header] + [""] * (pad - 1) if pad else []
-        text = "".join(line + "\n" for line in head) + rewritten
-        filename = shell.compile.cache(text, shell.execution_count, raw_code=cell)
-        code_text = "\n" * pad + rewritten
-        tree = shell.compile.ast_parse(code_text, filename=filename)
-        tree = shell.transform_ast(tree)
-        last = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            expr = ast.Expression(tree.body.pop().value)
-            last = shell.compile(expr, filename, "eval")
-        body = shell.compile(tree, filename, "exec") if tree.body else None
-        return PreparedCell(filename, body, last, source, rewritten, result)
+            result = self.rewrite(cell, device_name)
+            rewritten = result.new_source
+            say(problem_lines(result, len(header)))
+        python = shell.transform_cell(rewritten)
+        prepared = compile_cell(
+            shell,
+            written=cell,
+            rewritten=rewritten,
+            python=python,
+            number=number,
+            header=header,
+            rewrite=result,
+        )
+        say(replace_stale_devices(shell.user_ns, prepared.loads, backend))
+        self.remember(prepared)
+        return prepared
 
-    def execute(self, prepared: PreparedCell, namespace: dict[str, Any]) -> Any:
-        """Run the prepared code once in `namespace`; the last expression's value."""
-        __tracebackhide__ = True  # noqa: F841  (IPython hides this frame in tracebacks)
-        if prepared.body is not None:
-            exec(prepared.body, namespace)
-        if prepared.last is not None:
-            return eval(prepared.last, namespace)
-        return None
+    def remember(self, prepared: PreparedCell) -> None:
+        self.recent.pop(prepared.filename, None)
+        self.recent[prepared.filename] = prepared
+        while len(self.recent) > _HISTORY_LIMIT:
+            self.recent.pop(next(iter(self.recent)))
 
     def dry_run_history(self, key: str) -> Any:
         from ..profile.dryrun import ShapeHistory
@@ -326,33 +160,16 @@ class CellRunner:
         return history
 
 
-def diff_text(prepared: PreparedCell, label: str, backend: Backend) -> str:
+def diff_text(written: str, rewritten: str, label: str, backend: Backend) -> str:
     """A unified diff of the cell as written and as it runs."""
     lines = difflib.unified_diff(
-        prepared.source.splitlines(keepends=True),
-        prepared.rewritten.splitlines(keepends=True),
+        written.splitlines(keepends=True),
+        rewritten.splitlines(keepends=True),
         fromfile=f"{label} (as written)",
         tofile=f"{label} (as run on {backend.name})",
     )
     text = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
     return text or f"{label}: nothing to rewrite\n"
-
-
-def _findings_text(prepared: PreparedCell, header_lines: int) -> str:
-    """Report-only findings (what the codemod could not fix), one line each."""
-    if prepared.result is None:
-        return ""
-    out = io.StringIO()
-    for f in prepared.result.findings:
-        hint = f" ({f.hint})" if f.hint else ""
-        out.write(f"gpu2tpu: line {f.line + header_lines}: {f.code} {f.message}{hint}\n")
-    return out.getvalue()
-
-
-def _add_note(error: BaseException, backend: Backend, source: str) -> None:
-    note = backend.explain_failure(error, source)
-    if note and note not in getattr(error, "__notes__", ()):
-        error.add_note(note)
 
 
 # -- the magics --------------------------------------------------------------------------------
@@ -378,15 +195,24 @@ def _resolve(name: str, dry_run: bool) -> tuple[Backend, str, bool]:
     return backend, reason, name == "auto" and backend.name == "cpu"
 
 
+def _number(value: str) -> float:
+    return float(value.replace("_", ""))
+
+
 @magics_class
 class TPUMagics(Magics):
-    """`%%tpu`, `%tpu_auto` and `%tpu_info`."""
+    """`%%tpu`, `%tpu_auto`, `%tpu_info` and `%tpu_doctor`."""
 
     def __init__(self, shell: InteractiveShell) -> None:
         super().__init__(shell)
         self.runner = CellRunner(shell)
         self.auto: AutoMode | None = None
         self._last_reason: str | None = None
+        # A syntax error in a %%tpu cell is shown as IPython shows one in a plain cell (no
+        # stack), through the shell's custom-exception slot, if no one else uses it.
+        self._owns_custom_exc = not shell.custom_exceptions
+        if self._owns_custom_exc:
+            shell.set_custom_exc(CELL_SYNTAX_ERRORS, show_cell_syntax_error)
 
     def _say_choice(self, reason: str) -> None:
         """Print `auto`'s choice when it is new for this session (not on every cell)."""
@@ -434,81 +260,126 @@ class TPUMagics(Magics):
         metavar="TARGETS",
         default=None,
         help=(
-            "comma-separated TPU targets (e.g. v5e,v6e) to forecast the cell's step for "
-            "(gpu2tpu.profile.forecast_cell)"
+            "comma-separated TPU targets (e.g. v5e,v6e) to forecast the training step the "
+            "cell defines (`model` and `batch`) for (gpu2tpu.profile.forecast_cell)"
+        ),
+    )
+    @magic_arguments.argument(
+        "-o",
+        "--output",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="NAME",
+        help=(
+            "return the result (the profile, the forecast, the dry-run report; else the "
+            "cell's value) as the cell's value, as %%timeit -o does; with NAME, also bind it "
+            "to NAME"
+        ),
+    )
+    @magic_arguments.argument(
+        "--steps", type=int, default=None, metavar="N", help="--profile: timed steps (20)"
+    )
+    @magic_arguments.argument(
+        "--warmup", type=int, default=None, metavar="N", help="--profile: warm-up steps (3)"
+    )
+    @magic_arguments.argument(
+        "--tokens-per-step",
+        type=_number,
+        default=None,
+        metavar="N",
+        help="--profile/--forecast: tokens one step processes (for $/1M tokens)",
+    )
+    @magic_arguments.argument(
+        "--samples-per-step",
+        type=_number,
+        default=None,
+        metavar="N",
+        help="--profile: samples one step processes (for samples/s and $/epoch)",
+    )
+    @magic_arguments.argument(
+        "--chips",
+        type=int,
+        default=None,
+        metavar="N",
+        help="--profile/--forecast: chips per target (a power of two for the forecast)",
+    )
+    @magic_arguments.argument(
+        "--search",
+        action="store_true",
+        help=(
+            "--forecast: also search the largest batch that fits (more compiles; off by "
+            "default here)"
         ),
     )
     @no_var_expand
-    @output_can_be_silenced
     @cell_magic
     def tpu(self, line: str, cell: str) -> Any:
         """Rewrite this cell's CUDA-specific PyTorch on the fly and run it on a TPU backend.
 
         The cell runs in the notebook's namespace with the backend's device as torch's
         default device and as the `device` variable, restored afterwards even when the cell
-        fails. The last expression is shown as in a normal cell; errors show the cell's own
+        fails. What the rewrite cannot migrate is listed before the cell runs. The last
+        expression is shown as in a normal cell; errors show the cell as written, with its
         line numbers. With no TPU backend, `auto` runs a dry run on the CPU.
         """
         __tracebackhide__ = True  # noqa: F841
         args = magic_arguments.parse_argstring(self.tpu, line)
+        plan = check(args)
         if not cell.strip():
             raise UsageError("%%tpu needs code in the cell below the %%tpu line")
-        backend, reason, dry = _resolve(args.backend, args.dry_run)
-        if args.backend == "auto" and not args.dry_run:
+        backend, reason, dry = _resolve(plan.backend, plan.dry_run)
+        nested = _nested_magic(cell)
+        if nested is not None and plan.mode:
+            raise UsageError(
+                f"%%tpu {plan.mode} cannot wrap %%{nested[0]}; put %%{nested[0]} first"
+            )
+        if plan.backend == "auto" and not plan.dry_run:
             self._say_choice(reason)
         _note_torchax(backend)
-        header = f"%%tpu {line}".rstrip()
-        namespace = self.shell.user_ns
-        nested = _nested_magic(cell)
+        number = cell_number(self.shell)
+        depth = _cell_magic_depth()
+        header = [""] * (depth - 1) + [f"%%tpu {line}".rstrip()]
         if nested is not None:
-            return self._run_nested(nested, backend, args)
-        device_name = self.runner.device_variable(backend)
-        try:
-            prepared = self.runner.prepare(
-                cell,
-                header_lines=_cell_magic_depth(),
-                rewrite=not args.no_rewrite,
-                device_name=device_name,
-                header=header,
-            )
-        except SyntaxError as err:
-            # The user's line is in the error itself; the frames that compiled it are noise.
-            raise err.with_traceback(None) from None
-        label = f"In[{self.shell.execution_count}]"
-        if args.show_diff:
-            sys.stdout.write(diff_text(prepared, label, backend))
-        findings = _findings_text(prepared, 1)
-        if findings:
-            sys.stderr.write(findings)
-        run = self._runner_for(prepared, namespace, backend)
-        if args.profile or args.forecast:
-            return self._hooked(args, run, backend, prepared)
+            return self._finish(plan, self._run_nested(cell, backend, plan, number, header))
+        prepared = self.runner.prepare(
+            cell, backend=backend, number=number, header=header, rewrite=plan.rewrite
+        )
+        label = f"In[{number}]"
+        if plan.show_diff:
+            sys.stdout.write(diff_text(prepared.written, prepared.rewritten, label, backend))
+        run = self._runner_for(prepared, backend)
+        if plan.profile or plan.forecast:
+            return self._finish(plan, self._hooked(plan, run, backend, prepared))
         if dry:
-            return self._dry_run(prepared, namespace, backend, label)
-        return run()
+            return self._dry_run(prepared, backend, label, plan)
+        return self._finish(plan, run())
 
-    def _runner_for(
-        self, prepared: PreparedCell, namespace: dict[str, Any], backend: Backend
-    ) -> Callable[[], Any]:
+    def _finish(self, plan: CellPlan, result: Any) -> Any:
+        """Bind the result to `-o NAME` when asked; the value the cell shows."""
+        if isinstance(plan.output, str):
+            self.shell.user_ns[plan.output] = result
+        return result
+
+    def _runner_for(self, prepared: PreparedCell, backend: Backend) -> Callable[[], Any]:
+        namespace = self.shell.user_ns
         runner = self.runner
 
         def run() -> Any:
             __tracebackhide__ = True  # noqa: F841
             try:
                 with backend.activate():
-                    value = runner.execute(prepared, namespace)
+                    value = execute(prepared, namespace)
                     if backend.sync_after_cell:
                         backend.synchronize()
                     return value
             except Exception as err:
-                _add_note(err, backend, prepared.rewritten)
+                add_notes(err, runner.recent.values(), backend)
                 raise
 
         return run
 
-    def _dry_run(
-        self, prepared: PreparedCell, namespace: dict[str, Any], backend: Backend, label: str
-    ) -> Any:
+    def _dry_run(self, prepared: PreparedCell, backend: Backend, label: str, plan: CellPlan) -> Any:
         __tracebackhide__ = True  # noqa: F841
         from IPython.display import display
 
@@ -516,100 +387,148 @@ class TPUMagics(Magics):
 
         history = self.runner.dry_run_history(prepared.rewritten)
         detector = DryRunDetector({prepared.filename}, label=label, history=history)
+        ns = self.shell.user_ns
         try:
             with backend.activate(), detector:
-                value = self.runner.execute(prepared, namespace)
+                value = execute(prepared, ns)
         except Exception as err:
-            _add_note(err, backend, prepared.rewritten)
+            add_notes(err, self.runner.recent.values(), backend)
             self.runner.last_report = detector.report(err)
-            self.shell.user_ns["_tpu_dry_run"] = self.runner.last_report
+            ns["_tpu_dry_run"] = self.runner.last_report
             raise
         report = detector.report()
         self.runner.last_report = report
-        self.shell.user_ns["_tpu_dry_run"] = report
+        ns["_tpu_dry_run"] = report
+        if plan.output is not None:
+            return self._finish(plan, report)
         display(report)
         return value
 
-    def _hooked(self, args: Any, run: Callable[[], Any], backend: Backend, prepared: Any) -> Any:
+    def _hooked(
+        self, plan: CellPlan, run: Callable[[], Any], backend: Backend, prepared: PreparedCell
+    ) -> Any:
         """`--profile` / `--forecast`: hand the cell to the profiler or the forecast."""
         import importlib
 
         profile = importlib.import_module("gpu2tpu.profile")
-        if args.profile:
+        if plan.profile:
             cell_profile = getattr(profile, "cell_profile", None)
             if cell_profile is None:
                 raise UsageError(
                     "%%tpu --profile needs gpu2tpu.profile.cell_profile, which this install lacks"
                 )
-            return cell_profile(run, backend=backend)
+            return cell_profile(run, backend=backend, **plan.profile_options)
         forecast_cell = getattr(profile, "forecast_cell", None)
         if forecast_cell is None:
             raise UsageError(
                 "%%tpu --forecast needs gpu2tpu.profile.forecast_cell, which this install lacks"
             )
-        targets = [t.strip() for t in args.forecast.split(",") if t.strip()]
-        return forecast_cell(run, targets=targets, backend=backend, source=prepared.rewritten)
+        self._say_forecast_inputs(prepared)
+        return forecast_cell(
+            run,
+            targets=list(plan.forecast),
+            backend=backend,
+            source=prepared.rewritten,
+            **plan.forecast_options,
+        )
 
-    def _run_nested(self, nested: tuple[str, str, str], backend: Backend, args: Any) -> Any:
+    def _say_forecast_inputs(self, prepared: PreparedCell) -> None:
+        """The forecast reads `model` and `batch`: the cell should define them; if it does
+        not, name the earlier values it will use, or stop before anything runs."""
+        ns = self.shell.user_ns
+        lines = []
+        for names, what in ((("model",), "a torch.nn.Module"),
+                            (("batch", "example_batch"), "a pair (inputs, targets)")):  # fmt: skip
+            if any(n in prepared.binds for n in names):
+                continue
+            found = next((n for n in names if ns.get(n) is not None), None)
+            if found is None:
+                raise UsageError(
+                    f"%%tpu --forecast needs the cell to define `{names[0]}` ({what}); "
+                    f"neither this cell nor an earlier one did"
+                )
+            lines.append(
+                f"gpu2tpu: --forecast uses `{found}` from an earlier cell: {_describe(ns[found])}"
+            )
+        for line in lines:
+            print(line)
+
+    def _run_nested(
+        self, cell: str, backend: Backend, plan: CellPlan, number: int, header: list[str]
+    ) -> Any:
         """`%%tpu` over `%%time` (or another Python cell magic): rewrite its body, run it."""
         __tracebackhide__ = True  # noqa: F841
-        name, inner_line, body = nested
-        if args.dry_run or args.profile or args.forecast:
-            raise UsageError(
-                f"%%tpu --dry-run/--profile/--forecast cannot wrap %%{name}; put %%{name} first"
-            )
+        from ..rewrite.ipython_syntax import split_cell_magic
+
         device_name = self.runner.device_variable(backend)
-        source = self.shell.transform_cell(body)
-        rewritten = source
-        if not args.no_rewrite:
-            rewritten, _ = rewrite_in_place(source, device_name, self.shell.user_ns)
-        if args.show_diff:
-            diff = difflib.unified_diff(
-                source.splitlines(keepends=True),
-                rewritten.splitlines(keepends=True),
-                fromfile=f"%%{name} body (as written)",
-                tofile=f"%%{name} body (as run on {backend.name})",
-            )
-            sys.stdout.write("".join(diff))
+        rewritten = cell
+        if plan.rewrite:
+            result = self.runner.rewrite(cell, device_name)
+            rewritten = result.new_source
+            say(problem_lines(result, len(header)))
+        if plan.show_diff:
+            label = f"In[{number}]"
+            sys.stdout.write(diff_text(cell, rewritten, label, backend))
+        inner = split_cell_magic(rewritten)
+        assert inner is not None
+        try:
+            import ast
+
+            names = {
+                n.id
+                for n in ast.walk(ast.parse(self.shell.transform_cell(inner.body)))
+                if isinstance(n, ast.Name)
+            }
+        except (SyntaxError, ValueError):
+            names = set()
+        say(replace_stale_devices(self.shell.user_ns, names, backend))
         try:
             with backend.activate():
-                return self.shell.run_cell_magic(name, inner_line, rewritten)
+                return self.shell.run_cell_magic(inner.name, inner.args, inner.body)
         except Exception as err:
-            _add_note(err, backend, rewritten)
+            add_notes(err, (), backend)
             raise
 
+    @magic_arguments.magic_arguments()
+    @magic_arguments.argument(
+        "state",
+        nargs="?",
+        choices=("on", "off"),
+        help="on: rewrite and run every later cell on a TPU backend; off: stop; none: say which",
+    )
+    @magic_arguments.argument(
+        "--backend",
+        "-b",
+        default=None,
+        metavar="NAME",
+        help="with on: the backend, as for %%tpu (default auto)",
+    )
     @line_magic
     def tpu_auto(self, line: str) -> None:
         """`%tpu_auto on [--backend NAME]` rewrites and runs every later cell on a TPU backend;
         `%tpu_auto off` stops; `%tpu_auto` says whether it is on.
 
-        With no TPU backend, `auto` runs the cells on the CPU (use `%%tpu --dry-run` on a
-        cell to see what would hurt on a TPU).
+        Each cell is rewritten as `gpu2tpu rewrite` rewrites a notebook cell; what cannot be
+        migrated is listed before the cell runs. With no TPU backend, `auto` runs the cells on
+        the CPU (use `%%tpu --dry-run` on a cell to see what would hurt on a TPU).
         """
-        words = line.split()
-        if not words:
+        args = magic_arguments.parse_argstring(self.tpu_auto, line)
+        if args.state != "on" and args.backend is not None:
+            raise UsageError("%tpu_auto: --backend goes with on: %tpu_auto on --backend NAME")
+        if args.state is None:
             state = f"on ({self.auto.backend.name})" if self.auto else "off"
             print(f"gpu2tpu: auto mode is {state}")
             return
-        if words[0] == "off" and len(words) == 1:
+        if args.state == "off":
             if self.auto is not None:
                 self.auto.stop()
                 self.auto = None
             print("gpu2tpu: auto mode off")
             return
-        if words[0] != "on":
-            raise UsageError("usage: %tpu_auto on [--backend NAME] | %tpu_auto off")
-        name = "auto"
-        rest = words[1:]
-        if rest:
-            if rest[0] in ("--backend", "-b") and len(rest) == 2:
-                name = rest[1]
-            elif rest[0].startswith("--backend=") and len(rest) == 1:
-                name = rest[0].split("=", 1)[1]
-            else:
-                raise UsageError(f"%tpu_auto: unrecognized arguments: {' '.join(rest)}")
-        backend, reason, _dry = _resolve(name, False)
+        backend, reason, _dry = _resolve(args.backend or "auto", False)
         _note_torchax(backend)
+        from .auto import AutoMode
+
         if self.auto is not None:
             self.auto.stop()
         self.auto = AutoMode(self.shell, self.runner, backend)
@@ -619,26 +538,44 @@ class TPUMagics(Magics):
         )
 
     @line_magic
-    def tpu_info(self, line: str) -> Any:
+    def tpu_info(self, line: str) -> None:
         """Backends found and missing (with the install command), chips, memory, versions."""
         from .info import show_info
 
-        return show_info(self.shell)
+        show_info(self.shell)
 
     @line_magic
     def tpu_doctor(self, line: str) -> None:
         """Check that this environment can run PyTorch on a TPU: versions that fit together,
         where the notebook runs (Colab, Kaggle, Cloud TPU VM), and the command that fixes
-        each problem. A widget in notebooks, text elsewhere (`gpu2tpu doctor` in a shell)."""
-        from ..readiness.doctor import doctor_magic_output
+        each problem. A table in notebooks, text elsewhere (`gpu2tpu doctor` in a shell)."""
+        from .info import show_doctor
 
-        doctor_magic_output(self.shell)
+        show_doctor(self.shell)
 
     def close(self) -> None:
-        """Remove auto mode's hooks (used by `%unload_ext`)."""
+        """Remove auto mode's hooks and the syntax-error handler (used by `%unload_ext`)."""
         if self.auto is not None:
             self.auto.stop()
             self.auto = None
+        if self._owns_custom_exc and self.shell.custom_exceptions == CELL_SYNTAX_ERRORS:
+            self.shell.set_custom_exc((), None)
+
+
+def _describe(value: Any) -> str:
+    """A short description of a value the forecast will use."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - the magics need torch to run a cell
+        torch = None  # type: ignore[assignment]
+    if torch is not None and isinstance(value, torch.nn.Module):
+        count = sum(p.numel() for p in value.parameters())
+        return f"{type(value).__name__} ({count:,} parameters)"
+    if isinstance(value, tuple | list):
+        shapes = [tuple(getattr(v, "shape", ())) or type(v).__name__ for v in value]
+        return f"{type(value).__name__} of {', '.join(str(s) for s in shapes)}"
+    shape = getattr(value, "shape", None)
+    return f"{type(value).__name__} {tuple(shape)}" if shape is not None else type(value).__name__
 
 
 def _cell_magic_depth() -> int:
@@ -668,63 +605,10 @@ def _nested_magic(cell: str) -> tuple[str, str, str] | None:
     return None
 
 
-class AutoMode:
-    """`%tpu_auto on`: an input transformer that rewrites each cell, and run events that set
-    the backend's device around it. `stop()` removes both."""
-
-    def __init__(self, shell: InteractiveShell, runner: CellRunner, backend: Backend) -> None:
-        self.shell = shell
-        self.runner = runner
-        self.backend = backend
-        self._stack: ExitStack | None = None
-        self._device_name = DEVICE_VARIABLE
-
-    def transform(self, lines: list[str]) -> list[str]:
-        """IPython post-input transformer: the rewritten cell, line for line."""
-        text = "".join(lines)
-        if not text.strip():
-            return lines
-        new, _result = rewrite_in_place(text, self._device_name, self.shell.user_ns)
-        return new.splitlines(keepends=True)
-
-    def pre_run_cell(self, info: Any) -> None:
-        self._device_name = self.runner.device_variable(self.backend)
-        self._close()
-        stack = ExitStack()
-        stack.enter_context(self.backend.activate())
-        self._stack = stack
-
-    def post_run_cell(self, result: Any) -> None:
-        self._close()
-
-    def _close(self) -> None:
-        if self._stack is not None:
-            stack, self._stack = self._stack, None
-            stack.close()
-
-    def start(self) -> None:
-        self.shell.input_transformers_post.append(self.transform)
-        self.shell.events.register("pre_run_cell", self.pre_run_cell)
-        self.shell.events.register("post_run_cell", self.post_run_cell)
-
-    def stop(self) -> None:
-        if self.transform in self.shell.input_transformers_post:
-            self.shell.input_transformers_post.remove(self.transform)
-        for event, hook in (
-            ("pre_run_cell", self.pre_run_cell),
-            ("post_run_cell", self.post_run_cell),
-        ):
-            with suppress(ValueError):
-                self.shell.events.unregister(event, hook)
-        self._close()
-
-
 __all__ = [
     "BACKEND_NAMES",
-    "AutoMode",
     "CellRunner",
     "PreparedCell",
     "TPUMagics",
     "diff_text",
-    "rewrite_in_place",
 ]

@@ -118,8 +118,9 @@ class TPUInfo:
         )
         return (
             f"<div class='gpu2tpu-info'><p>{html.escape(self.auto)}</p>"
-            "<table><thead><tr><th>backend</th><th></th><th>state</th><th>details</th>"
-            f"</tr></thead><tbody>{self._backend_rows()}</tbody></table>"
+            "<div style='overflow-x:auto;max-width:100%'><table><thead><tr><th>backend</th>"
+            "<th></th><th>state</th><th>details</th>"
+            f"</tr></thead><tbody>{self._backend_rows()}</tbody></table></div>"
             f"<p><small>{versions}</small></p></div>"
         )
 
@@ -161,12 +162,28 @@ def collect_info() -> TPUInfo:
     return TPUInfo(backends=infos, auto=reason, versions=versions)
 
 
-def show_info(shell: Any) -> None:
-    """Display the widget in a notebook kernel, print text in a terminal."""
+def show_info(shell: Any) -> TPUInfo:
+    """Display the widget in a notebook kernel (with an HTML table and text beside it, for
+    front ends without a widget manager and for saved notebooks), print text in a terminal."""
     info = collect_info()
     if getattr(shell, "kernel", None) is not None:
-        from IPython.display import display
+        from ..widgets import display_with_fallbacks
 
-        display(info.widget())
+        display_with_fallbacks(info.widget, info._repr_html_(), str(info))
     else:
         print(info)
+    return info
+
+
+def show_doctor(shell: Any) -> Any:
+    """`%tpu_doctor`: the environment report, displayed like `%tpu_info`."""
+    from ..readiness.doctor import diagnose
+
+    report = diagnose()
+    if getattr(shell, "kernel", None) is not None:
+        from ..widgets import display_with_fallbacks
+
+        display_with_fallbacks(report.widget, report._repr_html_(), str(report))
+    else:
+        print(report)
+    return report

@@ -680,26 +680,41 @@ class _Planner:
     def _run(
         self, cell: _CodeCell, opts: Options, reserve: list[str]
     ) -> tuple[str, Result, MaskedCell]:
-        """Rewrite the masked cell; if its line magics' Python does not parse in place, mask
-        those lines whole and try again."""
-        assert cell.masked is not None
-        try:
-            return (*self._with_prelude(cell.masked, cell.newline, opts, reserve), cell.masked)
-        except SourceError:
-            if not any(e.python for e in cell.masked.escapes):
-                raise
-        masked = mask(cell.python or "", python_magics=False)
-        return (*self._with_prelude(masked, cell.newline, opts, reserve), masked)
+        return _rewrite_python(cell, opts, tuple(self.imports.lines), reserve)
 
-    def _with_prelude(
-        self, masked: MaskedCell, newline: str, opts: Options, reserve: list[str]
-    ) -> tuple[str, Result]:
-        """Rewrite with the earlier cells' imports in front; without, should a fix touch them."""
-        prelude = self.imports.prelude(newline)
-        try:
-            return _rewrite_masked(masked.text, opts, reserve, prelude, newline)
-        except (_PreludeChanged, SourceError):  # a syntax error is told in the cell's own lines
-            return _rewrite_masked(masked.text, opts, reserve, "", newline)
+
+def _rewrite_python(
+    cell: _CodeCell, opts: Options, prior_imports: tuple[str, ...], reserve: list[str]
+) -> tuple[str, Result, MaskedCell]:
+    """Rewrite a cell's masked Python; if its line magics' Python does not parse in place,
+    mask those lines whole and try again. Returns the new masked text, the result (positions
+    in the cell's Python) and the mask that goes with the text."""
+    assert cell.masked is not None
+    try:
+        return (
+            *_with_prelude(cell.masked, cell.newline, opts, prior_imports, reserve),
+            cell.masked,
+        )
+    except SourceError:
+        if not any(e.python for e in cell.masked.escapes):
+            raise
+    masked = mask(cell.python or "", python_magics=False)
+    return (*_with_prelude(masked, cell.newline, opts, prior_imports, reserve), masked)
+
+
+def _with_prelude(
+    masked: MaskedCell,
+    newline: str,
+    opts: Options,
+    prior_imports: tuple[str, ...],
+    reserve: list[str],
+) -> tuple[str, Result]:
+    """Rewrite with the earlier cells' imports in front; without, should a fix touch them."""
+    prelude = "".join(line + newline for line in prior_imports)
+    try:
+        return _rewrite_masked(masked.text, opts, reserve, prelude, newline)
+    except (_PreludeChanged, SourceError):  # a syntax error is told in the cell's own lines
+        return _rewrite_masked(masked.text, opts, reserve, "", newline)
 
 
 class _PreludeChanged(Exception):
@@ -793,6 +808,67 @@ def rewrite_notebook(text: str, options: Options) -> NotebookResult:
         (edits if f.fixed else findings).append(CellFinding(-1, None, f))
     new_text = _render(text, nb, new_sources, meta_changes) if new_sources or meta_changes else text
     return NotebookResult(new_text, tuple(edits), tuple(findings), tuple(errors), planner.name)
+
+
+@dataclass(frozen=True)
+class CellRewrite:
+    """One code cell rewritten exactly as `rewrite_notebook` rewrites a cell: what `%%tpu` and
+    `%tpu_auto` run. Lines and columns of `edits` and `findings` are the cell's own; `error`
+    says why the cell was left as written ("" when it was not)."""
+
+    source: str
+    new_source: str
+    edits: tuple[Finding, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    error: str = ""
+    device_name: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.new_source != self.source
+
+
+def rewrite_cell(
+    source: str,
+    options: Options,
+    *,
+    prior_imports: Iterable[str] = (),
+    reserved: Iterable[str] = (),
+) -> CellRewrite:
+    """Rewrite one notebook cell (IPython syntax and cell magics included) on its own.
+
+    `prior_imports` are import statements that ran before (earlier cells), one per item, so
+    that `torch.cuda.synchronize()` in a cell that imports nothing is recognised; `reserved`
+    are names a new device variable must not take. Pure: nothing is run or read.
+    """
+    cell = _prepare(0, {"source": source})
+    findings = [f for f in cell.findings if options.enabled(f.code)]
+    if cell.error or cell.masked is None:
+        return CellRewrite(
+            source, source, findings=tuple(sorted(findings, key=_order)), error=cell.error
+        )
+    try:
+        new, result, masked = _rewrite_python(cell, options, tuple(prior_imports), list(reserved))
+        cell.masked = masked
+        new_source = cell.head + masked.unmask(new)
+    except SourceError as err:
+        line = f" (line {err.line + cell.offset})" if err.line else ""
+        error = f"{err.reason}{line}"
+    except MaskError as err:
+        error = err.reason
+    except RecursionError:
+        error = "too deeply nested to parse"
+    else:
+        edits = sorted((_shift(f, cell) for f in result.edits), key=_order)
+        findings += [_shift(f, cell) for f in result.findings]
+        return CellRewrite(
+            source,
+            source if new_source == source else new_source,
+            tuple(edits),
+            tuple(sorted(findings, key=_order)),
+            device_name=result.device_name,
+        )
+    return CellRewrite(source, source, findings=tuple(sorted(findings, key=_order)), error=error)
 
 
 def _order(f: Finding) -> tuple[int, int, str]:
