@@ -72,3 +72,22 @@ def test_every_rule_has_a_fixture_and_docs() -> None:
 def test_fixtures_import_nothing_from_gpu2tpu() -> None:
     for out in FIXTURES.glob("*.out.py"):
         assert "gpu2tpu" not in out.read_text().replace("# gpu2tpu:", ""), out.name
+
+
+def test_rule_modules_import_only_the_analysis_layer_and_the_base() -> None:
+    """A rule module asks the analysis layer and the rule base, never another rule family."""
+    import gpu2tpu.rewrite.rules as package
+
+    allowed = {"base", "..analysis", "..model"}
+    for path in sorted(Path(package.__path__[0]).glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                target = "." * node.level + (node.module or "")
+                if node.level == 1 and (node.module or "") == "base":
+                    continue
+                if node.level == 2 and (node.module or "").split(".")[0] in ("analysis", "model"):
+                    continue
+                if path.name == "base.py" and target == "..":
+                    continue  # the registry loads the rule modules by package
+                raise AssertionError(f"{path.name} imports {target}: only {sorted(allowed)}")

@@ -14,6 +14,8 @@ from typing import ClassVar
 
 import libcst as cst
 
+from .analysis.flow import FlowRecorder
+from .analysis.placement import leading_imports_end
 from .model import Options, Result
 from .rules.base import Rule, RuleContext, finalize, rules_for
 
@@ -98,11 +100,7 @@ def _module_imports(module: cst.Module, ctx: RuleContext) -> None:
                     continue
                 ctx.add_import(small)
                 if isinstance(small, cst.Import):
-                    for alias in small.names:
-                        if cst.helpers.get_full_name_for_node(alias.name) == "torch":
-                            name = alias.evaluated_alias or "torch"
-                            if ctx.torch_alias is None or name == "torch":
-                                ctx.torch_alias = name
+                    ctx.import_table.note_torch(small)
         elif isinstance(stmt, cst.Try | cst.If):
             stack[0:0] = list(stmt.body.body)
 
@@ -143,7 +141,10 @@ class _Dispatch:
         self.keep = keep
         self.visit_fns: dict[str, list] = {}
         self.leave_fns: dict[str, list] = {}
-        for rule in rules:
+        visitors: list[object] = list(rules)
+        if any(rule.uses_flow for rule in rules):
+            visitors.insert(0, FlowRecorder(ctx))  # records before any rule visits a node
+        for rule in visitors:
             for attr, node_type in self._methods(type(rule)):
                 table = self.visit_fns if attr.startswith("visit_") else self.leave_fns
                 table.setdefault(node_type, []).append(getattr(rule, attr))
@@ -156,9 +157,10 @@ class _Dispatch:
         found = cls._tables.get(rule_type)
         if found is None:
             names: dict[str, str] = {}
-            # Only methods the rules define: libcst's base classes define a no-op for each type.
+            # Only methods the rules (and the flow recorder) define: libcst's base classes
+            # define a no-op for each type.
             for klass in rule_type.__mro__:
-                if not (isinstance(klass, type) and issubclass(klass, Rule)):
+                if klass.__module__.startswith("libcst") or klass is object:
                     continue
                 for attr in vars(klass):
                     prefix, _, node_type = attr.partition("_")
@@ -274,34 +276,10 @@ class _ApplyFixes(cst.CSTTransformer):
         return node
 
 
-def _is_import_line(stmt: cst.BaseStatement) -> bool:
-    if isinstance(stmt, cst.SimpleStatementLine):
-        return all(isinstance(s, cst.Import | cst.ImportFrom) for s in stmt.body)
-    if isinstance(stmt, cst.Try):
-        return all(_is_import_line(s) for s in stmt.body.body)
-    if isinstance(stmt, cst.If):
-        return all(_is_import_line(s) for s in stmt.body.body)
-    return False
-
-
-def _is_docstring(stmt: cst.BaseStatement) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, cst.SimpleString | cst.ConcatenatedString)
-    )
-
-
 def _define_device(module: cst.Module, ctx: RuleContext) -> cst.Module:
     """Insert `import torch` and the device definition after the leading imports, if needed."""
     body = list(module.body)
-    insert_at = 0
-    for i, stmt in enumerate(body):
-        if _is_import_line(stmt) or (i == 0 and _is_docstring(stmt)):
-            insert_at = i + 1
-        else:
-            break
+    insert_at = leading_imports_end(module)
     new: list[cst.BaseStatement] = []
     if ctx.device_defined:
         expr = cst.Module(body=[]).code_for_node(ctx.device_expression())

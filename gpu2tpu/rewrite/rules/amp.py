@@ -10,15 +10,24 @@ The safe rules here only make AMP device-agnostic; the switch to bfloat16 is an 
 from __future__ import annotations
 
 import re
-import weakref
 from collections import Counter
-from collections.abc import Callable
 from typing import ClassVar
 
 import libcst as cst
 
+from ..analysis.edits import (
+    append_arg,
+    as_keyword,
+    drop_imported_names,
+    find_arg,
+    insert_arg,
+    keyword,
+    prepend_arg,
+)
+from ..analysis.literals import attribute_named, cuda_literal, is_false, string_value
+from ..analysis.names import full_name, is_reference_end, matches, qualified
 from ..model import Safety, Severity
-from .base import Rule, RuleContext, attribute_named, cuda_literal, iter_string_value
+from .base import Rule, RuleContext
 
 CUDA_AUTOCAST = ("torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast")
 AUTOCAST = ("torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
@@ -48,136 +57,6 @@ NUMERICS_NOTE = (
     "against float16's 11; it is the TPU's native format"
 )
 
-_NO_SPACE = cst.SimpleWhitespace("")
-
-
-def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
-    """`name=value`, spelled the way black and ruff format keyword arguments."""
-    return cst.Arg(
-        value=value,
-        keyword=cst.Name(name),
-        equal=cst.AssignEqual(whitespace_before=_NO_SPACE, whitespace_after=_NO_SPACE),
-    )
-
-
-def prepend_arg(args: tuple[cst.Arg, ...] | list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
-    """`new` as the first argument, before `args`, keeping their own formatting."""
-    if not args:
-        return [new.with_changes(comma=cst.MaybeSentinel.DEFAULT)]
-    return [new.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *args]
-
-
-def append_arg(args: tuple[cst.Arg, ...] | list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
-    """`new` as the last argument; a trailing comma (a multi-line call) stays trailing."""
-    args = list(args)
-    if not args:
-        return [new]
-    last = args[-1]
-    if isinstance(last.comma, cst.Comma):
-        between = args[-2].comma if len(args) > 1 else cst.MaybeSentinel.DEFAULT
-        if not isinstance(between, cst.Comma):
-            between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        return [*args[:-1], last.with_changes(comma=between), new.with_changes(comma=last.comma)]
-    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    return [*args[:-1], last.with_changes(comma=comma), new]
-
-
-def insert_arg(
-    args: tuple[cst.Arg, ...] | list[cst.Arg], index: int, new: cst.Arg
-) -> list[cst.Arg]:
-    """`new` at `index` among `args`, keeping their own formatting."""
-    if index <= 0:
-        return prepend_arg(args, new)
-    if index >= len(args):
-        return append_arg(args, new)
-    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    return [*args[:index], new.with_changes(comma=comma), *args[index:]]
-
-
-def find_arg(call: cst.Call, name: str, position: int | None) -> cst.Arg | None:
-    """The argument bound to parameter `name` (keyword, or positional at `position`)."""
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == name:
-            return arg
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    if position is not None and len(positional) > position:
-        return positional[position]
-    return None
-
-
-def is_false(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Name) and node.value == "False"
-
-
-# The qualified names of the nodes asked about in the current run (most rules of this package ask
-# about every name and attribute): each is resolved once, not once per rule. One run at a time
-# per process; a weak reference tells runs apart without keeping a finished one alive.
-_CACHE: tuple[weakref.ref[RuleContext] | None, dict[int, str | None]] = (None, {})
-
-
-def qualified(rule: Rule, node: cst.CSTNode) -> str | None:
-    """The imported qualified name `node` (or a call's function) refers to, if any."""
-    global _CACHE
-    target = node.func if isinstance(node, cst.Call) else node
-    head = target
-    while isinstance(head, cst.Attribute):
-        head = head.value
-    ctx = rule.ctx
-    if not isinstance(head, cst.Name) or head.value not in ctx.imports:
-        return None  # `x.mean`, `model.fc.weight`, calls on calls: not an imported name
-    owner, cache = _CACHE
-    if owner is None or owner() is not ctx:
-        cache = {}
-        _CACHE = (weakref.ref(ctx), cache)
-    key = id(target)
-    if key not in cache:
-        cache[key] = ctx.qualified_name(target)
-    return cache[key]
-
-
-def matches(rule: Rule, node: cst.CSTNode, *names: str) -> str | None:
-    """The one of `names` that `node` refers to, if any (`Rule.matches_name`, cached)."""
-    name = qualified(rule, node)
-    return name if name in names else None
-
-
-def is_reference_end(rule: Rule, node: cst.CSTNode) -> bool:
-    """True for the whole of a dotted name that is read: not a prefix of a longer one (`a.b` in
-    `a.b.c`), not an attribute's own name (`b` in `a.b`), not a keyword, parameter, definition
-    or import."""
-    parent = rule.parent(node)
-    if isinstance(parent, cst.Attribute):
-        return False  # either the prefix `parent.value` or the attribute name `parent.attr`
-    if isinstance(node, cst.Name):
-        if isinstance(parent, cst.Arg) and parent.keyword is node:
-            return False
-        if isinstance(parent, cst.FunctionDef | cst.ClassDef | cst.Param) and parent.name is node:
-            return False
-    return not isinstance(parent, cst.ImportAlias | cst.AsName | cst.Import | cst.ImportFrom)
-
-
-def report_fixed(
-    rule: Rule,
-    node: cst.CSTNode,
-    message: str | None = None,
-    *,
-    fix: Callable[[cst.CSTNode], cst.CSTNode] | None = None,
-    hint: str | None = None,
-    uses_device: bool = False,
-) -> bool:
-    """`rule.report(...)`, returning whether the fix will be applied to the text."""
-    before = len(rule.ctx.pending)
-    rule.report(node, message, fix=fix, hint=hint, uses_device=uses_device)
-    return len(rule.ctx.pending) > before and rule.ctx.pending[-1].fixed
-
-
-def fix_is_active(ctx: RuleContext, code: str, safety: Safety) -> bool:
-    """Whether a rule's fixes are applied under the run's options (for cross-rule decisions)."""
-    options = ctx.options
-    if not (options.fix and options.enabled(code)):
-        return False
-    return safety is Safety.SAFE or options.unsafe_fixes
-
 
 class _CudaAmpName(Rule):
     """Shared shape of the rules for a `torch.cuda.amp` name.
@@ -200,11 +79,11 @@ class _CudaAmpName(Rule):
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
             return
-        if cst.helpers.get_full_name_for_node(node.module) == "torch.cuda.amp":
+        if full_name(node.module) == "torch.cuda.amp":
             self.amp_imports.append(node)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if matches(self, node, *self.api):
+        if matches(self.ctx, node, *self.api):
             self.fix_call(node)
 
     def visit_Name(self, node: cst.Name) -> None:
@@ -214,7 +93,7 @@ class _CudaAmpName(Rule):
         self._reference(node)
 
     def _reference(self, node: cst.Name | cst.Attribute) -> None:
-        if not matches(self, node, *self.api) or not is_reference_end(self, node):
+        if not matches(self.ctx, node, *self.api) or not is_reference_end(self.ctx, node):
             return
         parent = self.parent(node)
         if not (isinstance(parent, cst.Call) and parent.func is node):
@@ -235,7 +114,9 @@ class _CudaAmpName(Rule):
         for imp in self.amp_imports:
             removable = self._removable_names(imp)
             if removable:
-                self.ctx.fixes.setdefault(id(imp), []).append((_drop_names(removable), None))
+                self.ctx.fixes.setdefault(id(imp), []).append(
+                    (drop_imported_names(removable), None)
+                )
 
     def _removable_names(self, imp: cst.ImportFrom) -> frozenset[str]:
         """Imported names whose every use in the text was rewritten.
@@ -257,22 +138,6 @@ class _CudaAmpName(Rule):
             if uses and uses == self.fixed_references[local]:
                 removable.add(local)
         return frozenset(removable)
-
-
-def _drop_names(names: frozenset[str]) -> Callable[[cst.CSTNode], cst.CSTNode]:
-    """A fix that drops the imported `names` from an import, and the import once it is empty."""
-
-    def fix(updated: cst.CSTNode) -> cst.CSTNode:
-        if not isinstance(updated, cst.ImportFrom) or isinstance(updated.names, cst.ImportStar):
-            return updated
-        kept = [a for a in updated.names if (a.evaluated_alias or a.evaluated_name) not in names]
-        if not kept:
-            return cst.RemovalSentinel.REMOVE  # type: ignore[return-value]
-        if not isinstance(updated.names[-1].comma, cst.Comma) or not updated.rpar:
-            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return updated.with_changes(names=kept)
-
-    return fix
 
 
 class CudaAmpAutocast(_CudaAmpName):
@@ -315,12 +180,7 @@ class CudaAmpAutocast(_CudaAmpName):
             index = 0
             for arg in updated.args:
                 if arg.keyword is None and index < len(params):
-                    arg = arg.with_changes(
-                        keyword=cst.Name(params[index]),
-                        equal=cst.AssignEqual(
-                            whitespace_before=_NO_SPACE, whitespace_after=_NO_SPACE
-                        ),
-                    )
+                    arg = as_keyword(arg, params[index])
                     index += 1
                 args.append(arg)
             device_type = keyword("device_type", ctx.device_type())
@@ -330,7 +190,7 @@ class CudaAmpAutocast(_CudaAmpName):
 
         has_dtype = find_arg(node, "dtype", 1) is not None
         hint = self.hint if has_dtype else f"{self.hint}; {DTYPE_NOTE}"
-        if report_fixed(self, node, fix=fix, hint=hint, uses_device=True):
+        if self.report(node, fix=fix, hint=hint, uses_device=True):
             self.fixed(node.func)
 
 
@@ -360,14 +220,14 @@ class AutocastCudaDeviceType(Rule):
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value == "device_type":
                 literal = arg.value
-        if literal is None and node.args and matches(self, node, *DEVICE_TYPE_FIRST):
+        if literal is None and node.args and matches(self.ctx, node, *DEVICE_TYPE_FIRST):
             first = node.args[0]
             if first.keyword is None and not first.star:
                 literal = first.value
         if literal is None or not cuda_literal(literal):
             return
         hint = self.hint
-        if matches(self, node, *AUTOCAST) and find_arg(node, "dtype", 1) is None:
+        if matches(self.ctx, node, *AUTOCAST) and find_arg(node, "dtype", 1) is None:
             hint = f"{hint}; {DTYPE_NOTE}"
         self.report(
             literal,
@@ -393,7 +253,7 @@ def autocast_disabled(call: cst.Call, cuda_signature: bool) -> bool:
 def autocast_on_cpu(call: cst.Call) -> bool:
     """`torch.autocast("cpu")`: its default dtype is already bfloat16."""
     arg = find_arg(call, "device_type", 0)
-    return arg is not None and any(v == "cpu" for v in iter_string_value(arg.value))
+    return arg is not None and string_value(arg.value) == "cpu"
 
 
 class AutocastWithoutDtype(Rule):
@@ -422,8 +282,8 @@ class AutocastWithoutDtype(Rule):
     tokens = (b"autocast",)
 
     def visit_Call(self, node: cst.Call) -> None:
-        cuda_signature = bool(matches(self, node, *CUDA_AUTOCAST))
-        if not cuda_signature and not matches(self, node, *AUTOCAST):
+        cuda_signature = bool(matches(self.ctx, node, *CUDA_AUTOCAST))
+        if not cuda_signature and not matches(self.ctx, node, *AUTOCAST):
             return
         if any(a.star for a in node.args) or autocast_dtype(self, node) is not None:
             return
@@ -474,7 +334,7 @@ class CudaAmpGradScaler(_CudaAmpName):
                 func=ctx.torch_attr("amp.GradScaler"), args=prepend_arg(updated.args, device)
             )
 
-        if report_fixed(self, node, fix=fix, uses_device=True):
+        if self.report(node, fix=fix, uses_device=True):
             self.fixed(node.func)
 
 
@@ -507,13 +367,13 @@ class GradScalerWithBfloat16(Rule):
         self.bfloat16 = False
 
     def visit_Call(self, node: cst.Call) -> None:
-        if matches(self, node, *CUDA_SCALER, *SCALER):
+        if matches(self.ctx, node, *CUDA_SCALER, *SCALER):
             enabled = find_arg(node, "enabled", None)
             if enabled is None or not is_false(enabled.value):
                 self.scalers.append(node)
             return
-        cuda_signature = bool(matches(self, node, *CUDA_AUTOCAST))
-        if not cuda_signature and not matches(self, node, *AUTOCAST):
+        cuda_signature = bool(matches(self.ctx, node, *CUDA_AUTOCAST))
+        if not cuda_signature and not matches(self.ctx, node, *AUTOCAST):
             return
         if autocast_disabled(node, cuda_signature):
             return
@@ -525,11 +385,11 @@ class GradScalerWithBfloat16(Rule):
         if dtype is None:
             if autocast_on_cpu(call):
                 return True
-            return fix_is_active(ctx, AutocastWithoutDtype.code, AutocastWithoutDtype.safety)
-        if matches(self, dtype, *BFLOAT16):
+            return ctx.fix_active(AutocastWithoutDtype)
+        if matches(self.ctx, dtype, *BFLOAT16):
             return True
-        if matches(self, dtype, *FLOAT16):
-            return fix_is_active(ctx, Float16Dtype.code, Float16Dtype.safety)
+        if matches(self.ctx, dtype, *FLOAT16):
+            return ctx.fix_active(Float16Dtype)
         return False
 
     def leave_Module(self, original_node: cst.Module) -> None:
@@ -566,7 +426,7 @@ class CudaAmpCustomFwdBwd(_CudaAmpName):
     tokens = (b"custom_fwd", b"custom_bwd")
 
     def _func(self, node: cst.CSTNode) -> str:
-        name = matches(self, node, *self.api) or ""
+        name = matches(self.ctx, node, *self.api) or ""
         return name.rsplit(".", 1)[-1]
 
     def fix_call(self, node: cst.Call) -> None:
@@ -583,7 +443,7 @@ class CudaAmpCustomFwdBwd(_CudaAmpName):
             args = insert_arg(updated.args, positional, device_type)
             return updated.with_changes(func=ctx.torch_attr(f"amp.{func}"), args=args)
 
-        if report_fixed(self, node, self.message.format(func=func), fix=fix, uses_device=True):
+        if self.report(node, self.message.format(func=func), fix=fix, uses_device=True):
             self.fixed(node.func)
 
     def fix_reference(self, node: cst.Name | cst.Attribute) -> None:
@@ -600,7 +460,7 @@ class CudaAmpCustomFwdBwd(_CudaAmpName):
             device_type = keyword("device_type", ctx.device_type())
             return cst.Call(func=ctx.torch_attr(f"amp.{func}"), args=[device_type])
 
-        if report_fixed(self, node, message, fix=fix, uses_device=True):
+        if self.report(node, message, fix=fix, uses_device=True):
             self.fixed(node)
 
 
@@ -611,7 +471,7 @@ def assigned_flag(rule: Rule, node: cst.Assign, *qualified: str) -> str | None:
     target = node.targets[0].target
     if not isinstance(target, cst.Attribute):
         return None
-    return matches(rule, target, *qualified)
+    return matches(rule.ctx, target, *qualified)
 
 
 def matmul_precision_call(ctx: RuleContext, value: cst.BaseExpression) -> cst.Expr:
@@ -763,7 +623,7 @@ class HalfMethod(Rule):
         if node.args or not attribute_named(node.func, "half"):
             return
         value = node.func.value  # type: ignore[attr-defined]
-        if isinstance(value, cst.Name | cst.Attribute) and qualified(self, value):
+        if isinstance(value, cst.Name | cst.Attribute) and qualified(self.ctx, value):
             return  # `<module>.half()` is not the tensor method
 
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
@@ -820,7 +680,7 @@ class Float16Dtype(Rule):
         self._dtype(node)
 
     def _dtype(self, node: cst.Name | cst.Attribute) -> None:
-        if not matches(self, node, *FLOAT16) or not is_reference_end(self, node):
+        if not matches(self.ctx, node, *FLOAT16) or not is_reference_end(self.ctx, node):
             return
         message = self.message.format(value=self.code_for(node))
         if _in_comparison(self, node):

@@ -7,20 +7,26 @@ applies all fixes in one transformer pass, so nested fixes compose (`torch.zeros
 device="cuda").cuda()` gets both) and each rule stays a pure decision.
 
 A new rule is a subclass of `Rule` in a module of this package plus a fixture pair under
-`tests/fixtures/rules/`; subclasses register themselves.
+`tests/fixtures/rules/`; subclasses register themselves. Rules ask the analysis layer
+(`gpu2tpu/rewrite/analysis/`) what the code means; a rule module imports only that layer and
+this one, never another rule module.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
+from ..analysis import names
+from ..analysis.flow import FlowFacts
+from ..analysis.literals import code_for
+from ..analysis.names import ImportTable, variable_names
 from ..model import Finding, Options, Safety, Severity
 
 Fix = Callable[[cst.CSTNode], cst.CSTNode]
@@ -38,9 +44,9 @@ REGISTRY: dict[str, type[Rule]] = {}
 def _compound_types() -> tuple[type, ...]:
     import ast
 
-    names = ("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try", "TryStar",
+    kinds = ("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try", "TryStar",
              "FunctionDef", "AsyncFunctionDef", "ClassDef", "Match")  # fmt: skip
-    return tuple(getattr(ast, n) for n in names if hasattr(ast, n))
+    return tuple(getattr(ast, n) for n in kinds if hasattr(ast, n))
 
 
 _COMPOUND = _compound_types()
@@ -74,8 +80,12 @@ class RuleContext:
         self.options = options
         self.source = source
         self.module = module
-        self.imports: dict[str, str] = {}  # local name -> qualified name, from import statements
+        self.import_table = ImportTable()
         self.parents: dict[int, cst.CSTNode] = {}
+        self.qualified_cache: dict[int, str | None] = {}
+        # Per block, the statements a fix removes, as (code, occurrence among equal lines).
+        self.removals: dict[int, list[tuple[str, int]]] = {}
+        self._flow: FlowFacts | None = None
         self._wrapper: MetadataWrapper | None = None
         self._stmt_lines: list[int] | None = None
         self._stmt_index: dict[int, int] = {}
@@ -84,8 +94,7 @@ class RuleContext:
         self._positions: dict[int, dict[cst.CSTNode, object]] = {}
         self.fixes: dict[int, list[tuple[Fix, _Pending | None]]] = {}
         self.pending: list[_Pending] = []
-        self._names: set[str] | None = None
-        self.torch_alias: str | None = None  # `import torch [as X]` at module level
+        self._names: frozenset[str] | None = None
         self.adopted_device: tuple[str, int] | None = None  # (name, line) of an idiom variable
         self.adopted_kind: str = "device"  # "device" (torch.device) or "str"
         self.device_use_lines: list[int] = []
@@ -97,40 +106,37 @@ class RuleContext:
 
     # -- questions about the tree -------------------------------------------------------------
 
+    @property
+    def imports(self) -> dict[str, str]:
+        """Local name -> qualified name, from the import statements seen so far."""
+        return self.import_table.imports
+
+    @property
+    def torch_alias(self) -> str | None:
+        """The module-level name of torch (`import torch [as X]`), if it imports torch."""
+        return self.import_table.torch_alias
+
     def add_import(self, node: cst.Import | cst.ImportFrom) -> None:
         """Record the names an import statement binds (at any depth: scopes are not tracked)."""
-        if isinstance(node, cst.Import):
-            for alias in node.names:
-                full = cst.helpers.get_full_name_for_node(alias.name) or ""
-                if alias.asname is not None:
-                    self.imports[alias.evaluated_alias or full] = full
-                else:
-                    top = full.split(".")[0]
-                    self.imports[top] = top
-            return
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
-            return
-        base = cst.helpers.get_full_name_for_node(node.module) or ""
-        for alias in node.names:
-            name = alias.evaluated_name
-            self.imports[alias.evaluated_alias or name] = f"{base}.{name}"
+        self.import_table.add(node)
 
     def qualified_name(self, node: cst.CSTNode) -> str | None:
         """`torch.cuda.synchronize` for `T.cuda.synchronize` after `import torch as T`."""
-        dotted = (
-            cst.helpers.get_full_name_for_node(node)
-            if isinstance(node, cst.Name | cst.Attribute)
-            else None
-        )
-        if not dotted:
-            return None
-        head, _, rest = dotted.partition(".")
-        # `torch` itself resolves even when this text does not import it (a notebook cell
-        # after the import cell, or code the rewrite adds `import torch` to).
-        target = self.imports.get(head, "torch" if head == "torch" else None)
-        if target is None:
-            return None
-        return f"{target}.{rest}" if rest else target
+        return names.qualified(self, node)
+
+    @property
+    def flow(self) -> FlowFacts:
+        """Loops, branches and value kinds of this module (analysis/flow.py), made on first use."""
+        if self._flow is None:
+            self._flow = FlowFacts(self)
+        return self._flow
+
+    def fix_active(self, rule: type[Rule]) -> bool:
+        """Whether a rule's fixes are applied under this run's options (cross-rule decisions)."""
+        options = self.options
+        if not (options.fix and options.enabled(rule.code)):
+            return False
+        return rule.safety is Safety.SAFE or options.unsafe_fixes
 
     def lazy_metadata(self, key: type) -> object:
         """Any libcst metadata provider's mapping, computed on first use only."""
@@ -371,6 +377,9 @@ class Rule(cst.BatchableCSTVisitor):
     """
 
     METADATA_DEPENDENCIES = ()
+    # A rule that asks `ctx.flow` (loops, bindings, value kinds) says so: the engine then
+    # records the flow facts during its traversal.
+    uses_flow: ClassVar[bool] = False
 
     code: ClassVar[str]
     name: ClassVar[str]
@@ -409,15 +418,12 @@ class Rule(cst.BatchableCSTVisitor):
 
     def qualified_names(self, node: cst.CSTNode) -> set[str]:
         """Imported qualified names of a Name/Attribute/Call (aliases resolved)."""
-        target = node.func if isinstance(node, cst.Call) else node
-        name = self.ctx.qualified_name(target)
+        name = names.qualified(self.ctx, node)
         return {name} if name else set()
 
     def matches_name(self, node: cst.CSTNode, *qualified: str) -> str | None:
         """The first of `qualified` that `node` refers to, if any."""
-        target = node.func if isinstance(node, cst.Call) else node
-        name = self.ctx.qualified_name(target)
-        return name if name in qualified else None
+        return names.matches(self.ctx, node, *qualified)
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.ctx.parents.get(id(node))
@@ -426,7 +432,7 @@ class Rule(cst.BatchableCSTVisitor):
         return self.ctx.position(node)
 
     def code_for(self, node: cst.CSTNode) -> str:
-        return cst.Module(body=[]).code_for_node(node)
+        return code_for(node)
 
     def report(
         self,
@@ -436,10 +442,13 @@ class Rule(cst.BatchableCSTVisitor):
         fix: Fix | None = None,
         hint: str | None = None,
         uses_device: bool = False,
-    ) -> None:
-        """Record a finding at `node`; with `fix`, an edit when the options allow it."""
+    ) -> bool:
+        """Record a finding at `node`; with `fix`, an edit when the options allow it.
+
+        Returns whether the fix will be applied to the text.
+        """
         if id(node) in self.ctx.claimed:
-            return
+            return False
         can_fix = fix is not None and self.safety is not Safety.REPORT
         apply = (
             can_fix
@@ -460,6 +469,7 @@ class Rule(cst.BatchableCSTVisitor):
         if apply:
             assert fix is not None
             self.ctx.fixes.setdefault(id(node), []).append((fix, pending))
+        return bool(apply)
 
 
 def finalize(ctx: RuleContext) -> tuple[list[Finding], list[Finding]]:
@@ -506,72 +516,3 @@ def _load_rule_modules() -> None:
     for info in pkgutil.iter_modules(package.__path__):
         if info.name != "base" and not info.name.startswith("_"):
             importlib.import_module(f"{package.__name__}.{info.name}")
-
-
-def iter_string_value(node: cst.CSTNode) -> Iterator[str]:
-    """The value of a plain (non-f) string literal node, if it is one."""
-    if isinstance(node, cst.SimpleString):
-        yield node.evaluated_value if isinstance(node.evaluated_value, str) else ""
-    elif isinstance(node, cst.ConcatenatedString):
-        value = node.evaluated_value
-        if isinstance(value, str):
-            yield value
-
-
-CUDA_STRING = re.compile(r"^cuda(:\d+)?$")
-
-
-def cuda_literal(node: cst.CSTNode) -> bool:
-    """True for `'cuda'`, `'cuda:0'` and f-strings such as `f'cuda:{rank}'`."""
-    for value in iter_string_value(node):
-        return bool(CUDA_STRING.match(value))
-    if isinstance(node, cst.FormattedString):
-        parts = node.parts
-        return (
-            len(parts) == 2
-            and isinstance(parts[0], cst.FormattedStringText)
-            and parts[0].value == "cuda:"
-            and isinstance(parts[1], cst.FormattedStringExpression)
-        )
-    return False
-
-
-def variable_names(tree: Any) -> frozenset[str]:
-    """The names a Python `ast` tree binds or reads: variables, parameters, functions and
-    classes, imported names, `global`/`nonlocal` names, `except ... as` names (not attributes
-    or keywords). A device variable must not take any of them."""
-    import ast
-
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            names.add(node.id)
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(node.name)
-        elif isinstance(node, ast.alias):
-            names.add((node.asname or node.name).split(".")[0])
-        elif isinstance(node, ast.Global | ast.Nonlocal):
-            names.update(node.names)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-    return frozenset(names)
-
-
-# Small structural tests. libcst's matchers say the same, but importing `libcst.matchers`
-# costs half a second, more than checking a whole tree (docs/architecture.md).
-
-
-def attribute_named(node: cst.CSTNode, *names: str) -> bool:
-    """`<anything>.name` for one of `names`."""
-    return isinstance(node, cst.Attribute) and node.attr.value in names
-
-
-def is_call_to_attr(node: cst.CSTNode, *names: str) -> bool:
-    """`<anything>.name(...)` for one of `names`."""
-    return isinstance(node, cst.Call) and attribute_named(node.func, *names)
-
-
-def is_name(node: cst.CSTNode, value: str) -> bool:
-    return isinstance(node, cst.Name) and node.value == value

@@ -6,8 +6,10 @@ import re
 
 import libcst as cst
 
+from ..analysis.edits import guarded_line, sole_statement, without_args
+from ..analysis.literals import attribute_named, cuda_literal, is_call_to_attr, string_value
 from ..model import Safety, Severity
-from .base import Rule, attribute_named, cuda_literal, is_call_to_attr, iter_string_value
+from .base import Rule
 
 DEVICE_KWARGS = frozenset({"device", "map_location", "output_device"})
 # CUDA APIs no rule rewrites: a guard around them must stay CUDA's own.
@@ -17,24 +19,8 @@ _CUDA_ONLY = re.compile(
 )
 
 
-def _call_name(node: cst.Call) -> str:
-    return cst.helpers.get_full_name_for_node(node.func) or ""
-
-
 def _is_torch_device_call(rule: Rule, node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Call) and bool(rule.matches_name(node, "torch.device"))
-
-
-def _without_args(call: cst.Call, *, drop_positional: bool, drop: frozenset[str]) -> list[cst.Arg]:
-    kept = [
-        a
-        for a in call.args
-        if not (a.keyword is None and a.star == "" and drop_positional)
-        and not (a.keyword is not None and a.keyword.value in drop)
-    ]
-    if kept:
-        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    return kept
 
 
 class CudaMethod(Rule):
@@ -70,7 +56,7 @@ class CudaMethod(Rule):
 
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
             assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
-            rest = _without_args(updated, drop_positional=True, drop=frozenset({"device"}))
+            rest = without_args(updated, drop_positional=True, drop=frozenset({"device"}))
             dev = cst.Arg(
                 ctx.device(),
                 comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
@@ -155,7 +141,7 @@ def _idiom_parts(rule: Rule, node: cst.CSTNode) -> str | None:
             return "device" if kind(inner, want_cuda) == "str" else None
         if want_cuda and cuda_literal(expr):
             return "str"
-        if not want_cuda and any(v == "cpu" for v in _strings(expr)):
+        if not want_cuda and string_value(expr) == "cpu":
             return "str"
         return None
 
@@ -163,12 +149,6 @@ def _idiom_parts(rule: Rule, node: cst.CSTNode) -> str | None:
     if cuda_kind and cuda_kind == cpu_kind:
         return cuda_kind
     return None
-
-
-def _strings(node: cst.CSTNode) -> list[str]:
-    if isinstance(node, cst.SimpleString) and isinstance(node.evaluated_value, str):
-        return [node.evaluated_value]
-    return []
 
 
 class CudaDeviceIdiom(Rule):
@@ -237,7 +217,7 @@ class CudaDeviceIdiom(Rule):
                 kind = "device"
         if kind is None and "device" in target.value.lower() and cuda_literal(value):
             assignment = f"`{target.value} = {self.code_for(value)}`"
-            literal = next(iter_string_value(value), "")
+            literal = string_value(value) or ""
             if isinstance(value, cst.FormattedString) or literal not in ("cuda", "cuda:0"):
                 # An index: on CUDA it picks the process's GPU, on a TPU every process owns
                 # `tpu:0`. No single expression keeps both, so a person decides.
@@ -296,29 +276,18 @@ class _CudaRuntimeCall(Rule):
             assert isinstance(updated, cst.Call)
             return updated.with_changes(func=ctx.torch_attr(accel))
 
-        self.report(node, fix=fix)
-        stmt = self._sole_statement(node) if self.guard else None
-        pending = self.ctx.pending[-1] if self.ctx.pending else None
-        if stmt is not None and pending is not None and pending.node is node and pending.fixed:
+        fixed = self.report(node, fix=fix)
+        stmt = sole_statement(self, node) if self.guard else None
+        if stmt is not None and fixed:
             # The guard belongs to the same edit: `# noqa` on the line drops both.
+            pending = self.ctx.pending[-1]
             self.ctx.fixes.setdefault(id(stmt), []).append((self._guard, pending))
-
-    def _sole_statement(self, node: cst.Call) -> cst.SimpleStatementLine | None:
-        expr = self.parent(node)
-        line = self.parent(expr) if isinstance(expr, cst.Expr) else None
-        if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
-            return line
-        return None
 
     def _guard(self, updated: cst.CSTNode) -> cst.CSTNode:
         """`stmt` -> `if torch.accelerator.is_available(): stmt` (on the same line)."""
         assert isinstance(updated, cst.SimpleStatementLine)
-        test = cst.Call(func=self.ctx.torch_attr("accelerator.is_available"))
-        inner = updated.with_changes(leading_lines=[])
-        body = cst.SimpleStatementSuite(
-            body=inner.body, trailing_whitespace=inner.trailing_whitespace
-        )
-        return cst.If(test=test, body=body, leading_lines=updated.leading_lines)
+        assert len(updated.body) == 1
+        return guarded_line(self.ctx, updated, updated.body[0])
 
 
 class CudaIsAvailable(_CudaRuntimeCall):

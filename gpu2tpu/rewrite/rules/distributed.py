@@ -11,9 +11,11 @@ import re
 
 import libcst as cst
 
+from ..analysis.edits import positional_args
+from ..analysis.literals import is_name, short, string_value
+from ..analysis.names import module_level_alias
 from ..model import Safety, Severity
 from .base import Rule
-from .loops import FlowFacts, FlowRule, short
 
 # Calls that take a process-group backend: qualified name -> its positional index, if any.
 BACKEND_CALLS: dict[str, int | None] = {
@@ -67,15 +69,8 @@ def names_nccl(value: str) -> bool:
     return any(part.strip().lower() == "nccl" for part in re.split(r"[,:]", value))
 
 
-def _string(node: cst.CSTNode) -> str | None:
-    if isinstance(node, cst.SimpleString | cst.ConcatenatedString):
-        value = node.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
-
-
 def _is_nccl(node: cst.CSTNode) -> bool:
-    value = _string(node)
+    value = string_value(node)
     return value is not None and value.strip().lower() == "nccl"
 
 
@@ -101,7 +96,7 @@ def nccl_idiom(rule: Rule, node: cst.CSTNode) -> bool:
     test, body, orelse = node.test, node.body, node.orelse
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         test, body, orelse = test.expression, orelse, body
-    if not (_is_nccl(body) and (_string(orelse) or "").strip().lower() == "gloo"):
+    if not (_is_nccl(body) and (string_value(orelse) or "").strip().lower() == "gloo"):
         return False
     stack: list[cst.CSTNode] = [test]
     while stack:
@@ -115,13 +110,13 @@ def nccl_idiom(rule: Rule, node: cst.CSTNode) -> bool:
 def refers_to_local_rank(rule: Rule, expr: cst.CSTNode) -> bool:
     """Whether a device index is the process's rank (`local_rank`, `$LOCAL_RANK`, `get_rank()`).
 
-    Public so that other device rules can tell rank-chosen device indices apart. Names are
-    followed to their assignments only when a `FlowRule` runs in the same pass (it records
-    them, and the answer is complete from `leave_Module` on); otherwise the name alone counts.
+    Names are followed to their assignments only when a rule with `uses_flow` runs in the same
+    pass (the engine then records them, and the answer is complete from `leave_Module` on);
+    otherwise the name alone counts.
     """
     if isinstance(expr, cst.SimpleString | cst.FormattedString | cst.ConcatenatedString):
         return False
-    return FlowFacts.of(rule).refers_to_rank(expr, index_only=True)
+    return rule.ctx.flow.refers_to_rank(expr, index_only=True)
 
 
 class NcclBackend(Rule):
@@ -170,7 +165,7 @@ class NcclBackend(Rule):
         if module is not None:
             prefix: str | None = self.code_for(module)
         else:  # the module's own name for torch.distributed (`dist`), if it has one
-            prefix = _module_level_alias(ctx.module, "torch.distributed")
+            prefix = module_level_alias(ctx.module, "torch.distributed")
 
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
             if prefix is not None:
@@ -183,25 +178,6 @@ class NcclBackend(Rule):
             return call
 
         self.report(node, fix=fix, uses_device=True)
-
-
-def _module_level_alias(module: cst.Module | None, qualified: str) -> str | None:
-    """The name a module-level import binds to `qualified` (`dist` for torch.distributed)."""
-    for stmt in module.body if module is not None else ():
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            continue
-        for small in stmt.body:
-            if isinstance(small, cst.Import):
-                for alias in small.names:
-                    full = cst.helpers.get_full_name_for_node(alias.name)
-                    if full == qualified and alias.asname is not None:
-                        return alias.evaluated_alias
-            elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
-                base = cst.helpers.get_full_name_for_node(small.module) if small.module else None
-                for alias in small.names:
-                    if not small.relative and f"{base}.{alias.evaluated_name}" == qualified:
-                        return alias.evaluated_alias or alias.evaluated_name
-    return None
 
 
 class NcclComparison(Rule):
@@ -231,7 +207,7 @@ class NcclComparison(Rule):
 
 def _names_nccl_deep(node: cst.CSTNode) -> bool:
     """A string naming NCCL, alone or inside a tuple, list or set literal."""
-    value = _string(node)
+    value = string_value(node)
     if value is not None:
         return names_nccl(value)
     if isinstance(node, cst.Tuple | cst.List | cst.Set):
@@ -283,7 +259,7 @@ class NcclString(Rule):
     tokens = (b"nccl", b"NCCL")
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        value = _string(node)
+        value = string_value(node)
         if value is None or not names_nccl(value) or self._reported_elsewhere(node):
             return
         self.report(node, self.message.format(value=self.code_for(node)))
@@ -374,16 +350,12 @@ class DdpDeviceIds(Rule):
                 positional += 1
             elif arg.keyword.value in self.PARAMS:
                 found[arg.keyword.value] = i
-        return {p: i for p, i in found.items() if not _is_name(node.args[i].value, "None")}
-
-
-def _is_name(node: cst.CSTNode, value: str) -> bool:
-    return isinstance(node, cst.Name) and node.value == value
+        return {p: i for p, i in found.items() if not is_name(node.args[i].value, "None")}
 
 
 def _is_guarded(node: cst.CSTNode) -> bool:
     """`x if <test> else None`: already passed only on some devices."""
-    return isinstance(node, cst.IfExp) and _is_name(node.orelse, "None")
+    return isinstance(node, cst.IfExp) and is_name(node.orelse, "None")
 
 
 class DataParallel(Rule):
@@ -410,7 +382,7 @@ class DataParallel(Rule):
             self.report(node)
 
 
-class LocalRankDevice(FlowRule):
+class LocalRankDevice(Rule):
     """A device chosen by the process's rank: `torch.cuda.set_device(local_rank)`, `.to(rank)`.
 
     Why: on CUDA each rank picks its GPU by index. A TPU process owns exactly one chip, which
@@ -434,14 +406,14 @@ class LocalRankDevice(FlowRule):
         "torch.accelerator.set_device_index(local_rank)`, then use `.to(device)`"
     )
     tokens = (b"rank", b"RANK", b"set_device")
+    uses_flow = True
 
     def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
         super().__init__(ctx)
         self.candidates: list[tuple[cst.Call, cst.BaseExpression]] = []
 
     def visit_Call(self, node: cst.Call) -> None:
-        super().visit_Call(node)
-        positional = [a for a in node.args if a.keyword is None and not a.star]
+        positional = positional_args(node)
         if self.matches_name(node, *SET_DEVICE_NAMES):
             index = positional[0].value if positional else None
         elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "to" and positional:
@@ -487,7 +459,7 @@ class DeviceMeshCuda(Rule):
         )
         if target is None and node.args and node.args[0].keyword is None:
             target = node.args[0]
-        if target is None or _string(target.value) != "cuda":
+        if target is None or string_value(target.value) != "cuda":
             return
         ctx = self.ctx
         self.report(target.value, fix=lambda updated: ctx.device_type(), uses_device=True)

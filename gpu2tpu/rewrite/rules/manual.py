@@ -20,34 +20,16 @@ from typing import ClassVar
 
 import libcst as cst
 
+from ..analysis.literals import last_segment, short, string_value, strings_in
+from ..analysis.names import full_name
 from ..model import Finding, Options, Safety, Severity
 from .base import Rule
-from .loops import last_segment, short
 
 CUDA_SOURCE_SUFFIXES = (".cu", ".cuh")
 CODE_SUFFIXES = (".py", ".ipynb")
 _CUDA_SOURCE = re.compile(r"\.cuh?$", re.IGNORECASE)
 _NVIDIA_SMI = re.compile(r"(?:^|[\s;&|/\"'(])nvidia-smi(?:$|[\s;&|)])")
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception"})
-
-
-def _string(node: cst.CSTNode) -> str | None:
-    if isinstance(node, cst.SimpleString | cst.ConcatenatedString):
-        value = node.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
-
-
-def _strings_in(node: cst.CSTNode) -> Iterable[str]:
-    """Every plain string literal inside `node` (list elements, keyword values, ...)."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        value = _string(current)
-        if value is not None:
-            yield value
-            continue
-        stack.extend(current.children)
 
 
 class _Manual(Rule):
@@ -86,7 +68,7 @@ class CudaExtension(_Manual):
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value == "name":
                 first = arg.value
-        name = _string(first) if first is not None else None
+        name = string_value(first) if first is not None else None
         self.report(node, self.message.format(what=f"`{name}`" if name else "(unnamed)"))
 
     def _builds_cuda(self, node: cst.Call, qualified: str) -> bool:
@@ -104,7 +86,7 @@ class CudaExtension(_Manual):
             return sources is not None and not (
                 isinstance(sources, cst.Name) and sources.value == "None"
             )
-        return any(_CUDA_SOURCE.search(s) for s in _strings_in(node))
+        return any(_CUDA_SOURCE.search(s) for s in strings_in(node))
 
 
 class CudaSourceFile(_Manual):
@@ -127,7 +109,7 @@ class CudaSourceFile(_Manual):
     tokens = (b'.cu"', b".cu'", b".cuh")
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        value = _string(node)
+        value = string_value(node)
         if value is None or not _CUDA_SOURCE.search(value.strip()):
             return
         parent = self.parent(node)
@@ -214,7 +196,7 @@ class _CudaLibrary(_Manual):
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
-            full = cst.helpers.get_full_name_for_node(alias.name) or ""
+            full = full_name(alias.name)
             if self._top(full) and not self._guarded(node):
                 hint = self.usage_hint(full) or self.hint
                 self.report(node, self.message.format(what=f"`{short(node, 50)}`"), hint=hint)
@@ -223,7 +205,7 @@ class _CudaLibrary(_Manual):
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if node.relative or node.module is None:
             return
-        module = cst.helpers.get_full_name_for_node(node.module) or ""
+        module = full_name(node.module)
         if not self._top(module) or self._guarded(node):
             return
         names = [] if isinstance(node.names, cst.ImportStar) else list(node.names)
@@ -507,7 +489,7 @@ class CudaEnvVar(_Manual):
     tokens = (b"CUDA_VISIBLE_DEVICES", b"CUDA_LAUNCH_BLOCKING", b"CUDA_DEVICE_ORDER")
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        value = _string(node)
+        value = string_value(node)
         if value is None:
             return
         name = value.split("=", 1)[0].strip()
@@ -565,7 +547,7 @@ class NvidiaSmi(_Manual):
         self.reported: set[int] = set()
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        value = _string(node)
+        value = string_value(node)
         if value is not None and _NVIDIA_SMI.search(value):
             self._report_runner(node)
 

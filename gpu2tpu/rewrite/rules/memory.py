@@ -6,193 +6,32 @@ rewrite is guarded by `torch.accelerator.is_available()` and answers what an idl
 would (0 bytes, no statistics) where there is none. Memory numbers are mostly logged, which
 is why the guard is the right trade: the script keeps running and the log says 0.
 
-The statement helpers here are shared with the other G2T3xx modules.
 """
 
 from __future__ import annotations
 
-import weakref
-from collections import Counter
-from collections.abc import Callable
-from functools import cache, partial
+from functools import cache
 from typing import ClassVar
 
 import libcst as cst
 
+from ..analysis.edits import (
+    accelerator_available,
+    as_positional,
+    guarded_line,
+    needs_parentheses,
+    parenthesized,
+    report_statement_fix,
+    sole_statement,
+    statement_call,
+    string_literal,
+    unpacks,
+)
+from ..analysis.literals import cuda_literal
+from ..analysis.names import matches
+from ..analysis.torch_api import MEMORY_TOOLING
 from ..model import Safety, Severity
-from .amp import matches, report_fixed
-from .base import Rule, RuleContext, cuda_literal
-
-Fix = Callable[[cst.CSTNode], cst.CSTNode]
-
-# Parents in which a conditional expression needs no parentheses of its own.
-_BARE_OK = (
-    cst.Arg,
-    cst.Assign,
-    cst.AnnAssign,
-    cst.AugAssign,
-    cst.Return,
-    cst.Expr,
-    cst.FormattedStringExpression,
-    cst.Element,
-    cst.DictElement,
-)
-
-
-def sole_statement(rule: Rule, call: cst.CSTNode) -> cst.SimpleStatementLine | None:
-    """The line when `call` is the whole of a statement line of its own."""
-    expr = rule.parent(call)
-    line = rule.parent(expr) if isinstance(expr, cst.Expr) else None
-    if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
-        return line
-    return None
-
-
-def statement_call(line: cst.CSTNode) -> cst.Call:
-    """The call that is the whole of a (fixed) statement line."""
-    assert isinstance(line, cst.SimpleStatementLine)
-    expr = line.body[0]
-    assert isinstance(expr, cst.Expr) and isinstance(expr.value, cst.Call)
-    return expr.value
-
-
-def report_statement_fix(
-    rule: Rule,
-    node: cst.CSTNode,
-    line: cst.CSTNode,
-    fix: Fix,
-    message: str | None = None,
-    *,
-    hint: str | None = None,
-    uses_device: bool = False,
-) -> bool:
-    """Report at `node` but apply `fix` to the statement `line` that contains it.
-
-    The finding keeps the call's position; the fix sees the line with every inner fix applied.
-    """
-    if not report_fixed(rule, node, message, fix=fix, hint=hint, uses_device=uses_device):
-        return False
-    ctx = rule.ctx
-    entries = ctx.fixes[id(node)]
-    entry = entries.pop()
-    if not entries:
-        del ctx.fixes[id(node)]
-    ctx.fixes.setdefault(id(line), []).append(entry)
-    return True
-
-
-# Per run, per block: the statements to remove, as (code, occurrence among equal lines).
-_REMOVALS: weakref.WeakKeyDictionary[RuleContext, dict[int, list[tuple[str, int]]]] = (
-    weakref.WeakKeyDictionary()
-)
-_BLANK = cst.Module(body=[])
-
-
-def report_removal(
-    rule: Rule, node: cst.CSTNode, line: cst.SimpleStatementLine, message: str | None = None
-) -> bool:
-    """Report at `node` and, if the fix applies, remove the statement `line` from its block."""
-    if not report_fixed(rule, node, message, fix=_unchanged):
-        return False
-    ctx = rule.ctx
-    entries = ctx.fixes[id(node)]
-    entries.pop()
-    if not entries:
-        del ctx.fixes[id(node)]
-    remove_line(rule, line)
-    return True
-
-
-def _unchanged(updated: cst.CSTNode) -> cst.CSTNode:
-    return updated
-
-
-def remove_line(rule: Rule, line: cst.SimpleStatementLine) -> None:
-    """Remove the statement `line`, handing its leading blank lines and comments to the next one.
-
-    The removal is a fix of the enclosing block, so that the spacing around the statement
-    survives; the block finds the line again by its text (fixes see updated nodes, and the
-    lines removed here hold nothing another rule rewrites).
-    """
-    block = rule.parent(line)
-    if not isinstance(block, cst.IndentedBlock | cst.Module):
-        rule.ctx.fixes.setdefault(id(line), []).append((_removed, None))
-        return
-    code = _BLANK.code_for_node(line)
-    index = next(i for i, stmt in enumerate(block.body) if stmt is line)
-    occurrence = sum(1 for stmt in block.body[:index] if _BLANK.code_for_node(stmt) == code)
-    per_block = _REMOVALS.setdefault(rule.ctx, {})
-    targets = per_block.get(id(block))
-    if targets is None:
-        targets = per_block[id(block)] = []
-        rule.ctx.fixes.setdefault(id(block), []).append((partial(_remove_lines, targets), None))
-    targets.append((code, occurrence))
-
-
-def _removed(updated: cst.CSTNode) -> cst.CSTNode:
-    return cst.RemovalSentinel.REMOVE  # type: ignore[return-value]
-
-
-def _remove_lines(targets: list[tuple[str, int]], updated: cst.CSTNode) -> cst.CSTNode:
-    if not isinstance(updated, cst.IndentedBlock | cst.Module):
-        return updated
-    wanted = set(targets)
-    seen: Counter[str] = Counter()
-    kept: list[cst.BaseStatement] = []
-    carry: list[cst.EmptyLine] = []
-    for stmt in updated.body:
-        code = _BLANK.code_for_node(stmt)
-        occurrence = seen[code]
-        seen[code] += 1
-        if (code, occurrence) in wanted:
-            carry.extend(stmt.leading_lines)  # type: ignore[attr-defined]
-            continue
-        if carry:
-            own = list(stmt.leading_lines)  # type: ignore[attr-defined]
-            comments = [ln for ln in carry if ln.comment is not None]
-            stmt = stmt.with_changes(leading_lines=[*comments, *own] if own else carry)
-            carry = []
-        kept.append(stmt)
-    if not kept and isinstance(updated, cst.IndentedBlock):
-        kept = [cst.SimpleStatementLine(body=[cst.Pass()])]
-    return updated.with_changes(body=kept)
-
-
-def accelerator_available(ctx: RuleContext) -> cst.Call:
-    return cst.Call(func=ctx.torch_attr("accelerator.is_available"))
-
-
-def guarded_line(
-    ctx: RuleContext, line: cst.SimpleStatementLine, small: cst.BaseSmallStatement
-) -> cst.If:
-    """`if torch.accelerator.is_available(): <small>` on one line, in place of `line`."""
-    body = cst.SimpleStatementSuite(body=[small], trailing_whitespace=line.trailing_whitespace)
-    return cst.If(test=accelerator_available(ctx), body=body, leading_lines=line.leading_lines)
-
-
-def string_literal(rule: Rule, node: cst.CSTNode, value: str) -> cst.SimpleString:
-    """A string literal to put in place of (or inside) `node`: in single quotes inside a
-    double-quoted f-string, since Python before 3.12 cannot reuse the quote there."""
-    parent = rule.parent(node)
-    while parent is not None:
-        if isinstance(parent, cst.FormattedString) and '"' in parent.quote:
-            return cst.SimpleString(f"'{value}'")
-        parent = rule.parent(parent)
-    return cst.SimpleString(f'"{value}"')
-
-
-def needs_parentheses(rule: Rule, node: cst.CSTNode) -> bool:
-    """Whether an expression put in place of `node` must carry its own parentheses.
-
-    Asked while visiting: parent metadata is gone by the time fixes run.
-    """
-    return not isinstance(rule.parent(node), _BARE_OK)
-
-
-def parenthesized(expr: cst.BaseExpression, needed: bool) -> cst.BaseExpression:
-    if not needed or expr.lpar:
-        return expr
-    return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+from .base import Rule, RuleContext
 
 
 def device_positional(ctx: RuleContext, args: tuple[cst.Arg, ...] | list[cst.Arg]) -> list[cst.Arg]:
@@ -203,7 +42,7 @@ def device_positional(ctx: RuleContext, args: tuple[cst.Arg, ...] | list[cst.Arg
     out: list[cst.Arg] = []
     for arg in args:
         if arg.keyword is not None and arg.keyword.value == "device":
-            arg = arg.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
+            arg = as_positional(arg)
         if cuda_literal(arg.value):
             arg = arg.with_changes(value=ctx.device())
         out.append(arg)
@@ -232,10 +71,10 @@ class _AcceleratorMemoryCall(Rule):
     min_torch = "2.9"
 
     def visit_Call(self, node: cst.Call) -> None:
-        cuda = matches(self, node, *_qualified(*self.functions))
+        cuda = matches(self.ctx, node, *_qualified(*self.functions))
         if cuda is None:
             return
-        if any(a.star for a in node.args):
+        if unpacks(node):
             self.report(node, hint=f"{self.hint}, by hand: the call unpacks its arguments")
             return
         name, fallback = self.functions[cuda.rsplit(".", 1)[-1]]
@@ -374,10 +213,10 @@ class CudaMemGetInfo(_AcceleratorMemoryCall):
     functions = {"mem_get_info": ("get_memory_info", "(0, 0)")}
 
     def visit_Call(self, node: cst.Call) -> None:
-        cuda = matches(self, node, *_qualified("mem_get_info"))
+        cuda = matches(self.ctx, node, *_qualified("mem_get_info"))
         if cuda is None:
             return
-        if any(a.star for a in node.args):
+        if unpacks(node):
             self.report(node, hint=f"{self.hint}, by hand: the call unpacks its arguments")
             return
         ctx = self.ctx
@@ -411,24 +250,6 @@ class CudaMemGetInfo(_AcceleratorMemoryCall):
         self.report(node, message, fix=fix, uses_device=_has_cuda_literal(node))
 
 
-# CUDA allocator tooling with no device-agnostic counterpart, and what to do instead.
-MEMORY_TOOLING = {
-    "memory_summary": "log `torch.accelerator.memory.memory_stats()` (guarded) instead",
-    "memory_snapshot": "CUDA allocator snapshots have no TPU counterpart; guard it for CUDA",
-    "memory_stats_as_nested_dict": "use `torch.accelerator.memory.memory_stats()` (guarded)",
-    "set_per_process_memory_fraction": "no TPU counterpart: XLA reserves TPU memory itself",
-    "get_per_process_memory_fraction": "no TPU counterpart: XLA reserves TPU memory itself",
-    "caching_allocator_alloc": "allocate tensors with `torch.empty(..., device=device)`",
-    "caching_allocator_delete": "let tensors free their memory",
-    "_record_memory_history": "use the torch profiler's memory view; CUDA snapshots only",
-    "_dump_snapshot": "use the torch profiler's memory view; CUDA snapshots only",
-    "CUDAPluggableAllocator": "custom CUDA allocators have no TPU counterpart",
-    "change_current_allocator": "custom CUDA allocators have no TPU counterpart",
-    "MemPool": "CUDA memory pools have no TPU counterpart",
-    "use_mem_pool": "CUDA memory pools have no TPU counterpart",
-}
-
-
 class CudaMemoryTooling(Rule):
     """`torch.cuda.memory_summary()` and other CUDA allocator tooling.
 
@@ -448,7 +269,7 @@ class CudaMemoryTooling(Rule):
     hint = "decide by hand"
 
     def visit_Call(self, node: cst.Call) -> None:
-        cuda = matches(self, node, *_qualified(*MEMORY_TOOLING))
+        cuda = matches(self.ctx, node, *_qualified(*MEMORY_TOOLING))
         if cuda is not None:
             func = cuda.rsplit(".", 1)[-1]
             self.report(node, self.message.format(func=func), hint=MEMORY_TOOLING[func])

@@ -8,41 +8,37 @@ Memory rules live in `memory.py` (G2T301-G2T305), seed and RNG rules in `seeds.p
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
+from functools import partial
 
 import libcst as cst
 
-from ..model import Safety, Severity
-from .amp import is_reference_end, keyword, matches, qualified, report_fixed
-from .base import Rule, RuleContext, attribute_named, is_name, iter_string_value
-from .memory import (
-    MEMORY_TOOLING,
+from ..analysis.edits import (
     guarded_line,
+    keyword,
     needs_parentheses,
     parenthesized,
     remove_line,
     report_removal,
     sole_statement,
 )
+from ..analysis.literals import attribute_named, is_name, string_value
+from ..analysis.names import is_reference_end, matches, qualified
+from ..analysis.placement import add_stdlib_import, imports_module
+from ..analysis.torch_api import MEMORY_TOOLING, cuda_member
+from ..model import Safety, Severity
+from .base import Rule, RuleContext
 
 CUDA_EVENT = ("torch.cuda.Event", "torch.cuda.streams.Event")
 
 
 def _cuda_name(rule: Rule, node: cst.CSTNode) -> str | None:
     """`X` for a reference to `torch.cuda.X` (submodules `memory`, `random`, `streams` folded)."""
-    name = qualified(rule, node)
-    if name is None or not name.startswith("torch.cuda."):
-        return None
-    rest = name[len("torch.cuda.") :]
-    head, _, tail = rest.partition(".")
-    if head in ("memory", "random", "streams") and tail:
-        return tail
-    return rest
+    return cuda_member(qualified(rule.ctx, node))
 
 
 def _is_full_reference(rule: Rule, node: cst.CSTNode) -> bool:
-    return is_reference_end(rule, node)
+    return is_reference_end(rule.ctx, node)
 
 
 # -- events -------------------------------------------------------------------------------
@@ -116,62 +112,6 @@ class _NameUses(cst.CSTVisitor):
         return isinstance(parent, cst.Arg) and parent.keyword is node
 
 
-def _is_stdlib_import(stmt: cst.BaseStatement) -> bool:
-    if not isinstance(stmt, cst.SimpleStatementLine):
-        return False
-    for small in stmt.body:
-        if isinstance(small, cst.Import):
-            names = [cst.helpers.get_full_name_for_node(a.name) or "" for a in small.names]
-        elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
-            names = [cst.helpers.get_full_name_for_node(small.module) or ""]
-        else:
-            return False
-        if not all(n.split(".")[0] in sys.stdlib_module_names for n in names):
-            return False
-    return True
-
-
-def _is_import(stmt: cst.BaseStatement) -> bool:
-    return isinstance(stmt, cst.SimpleStatementLine) and all(
-        isinstance(s, cst.Import | cst.ImportFrom) for s in stmt.body
-    )
-
-
-def _sorts_after_time(stmt: cst.BaseStatement) -> bool:
-    """Whether isort would put `stmt` after `import time` in the standard-library section."""
-    assert isinstance(stmt, cst.SimpleStatementLine)
-    small = stmt.body[0]
-    if isinstance(small, cst.ImportFrom):
-        return True  # plain imports come first
-    assert isinstance(small, cst.Import)
-    return (cst.helpers.get_full_name_for_node(small.names[0].name) or "") > "time"
-
-
-def add_import_time(module: cst.CSTNode) -> cst.CSTNode:
-    """`import time` among the module's leading standard-library imports, in isort's order."""
-    assert isinstance(module, cst.Module)
-    body = list(module.body)
-    start = 0
-    if body and _is_docstring_line(body[0]):
-        start = 1
-    while start < len(body) and _is_future_import(body[start]):
-        start += 1
-    at = start
-    while at < len(body) and _is_import(body[at]):
-        if not _is_stdlib_import(body[at]) or _sorts_after_time(body[at]):
-            break
-        at += 1
-    new = cst.parse_statement("import time\n")
-    if at == start and at < len(body):
-        nxt = body[at]
-        new = new.with_changes(leading_lines=nxt.leading_lines)  # type: ignore[union-attr]
-        if _is_stdlib_import(nxt):
-            body[at] = nxt.with_changes(leading_lines=[])  # type: ignore[union-attr]
-        elif not nxt.leading_lines:  # type: ignore[union-attr]
-            body[at] = nxt.with_changes(leading_lines=[cst.EmptyLine()])  # type: ignore[union-attr]
-    return module.with_changes(body=[*body[:at], new, *body[at:]])
-
-
 class CudaEventTiming(Rule):
     """`torch.cuda.Event(enable_timing=True)` timing: `record()` and `elapsed_time()`.
 
@@ -211,7 +151,7 @@ class CudaEventTiming(Rule):
         return self.scope_parents.get(id(node)) or self.ctx.parents.get(id(node))
 
     def visit_Call(self, node: cst.Call) -> None:
-        if matches(self, node, *CUDA_EVENT):
+        if matches(self.ctx, node, *CUDA_EVENT):
             self.events.append(node)
 
     def leave_Module(self, original_node: cst.Module) -> None:
@@ -230,7 +170,9 @@ class CudaEventTiming(Rule):
             if self._apply(plan):
                 needs_import = True
         if needs_import and not self._time_imported(original_node):
-            self.ctx.fixes.setdefault(id(original_node), []).append((add_import_time, None))
+            self.ctx.fixes.setdefault(id(original_node), []).append(
+                (partial(add_stdlib_import, name="time"), None)
+            )
 
     def _plan(self, call: cst.Call, module: cst.Module) -> _EventPlan:
         plan = _EventPlan(call=call)
@@ -334,18 +276,7 @@ class CudaEventTiming(Rule):
     @staticmethod
     def _time_imported(module: cst.Module) -> bool:
         """Whether the module imports `time` (as itself) at its top level."""
-        return any(
-            isinstance(stmt, cst.SimpleStatementLine)
-            and any(
-                isinstance(small, cst.Import)
-                and any(
-                    cst.helpers.get_full_name_for_node(a.name) == "time" and a.asname is None
-                    for a in small.names
-                )
-                for small in stmt.body  # type: ignore[attr-defined]
-            )
-            for stmt in module.body
-        )
+        return imports_module(module, "time")
 
     def _time_problem(self, module: cst.Module) -> str:
         if self._time_imported(module):
@@ -360,7 +291,7 @@ class CudaEventTiming(Rule):
         def now() -> cst.Call:
             return cst.Call(func=cst.parse_expression("time.perf_counter"))
 
-        if not report_fixed(self, plan.call, fix=lambda updated: now()):
+        if not self.report(plan.call, fix=lambda updated: now()):
             return False
         for line in plan.records:
 
@@ -445,7 +376,7 @@ class CudaStream(Rule):
         if not attribute_named(node.func, "wait_stream", "record_stream"):
             return
         value = node.func.value  # type: ignore[attr-defined]
-        if isinstance(value, cst.Name | cst.Attribute) and qualified(self, value):
+        if isinstance(value, cst.Name | cst.Attribute) and qualified(self.ctx, value):
             return
         self.report(node, self.message.format(value=f".{node.func.attr.value}()"))  # type: ignore[attr-defined]
 
@@ -470,7 +401,7 @@ class CudaNvtxRange(Rule):
     tokens = (b"nvtx",)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if matches(self, node, "torch.cuda.nvtx.range") is None:
+        if matches(self.ctx, node, "torch.cuda.nvtx.range") is None:
             return
         if len(node.args) != 1 or node.args[0].keyword is not None or node.args[0].star:
             self.report(node, hint=f"{self.hint} with the formatted name, by hand")
@@ -591,8 +522,9 @@ class CudaLegacyTensor(Rule):
         name = _cuda_name(self, node)
         if name in LEGACY_TENSORS:
             return name
-        for value in iter_string_value(node):
-            if value.startswith("torch.cuda.") and value[len("torch.cuda.") :] in LEGACY_TENSORS:
+        value = string_value(node)
+        if value is not None and value.startswith("torch.cuda."):
+            if value[len("torch.cuda.") :] in LEGACY_TENSORS:
                 return value[len("torch.cuda.") :]
         return None
 
@@ -783,12 +715,10 @@ class TorchCompileBackend(Rule):
     tokens = (b"torch.compile",)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if matches(self, node, "torch.compile") is None:
+        if matches(self.ctx, node, "torch.compile") is None:
             return
         backend = next((a for a in node.args if a.keyword and a.keyword.value == "backend"), None)
-        if backend is not None and not any(
-            v == "inductor" for v in iter_string_value(backend.value)
-        ):
+        if backend is not None and string_value(backend.value) != "inductor":
             return
         self.report(node)
 
@@ -911,21 +841,3 @@ class CudaApiOther(Rule):
         if not (isinstance(parent, cst.Call) and parent.func is node):
             message = f"`torch.cuda.{name}` is CUDA-only, and used here without a call"
             self.report(node, message, hint="call it behind a guard, by hand")
-
-
-def _is_docstring_line(stmt: cst.CSTNode) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, cst.SimpleString)
-    )
-
-
-def _is_future_import(stmt: cst.CSTNode) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.ImportFrom)
-        and is_name(stmt.body[0].module, "__future__")  # type: ignore[arg-type]
-    )

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..model import Safety
-from .amp import is_reference_end, matches, qualified
-from .base import Rule
-from .memory import (
+from ..analysis.edits import (
     needs_parentheses,
     parenthesized,
     report_removal,
     sole_statement,
     string_literal,
+    unpacks,
 )
+from ..analysis.names import is_reference_end, matches, qualified
+from ..model import Safety
+from .base import Rule
 
 CUDA_SEED = ("torch.cuda.manual_seed", "torch.cuda.manual_seed_all")
 CUDA_SEED_RANDOM = ("torch.cuda.seed", "torch.cuda.seed_all")
@@ -47,11 +48,11 @@ def _is_seeding_statement(rule: Rule, stmt: cst.BaseStatement) -> bool:
                 continue
         if isinstance(small, cst.Assign) and len(small.targets) == 1:
             target = small.targets[0].target
-            if isinstance(target, cst.Attribute) and (qualified(rule, target) or "").startswith(
+            if isinstance(target, cst.Attribute) and (qualified(rule.ctx, target) or "").startswith(
                 "torch.backends."
             ):
                 continue
-            if isinstance(target, cst.Subscript) and matches(rule, target.value, "os.environ"):
+            if isinstance(target, cst.Subscript) and matches(rule.ctx, target.value, "os.environ"):
                 continue
         return False
     return True
@@ -64,7 +65,7 @@ def _seed_call(rule: Rule, stmt: cst.BaseStatement) -> cst.Call | None:
         if (
             isinstance(small, cst.Expr)
             and isinstance(small.value, cst.Call)
-            and matches(rule, small.value, "torch.manual_seed", "torch.random.manual_seed")
+            and matches(rule.ctx, small.value, "torch.manual_seed", "torch.random.manual_seed")
         ):
             return small.value
     return None
@@ -114,7 +115,7 @@ class CudaSeedAlreadySeeded(Rule):
     hint = "drop it: `torch.manual_seed(s)` seeds the CPU and every accelerator"
 
     def visit_Call(self, node: cst.Call) -> None:
-        func = matches(self, node, *CUDA_SEED, "torch.cuda.random.manual_seed")
+        func = matches(self.ctx, node, *CUDA_SEED, "torch.cuda.random.manual_seed")
         if func is None:
             return
         line = already_seeded(self, node)
@@ -144,7 +145,7 @@ class CudaSeed(Rule):
     hint = "use `torch.manual_seed(s)` (also reseeds the CPU generator)"
 
     def visit_Call(self, node: cst.Call) -> None:
-        func = matches(self, node, *CUDA_SEED_ALL)
+        func = matches(self.ctx, node, *CUDA_SEED_ALL)
         if func is None or already_seeded(self, node) is not None:
             return
         func = func.replace(".random.", ".")
@@ -194,7 +195,7 @@ class CudaRngState(Rule):
         func = self._func(node)
         if func not in RNG_STATE:
             return
-        if any(a.star for a in node.args):
+        if unpacks(node):
             self.report(node, self.message.format(func=func), hint="rewrite by hand")
             return
         ctx = self.ctx
@@ -234,11 +235,11 @@ class CudaRngState(Rule):
 
     def _report_other(self, node: cst.Name | cst.Attribute) -> None:
         func = self._func(node)
-        if func in RNG_REPORT and is_reference_end(self, node):
+        if func in RNG_REPORT and is_reference_end(self.ctx, node):
             self.report(node, self.message.format(func=func), hint=RNG_REPORT[func])
 
     def _func(self, node: cst.CSTNode) -> str:
-        name = qualified(self, node) or ""
+        name = qualified(self.ctx, node) or ""
         for prefix in ("torch.cuda.random.", "torch.cuda."):
             if name.startswith(prefix) and "." not in name[len(prefix) :]:
                 return name[len(prefix) :]

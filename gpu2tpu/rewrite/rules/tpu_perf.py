@@ -4,7 +4,7 @@ A TPU runs compiled graphs. Reading a value back to the host, branching on it in
 changing a shape forces the device to finish (and often to compile again) before Python can go
 on; once a step that costs nothing on a GPU, every step on a TPU. These rules only report, as
 warnings. The per-step hazards (G2T601-604, G2T607) are reported only where the cost recurs:
-inside a training loop (see `loops.FlowFacts.training_loop` for what counts as one), never in
+inside a training loop (see `analysis.flow.FlowFacts.training_loop` for what counts as one), never in
 code outside loops, and each finding names the loop and its line; reads under
 `if step % N == 0:` run every N steps and are not reported. The others concern what is built,
 wherever it is: float64 tensors (G2T605), training loaders that keep a ragged last batch
@@ -18,9 +18,10 @@ from typing import ClassVar
 
 import libcst as cst
 
+from ..analysis.flow import FlowFacts, Loop
+from ..analysis.literals import is_name, last_segment, short, string_value
 from ..model import Safety, Severity
 from .base import Rule
-from .loops import FlowFacts, FlowRule, Loop, last_segment, short
 
 # Tokens of the files that can hold a training loop (see FlowFacts.training_loop).
 TRAINING_LOOP_TOKENS = (b".backward(", b".step(", b"loader", b"Loader", b"model(", b"net(")
@@ -37,16 +38,21 @@ class _Warning(Rule):
     severity: ClassVar[Severity] = Severity.WARNING
 
 
-class _PerfRule(FlowRule):
+class _PerfRule(Rule):
     """A report-only TPU performance rule that needs the flow facts: it collects candidate
     nodes while visiting and decides once the traversal has recorded everything."""
 
     safety: ClassVar[Safety] = Safety.REPORT
     severity: ClassVar[Severity] = Severity.WARNING
+    uses_flow = True
 
     def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
         super().__init__(ctx)
         self.candidates: list[cst.CSTNode] = []
+
+    @property
+    def facts(self) -> FlowFacts:
+        return self.ctx.flow
 
     def step_loop(self, node: cst.CSTNode) -> Loop | None:
         """The training loop that runs `node` every step, unless only every N steps."""
@@ -95,7 +101,6 @@ class HostSyncInLoop(_PerfRule):
     tokens = (b".item()", b".cpu()", b".tolist()", b".numpy(", b".backward(")
 
     def visit_Call(self, node: cst.Call) -> None:
-        super().visit_Call(node)
         if FlowFacts.may_read(node):
             self.candidates.append(node)
 
@@ -130,7 +135,6 @@ class PrintTensorInLoop(_PerfRule):
     tokens = TRAINING_LOOP_TOKENS
 
     def visit_Call(self, node: cst.Call) -> None:
-        super().visit_Call(node)
         if node.args and self.facts.is_log_call(node):
             self.candidates.append(node)
 
@@ -176,14 +180,13 @@ class TensorControlFlow(_PerfRule):
         self.candidates.append(node)
 
     def visit_While(self, node: cst.While) -> None:
-        super().visit_While(node)
         self.candidates.append(node)
 
     def decide(self, node: cst.CSTNode) -> None:
         assert isinstance(node, cst.If | cst.IfExp | cst.Assert | cst.While)
         if isinstance(node, cst.While):
             if self.syncs(node.test):
-                loop = Loop(node, self)
+                loop = Loop(node, self.ctx)
                 message = f"the test of {loop.describe()} reads a tensor value every iteration"
                 self.report(node, message)
             return
@@ -239,7 +242,6 @@ class DynamicShapeInLoop(_PerfRule):
     )
 
     def visit_Call(self, node: cst.Call) -> None:
-        super().visit_Call(node)
         func = node.func
         name = last_segment(func)
         if name in self.OPS or (name == "where" and len(node.args) == 1):
@@ -354,7 +356,7 @@ class Float64Tensor(_Warning):
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value == "device":
                 value = arg.value
-                if isinstance(value, cst.SimpleString) and value.evaluated_value == "cpu":
+                if string_value(value) == "cpu":
                     return True
         return isinstance(node.func, cst.Attribute) and _on_host(node.func.value)
 
@@ -401,17 +403,17 @@ class DataLoaderDropLast(_Warning):
         ):
             return
         keywords = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
-        if "batch_sampler" in keywords or _is_name(keywords.get("batch_size"), "None"):
+        if "batch_sampler" in keywords or is_name(keywords.get("batch_size"), "None"):
             return
         drop_last = keywords.get("drop_last")
-        if drop_last is not None and not _is_name(drop_last, "False"):
+        if drop_last is not None and not is_name(drop_last, "False"):
             return
         if not self._for_training(node, keywords):
             return
         self.report(node)
 
     def _for_training(self, node: cst.Call, keywords: dict[str, cst.BaseExpression]) -> bool:
-        if _is_name(keywords.get("shuffle"), "True"):
+        if is_name(keywords.get("shuffle"), "True"):
             return True
         names = []
         dataset = keywords.get("dataset")
@@ -424,10 +426,6 @@ class DataLoaderDropLast(_Warning):
         if isinstance(parent, cst.Assign):
             names.extend(self.code_for(t.target) for t in parent.targets)
         return any("train" in n.lower() for n in names)
-
-
-def _is_name(node: cst.CSTNode | None, value: str) -> bool:
-    return isinstance(node, cst.Name) and node.value == value
 
 
 class SynchronizeInLoop(_PerfRule):
@@ -451,7 +449,6 @@ class SynchronizeInLoop(_PerfRule):
     tokens = (b"synchronize",)
 
     def visit_Call(self, node: cst.Call) -> None:
-        super().visit_Call(node)
         if self.matches_name(node, *SYNC_NAMES):
             self.candidates.append(node)
 
@@ -576,7 +573,6 @@ class RankDivergentRead(_PerfRule):
     tokens = (b"rank", b"RANK", b"master", b"main_process", b"is_global_zero", b"process_zero")
 
     def visit_Call(self, node: cst.Call) -> None:
-        super().visit_Call(node)
         if FlowFacts.may_read(node) or (node.args and self.facts.is_log_call(node)):
             self.candidates.append(node)
 

@@ -1,0 +1,319 @@
+"""Edits the fixes are made of: arguments, parentheses, statements and imports.
+
+A fix is a function from the updated node to its replacement (rules/base.py). These helpers
+build the replacements so that every family edits the same way: arguments keep their own
+formatting, an expression put where a bare one is not allowed carries parentheses, and a
+statement that must go hands its comments to the next one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from .literals import code_for
+
+if TYPE_CHECKING:
+    from ..rules.base import Rule, RuleContext
+
+Fix = Callable[[cst.CSTNode], cst.CSTNode]
+
+_NO_SPACE = cst.SimpleWhitespace("")
+_ONE_SPACE = cst.SimpleWhitespace(" ")
+
+# -- arguments ------------------------------------------------------------------------------
+
+
+def comma() -> cst.Comma:
+    """`, ` as black writes it."""
+    return cst.Comma(whitespace_after=_ONE_SPACE)
+
+
+def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    """`name=value`, spelled the way black and ruff format keyword arguments."""
+    return cst.Arg(
+        value=value,
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(whitespace_before=_NO_SPACE, whitespace_after=_NO_SPACE),
+    )
+
+
+def as_keyword(arg: cst.Arg, name: str) -> cst.Arg:
+    """A positional argument passed by keyword instead."""
+    return arg.with_changes(
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(whitespace_before=_NO_SPACE, whitespace_after=_NO_SPACE),
+    )
+
+
+def as_positional(arg: cst.Arg) -> cst.Arg:
+    """A keyword argument passed by position instead."""
+    return arg.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
+
+
+def prepend_arg(args: tuple[cst.Arg, ...] | list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+    """`new` as the first argument, before `args`, keeping their own formatting."""
+    if not args:
+        return [new.with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+    return [new.with_changes(comma=comma()), *args]
+
+
+def append_arg(args: tuple[cst.Arg, ...] | list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+    """`new` as the last argument; a trailing comma (a multi-line call) stays trailing."""
+    args = list(args)
+    if not args:
+        return [new]
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):
+        between = args[-2].comma if len(args) > 1 else cst.MaybeSentinel.DEFAULT
+        if not isinstance(between, cst.Comma):
+            between = comma()
+        return [*args[:-1], last.with_changes(comma=between), new.with_changes(comma=last.comma)]
+    return [*args[:-1], last.with_changes(comma=comma()), new]
+
+
+def insert_arg(
+    args: tuple[cst.Arg, ...] | list[cst.Arg], index: int, new: cst.Arg
+) -> list[cst.Arg]:
+    """`new` at `index` among `args`, keeping their own formatting."""
+    if index <= 0:
+        return prepend_arg(args, new)
+    if index >= len(args):
+        return append_arg(args, new)
+    return [*args[:index], new.with_changes(comma=comma()), *args[index:]]
+
+
+def find_arg(call: cst.Call, name: str, position: int | None) -> cst.Arg | None:
+    """The argument bound to parameter `name` (keyword, or positional at `position`)."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    positional = positional_args(call)
+    if position is not None and len(positional) > position:
+        return positional[position]
+    return None
+
+
+def positional_args(call: cst.Call) -> list[cst.Arg]:
+    """The call's plain positional arguments (not `*args`, not keywords)."""
+    return [a for a in call.args if a.keyword is None and not a.star]
+
+
+def keyword_args(call: cst.Call) -> dict[str, cst.BaseExpression]:
+    """The call's keyword arguments, by name."""
+    return {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+
+
+def unpacks(call: cst.Call) -> bool:
+    """Whether the call passes `*args` or `**kwargs` (its bindings are unknown)."""
+    return any(a.star for a in call.args)
+
+
+def without_args(call: cst.Call, *, drop_positional: bool, drop: frozenset[str]) -> list[cst.Arg]:
+    """The call's arguments less the positional ones (if asked) and the keywords in `drop`."""
+    kept = [
+        a
+        for a in call.args
+        if not (a.keyword is None and a.star == "" and drop_positional)
+        and not (a.keyword is not None and a.keyword.value in drop)
+    ]
+    if kept:
+        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return kept
+
+
+# -- expressions ----------------------------------------------------------------------------
+
+# Parents in which a conditional expression needs no parentheses of its own.
+_BARE_OK = (
+    cst.Arg,
+    cst.Assign,
+    cst.AnnAssign,
+    cst.AugAssign,
+    cst.Return,
+    cst.Expr,
+    cst.FormattedStringExpression,
+    cst.Element,
+    cst.DictElement,
+)
+
+
+def needs_parentheses(rule: Rule, node: cst.CSTNode) -> bool:
+    """Whether an expression put in place of `node` must carry its own parentheses.
+
+    Asked while visiting: parent metadata is gone by the time fixes run.
+    """
+    return not isinstance(rule.parent(node), _BARE_OK)
+
+
+def parenthesized(expr: cst.BaseExpression, needed: bool = True) -> cst.BaseExpression:
+    if not needed or expr.lpar:
+        return expr
+    return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def string_literal(rule: Rule, node: cst.CSTNode, value: str) -> cst.SimpleString:
+    """A string literal to put in place of (or inside) `node`: in single quotes inside a
+    double-quoted f-string, since Python before 3.12 cannot reuse the quote there."""
+    parent = rule.parent(node)
+    while parent is not None:
+        if isinstance(parent, cst.FormattedString) and '"' in parent.quote:
+            return cst.SimpleString(f"'{value}'")
+        parent = rule.parent(parent)
+    return cst.SimpleString(f'"{value}"')
+
+
+def accelerator_available(ctx: RuleContext) -> cst.Call:
+    """`torch.accelerator.is_available()`, through the module's name for torch."""
+    return cst.Call(func=ctx.torch_attr("accelerator.is_available"))
+
+
+# -- statements -----------------------------------------------------------------------------
+
+
+def sole_statement(rule: Rule, call: cst.CSTNode) -> cst.SimpleStatementLine | None:
+    """The line when `call` is the whole of a statement line of its own."""
+    expr = rule.parent(call)
+    line = rule.parent(expr) if isinstance(expr, cst.Expr) else None
+    if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+        return line
+    return None
+
+
+def statement_call(line: cst.CSTNode) -> cst.Call:
+    """The call that is the whole of a (fixed) statement line."""
+    assert isinstance(line, cst.SimpleStatementLine)
+    expr = line.body[0]
+    assert isinstance(expr, cst.Expr) and isinstance(expr.value, cst.Call)
+    return expr.value
+
+
+def guarded_line(
+    ctx: RuleContext, line: cst.SimpleStatementLine, small: cst.BaseSmallStatement
+) -> cst.If:
+    """`if torch.accelerator.is_available(): <small>` on one line, in place of `line`."""
+    body = cst.SimpleStatementSuite(body=[small], trailing_whitespace=line.trailing_whitespace)
+    return cst.If(test=accelerator_available(ctx), body=body, leading_lines=line.leading_lines)
+
+
+def move_fix_to(rule: Rule, node: cst.CSTNode, target: cst.CSTNode) -> None:
+    """Move the fix just registered at `node` to `target` (its finding stays at `node`)."""
+    fixes = rule.ctx.fixes
+    entries = fixes[id(node)]
+    entry = entries.pop()
+    if not entries:
+        del fixes[id(node)]
+    fixes.setdefault(id(target), []).append(entry)
+
+
+def report_statement_fix(
+    rule: Rule,
+    node: cst.CSTNode,
+    line: cst.CSTNode,
+    fix: Fix,
+    message: str | None = None,
+    *,
+    hint: str | None = None,
+    uses_device: bool = False,
+) -> bool:
+    """Report at `node` but apply `fix` to the statement `line` that contains it.
+
+    The finding keeps the call's position; the fix sees the line with every inner fix applied.
+    """
+    if not rule.report(node, message, fix=fix, hint=hint, uses_device=uses_device):
+        return False
+    move_fix_to(rule, node, line)
+    return True
+
+
+def report_removal(
+    rule: Rule, node: cst.CSTNode, line: cst.SimpleStatementLine, message: str | None = None
+) -> bool:
+    """Report at `node` and, if the fix applies, remove the statement `line` from its block."""
+    if not rule.report(node, message, fix=_unchanged):
+        return False
+    fixes = rule.ctx.fixes
+    entries = fixes[id(node)]
+    entries.pop()
+    if not entries:
+        del fixes[id(node)]
+    remove_line(rule, line)
+    return True
+
+
+def _unchanged(updated: cst.CSTNode) -> cst.CSTNode:
+    return updated
+
+
+def remove_line(rule: Rule, line: cst.SimpleStatementLine) -> None:
+    """Remove the statement `line`, handing its leading blank lines and comments to the next one.
+
+    The removal is a fix of the enclosing block, so that the spacing around the statement
+    survives; the block finds the line again by its text (fixes see updated nodes, and the
+    lines removed here hold nothing another rule rewrites).
+    """
+    block = rule.parent(line)
+    ctx = rule.ctx
+    if not isinstance(block, cst.IndentedBlock | cst.Module):
+        ctx.fixes.setdefault(id(line), []).append((_removed, None))
+        return
+    code = code_for(line)
+    index = next(i for i, stmt in enumerate(block.body) if stmt is line)
+    occurrence = sum(1 for stmt in block.body[:index] if code_for(stmt) == code)
+    targets = ctx.removals.get(id(block))
+    if targets is None:
+        targets = ctx.removals[id(block)] = []
+        ctx.fixes.setdefault(id(block), []).append((partial(_remove_lines, targets), None))
+    targets.append((code, occurrence))
+
+
+def _removed(updated: cst.CSTNode) -> cst.CSTNode:
+    return cst.RemovalSentinel.REMOVE  # type: ignore[return-value]
+
+
+def _remove_lines(targets: list[tuple[str, int]], updated: cst.CSTNode) -> cst.CSTNode:
+    if not isinstance(updated, cst.IndentedBlock | cst.Module):
+        return updated
+    wanted = set(targets)
+    seen: Counter[str] = Counter()
+    kept: list[cst.BaseStatement] = []
+    carry: list[cst.EmptyLine] = []
+    for stmt in updated.body:
+        code = code_for(stmt)
+        occurrence = seen[code]
+        seen[code] += 1
+        if (code, occurrence) in wanted:
+            carry.extend(stmt.leading_lines)  # type: ignore[attr-defined]
+            continue
+        if carry:
+            own = list(stmt.leading_lines)  # type: ignore[attr-defined]
+            comments = [ln for ln in carry if ln.comment is not None]
+            stmt = stmt.with_changes(leading_lines=[*comments, *own] if own else carry)
+            carry = []
+        kept.append(stmt)
+    if not kept and isinstance(updated, cst.IndentedBlock):
+        kept = [cst.SimpleStatementLine(body=[cst.Pass()])]
+    return updated.with_changes(body=kept)
+
+
+# -- imports --------------------------------------------------------------------------------
+
+
+def drop_imported_names(names: frozenset[str]) -> Fix:
+    """A fix that drops the imported `names` from an import, and the import once it is empty."""
+
+    def fix(updated: cst.CSTNode) -> cst.CSTNode:
+        if not isinstance(updated, cst.ImportFrom) or isinstance(updated.names, cst.ImportStar):
+            return updated
+        kept = [a for a in updated.names if (a.evaluated_alias or a.evaluated_name) not in names]
+        if not kept:
+            return cst.RemovalSentinel.REMOVE  # type: ignore[return-value]
+        if not isinstance(updated.names[-1].comma, cst.Comma) or not updated.rpar:
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(names=kept)
+
+    return fix
