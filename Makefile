@@ -25,6 +25,14 @@ $(SRC_STAMP): $(DEPS_STAMP) pyproject.toml
 
 install: $(SRC_STAMP)
 
+# The released TorchTPU for tests/test_torchtpu_contract.py (requirements/tpu.lock), in a
+# folder only those tests' subprocesses see: an installed torch_tpu loads at `import torch`.
+TPU_SITE ?= $(VENV)-tpu
+export GPU2TPU_TPU_SITE := $(abspath $(TPU_SITE))
+
+tpu-env: install
+	$(BIN)/python tests/torchtpu_env.py $(TPU_SITE)
+
 # Headless Chromium (Debian) and the widget HTML manager (npm) for the widget browser test.
 browser-deps: $(HTML_MANAGER)
 	@command -v chromium >/dev/null || { \
@@ -39,7 +47,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: install browser-deps lint
+test: install browser-deps lint tpu-env
 	$(BIN)/python -m pytest -q
 
 demo: install

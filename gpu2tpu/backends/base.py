@@ -227,14 +227,20 @@ class Backend:
 
     @classmethod
     def require(cls) -> None:
-        """Raise `BackendUnavailable` with the reason and the install command, if unusable."""
+        """Raise `BackendUnavailable` with the reason, if unusable, and the install command
+        unless the backend is installed already (then the reason says what is missing)."""
         reason = cls.safe_unavailable_reason()
-        if reason is not None:
+        if reason is None:
+            return
+        message = f"the {cls.name!r} backend ({cls.title}) cannot run here: {reason}"
+        try:
+            installed = cls.distribution is not None and cls.version() is not None
+        except Exception:  # unreadable metadata: give the install command
+            installed = False
+        if not installed:
             note = f" {cls.install_note}" if cls.install_note else ""
-            raise BackendUnavailable(
-                f"the {cls.name!r} backend ({cls.title}) cannot run here: {reason}; "
-                f"install it with `{cls.install}`{note}"
-            )
+            message += f"; install it with `{cls.install}`{note}"
+        raise BackendUnavailable(message)
 
     # -- using ---------------------------------------------------------------------------------
 

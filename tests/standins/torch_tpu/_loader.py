@@ -1,7 +1,8 @@
-"""STAND-IN for `torch_tpu._loader`: registers the stand-in TPU as torch's accelerator.
+"""STAND-IN for `torch_tpu._loader`: registers `torch.tpu`, and the TPU as torch's accelerator.
 
-The real loader renames PrivateUse1 to "tpu" where the PCI bus shows TPU chips, which makes
-"tpu" torch's accelerator. The stand-in cannot register a device type, so where
+Like the real loader it installs the public `torch.tpu` module at import. The real loader
+then renames PrivateUse1 to "tpu" where the PCI bus shows TPU chips, which makes "tpu"
+torch's accelerator. The stand-in cannot register a device type, so where
 `GPU2TPU_STANDIN_TPU_CHIPS` is above 0 it makes `torch.accelerator` answer the meta device
 with that many chips (tests/standins/__init__.py restores torch.accelerator afterwards).
 """
@@ -9,6 +10,9 @@ with that many chips (tests/standins/__init__.py restores torch.accelerator afte
 import os
 
 import torch
+from torch_tpu._internal import public_api
+
+public_api.install()
 
 # The stand-in TPU's device type, and what the tests read back.
 DEVICE_TYPE = "meta"
