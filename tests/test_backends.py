@@ -429,6 +429,8 @@ def test_jax_backend_explains_backward_limitation() -> None:
         ("TPU v5p", "v5p"),
         ("TPU v4", "v4"),
         ("TPU7x", "tpu7x"),
+        ("TPU v7", "tpu7x"),  # TorchTPU's names, from the PCI device id
+        ("TPU", "tpu"),  # TorchTPU's name when it knows no chip
         ("v5litepod-8", "v5e"),
         ("v6e-8", "v6e"),
         ("NVIDIA H100 80GB HBM3", "h100"),

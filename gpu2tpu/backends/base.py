@@ -76,7 +76,8 @@ class BackendStatus:
 
 
 # Runtime device names -> catalogue keys. TPU names follow jax's device_kind strings
-# (backends.md §4 "device_kind strings"); GPU names follow torch.cuda.get_device_name().
+# and TorchTPU's names (docs/backends.md, "Chip names"); GPU names follow
+# torch.cuda.get_device_name().
 _KIND_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(p, re.IGNORECASE), k)
     for p, k in (

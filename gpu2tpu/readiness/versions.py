@@ -516,5 +516,5 @@ def allocator_finding(
         severity="problem" if tpu_present else "note",
         package="torch-tpu",
         source="TorchTPU prints a tcmalloc warning at import when tcmalloc is not preloaded "
-        "(docs backends.md §5)",
+        '(docs/backends.md, "TorchTPU 0.2.0 as released")',
     )
