@@ -119,7 +119,6 @@ def sarif_schema() -> dict:
 
 def test_sarif_is_valid_sarif_2_1_0(tmp_path: Path) -> None:
     root = make_tree(tmp_path)
-    (root / "pkg" / "broken.py").write_text("x = (\n")
     (root / "pkg" / "broken.py").write_text("import torch\nx = torch.zeros(1).cuda(\n")
     proc = run_cli("check", "pkg", "--format", "sarif", cwd=root)
     assert proc.returncode == 2  # the broken file; the others are still reported
@@ -297,3 +296,41 @@ def test_markdown_report_renders_in_headless_chromium(tmp_path: Path) -> None:
         finally:
             browser.close()
     assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def test_withheld_fixes_have_their_own_category_and_summary_line() -> None:
+    """A fix the safety net withheld (`FileOutcome.withheld`) is counted apart, in every
+    format: not as a fix, and not mixed with the findings that have no fix."""
+    from gpu2tpu.rewrite.engine import FileOutcome, Mode, RunReport, Status
+    from gpu2tpu.rewrite.model import Finding, Safety, Severity
+    from gpu2tpu.rewrite.report import render_json, summary_text
+    from gpu2tpu.rewrite.report_ci import render_github, render_sarif
+    from gpu2tpu.rewrite.report_markdown import render_markdown
+
+    held = Finding(
+        "G2T101", "cuda-method", 3, 9,
+        "`.cuda()` ties the value to NVIDIA GPUs (fix withheld: the result would not compile)",
+        "use `.to(device)`", Safety.SAFE, Severity.ERROR, fixable=True,
+    )  # fmt: skip
+    hint = Finding(
+        "G2T601", "host-sync-in-loop", 7, 11, "`.item()` inside the training loop", "",
+        Safety.REPORT, Severity.WARNING,
+    )  # fmt: skip
+    outcome = FileOutcome("train.py", Status.UNCHANGED, findings=[held, hint])
+    outcome.withheld = [held]
+    for mode in (Mode.WRITE, Mode.CHECK):
+        report = RunReport([outcome], [], mode)
+        lines = summary_text(report)
+        assert "Fixes withheld (the result would not have been valid code): 1 (G2T101 x1)" in lines
+        assert "TPU performance hints: 1 (G2T601 x1)" in lines
+        assert not any(ln.startswith(("Fixable by rule", "Edits by rule")) for ln in lines)
+        doc = json.loads(render_json(report))
+        assert [f["category"] for f in doc["findings"]] == ["fix-withheld", "tpu-performance"]
+        assert doc["summary"]["edits_by_rule"] == {}
+        assert render_github(report).startswith("::error title=gpu2tpu (G2T101)")
+        sarif = json.loads(render_sarif(report))["runs"][0]["results"][0]
+        assert sarif["properties"]["category"] == "fix-withheld"
+        assert not sarif["properties"]["wouldFix"]
+        md = render_markdown(report)
+        assert "## Fixes withheld (the result would not have been valid code) (1)" in md
+        assert "| Fixes `gpu2tpu rewrite` makes | 0 |" in md or "| Fixes made | 0 |" in md

@@ -50,12 +50,10 @@ CATEGORY_LABELS: dict[Category, str] = {
     Category.NEEDS_NEWER_TORCH: "needs a newer torch",
 }
 
-# The field the rewrite's verifier sets on a finding whose fix it withheld.
-WITHHELD_FIELD = "withheld"
 
-
-def category(finding: Finding) -> Category:
-    if getattr(finding, WITHHELD_FIELD, False):
+def category(finding: Finding, *, withheld: bool = False) -> Category:
+    """The finding's category; `withheld`: the safety net withheld its fix (`item_category`)."""
+    if withheld:
         return Category.FIX_WITHHELD
     if finding.needs_torch:
         return Category.NEEDS_NEWER_TORCH
@@ -64,6 +62,16 @@ def category(finding: Finding) -> Category:
     if finding.severity == Severity.ERROR:
         return Category.BLOCKS_TPU
     return Category.DIFFERS_ON_TPU
+
+
+def is_withheld(outcome: FileOutcome, item: CellFinding | Finding) -> bool:
+    """Whether the rewrite's safety net withheld this finding's fix (`FileOutcome.withheld`:
+    the file's findings whose fix would have left invalid code)."""
+    return item in getattr(outcome, "withheld", ())
+
+
+def item_category(outcome: FileOutcome, item: CellFinding | Finding) -> Category:
+    return category(_unpack(item)[0], withheld=is_withheld(outcome, item))
 
 
 def rule_url(code: str) -> str:
@@ -122,7 +130,7 @@ def iter_records(report: RunReport, *, include_edits: bool) -> Iterator[dict]:
             "name": finding.name,
             "severity": str(finding.severity),
             "safety": str(finding.safety),
-            "category": str(category(finding)),
+            "category": str(item_category(outcome, item)),
             "fixed": finding.fixed and report.mode is Mode.WRITE,
             "fixable": finding.fixed or finding.fixable,
             "needs_torch": finding.needs_torch or None,
@@ -198,6 +206,11 @@ def would_fix(finding: Finding) -> bool:
     return finding.fixed or (finding.fixable and finding.safety == "safe")
 
 
+def is_fix_item(report: RunReport, outcome: FileOutcome, item: CellFinding | Finding) -> bool:
+    """`is_fix` for one of `outcome`'s items; a fix the safety net withheld is not one."""
+    return is_fix(report, _unpack(item)[0]) and not is_withheld(outcome, item)
+
+
 def is_fix(report: RunReport, finding: Finding) -> bool:
     """An edit of this run: made (rewrite) or one `gpu2tpu rewrite` would make (check)."""
     return finding.fixed or (report.mode is Mode.CHECK and would_fix(finding))
@@ -230,11 +243,11 @@ def summary_counts(report: RunReport, info: RunInfo | None = None) -> dict:
     for o in report.files:
         for item in (*o.edits, *o.findings):
             finding = _unpack(item)[0]
-            if is_fix(report, finding):
+            if is_fix_item(report, o, item):
                 edits[finding.code] += 1
             else:
                 left[finding.code] += 1
-                by_category[str(category(finding))][finding.code] += 1
+                by_category[str(item_category(o, item))][finding.code] += 1
     notes = torch_notes(report)
     return {
         "files_scanned": len(report.files),
@@ -256,8 +269,8 @@ def category_counts(report: RunReport) -> dict[Category, Counter[str]]:
     for o in report.files:
         for item in (*o.edits, *o.findings):
             finding = _unpack(item)[0]
-            if not is_fix(report, finding):
-                out[category(finding)][finding.code] += 1
+            if not is_fix_item(report, o, item):
+                out[item_category(o, item)][finding.code] += 1
     return out
 
 

@@ -31,7 +31,8 @@ from .report import (
     category,
     error_records,
     finding_line,
-    is_fix,
+    is_fix_item,
+    item_category,
     iter_items,
     rule_url,
     summary_counts,
@@ -53,12 +54,12 @@ _LEVELS = {
 }
 
 
-def github_level(finding: Finding) -> str:
-    return _LEVELS[category(finding)][0]
+def github_level(kind: Category) -> str:
+    return _LEVELS[kind][0]
 
 
-def sarif_level(finding: Finding) -> str:
-    return _LEVELS[category(finding)][1]
+def sarif_level(kind: Category) -> str:
+    return _LEVELS[kind][1]
 
 
 # -- notebook cells in the file's JSON ---------------------------------------------------------
@@ -142,7 +143,8 @@ def render_github(
         text = finding_line(outcome.path, item)
         if finding.hint:
             text += f"\n  hint: {finding.hint}"
-        out.append(f"::{github_level(finding)} {','.join(props)}::{_escape_data(text)}")
+        level = github_level(item_category(outcome, item))
+        out.append(f"::{level} {','.join(props)}::{_escape_data(text)}")
     for err in error_records(report):
         props = f"title={_escape_property('gpu2tpu')},file={_escape_property(err['path'])}"
         out.append(f"::error {props}::{_escape_data(err['path'] + ': ' + err['reason'])}")
@@ -185,7 +187,7 @@ def _rule_entry(code: str, docs: dict[str, object], example: Finding) -> dict:
             "markdown": f"{help_text}\n\n[{code} in docs/rules.md]({rule_url(code)})",
         },
         "helpUri": rule_url(code),
-        "defaultConfiguration": {"level": sarif_level(example)},
+        "defaultConfiguration": {"level": sarif_level(category(example))},
         "properties": {
             "safety": str(example.safety),
             "severity": str(example.severity),
@@ -221,12 +223,13 @@ def render_sarif(
         if col is not None:
             region["startColumn"] = max(1, col)
         message = finding.message
+        kind = item_category(outcome, item)
         properties: dict[str, object] = {
-            "category": str(category(finding)),
+            "category": str(kind),
             "safety": str(finding.safety),
             "fixable": finding.fixed or finding.fixable,
-            "fixed": is_fix(report, finding) and finding.fixed,
-            "wouldFix": is_fix(report, finding),
+            "fixed": finding.fixed and kind is not Category.FIX_WITHHELD,
+            "wouldFix": is_fix_item(report, outcome, item),
         }
         if finding.needs_torch:
             properties["needsTorch"] = finding.needs_torch
@@ -243,7 +246,7 @@ def render_sarif(
             {
                 "ruleId": finding.code,
                 "ruleIndex": index[finding.code],
-                "level": sarif_level(finding),
+                "level": sarif_level(kind),
                 "message": {"text": message},
                 "locations": [
                     {

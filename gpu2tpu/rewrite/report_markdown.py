@@ -15,16 +15,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import __version__
-from .engine import Mode, RunReport
+from .engine import FileOutcome, Mode, RunReport
 from .model import CellFinding, Finding
 from .report import (
     CATEGORY_LABELS,
     CATEGORY_TITLES,
     Category,
     RunInfo,
-    category,
     error_records,
-    is_fix,
+    is_fix_item,
+    item_category,
     iter_items,
     rule_url,
     summary_counts,
@@ -150,11 +150,11 @@ def render_markdown(
     info = info or RunInfo()
     counts = summary_counts(report, info)
     items = list(iter_items(report, include_edits=True))
-    fixes = [(o, i) for o, i in items if is_fix(report, unpack(i)[0])]
-    left = [(o, i) for o, i in items if not is_fix(report, unpack(i)[0])]
+    fixes = [(o, i) for o, i in items if is_fix_item(report, o, i)]
+    left = [(o, i) for o, i in items if not is_fix_item(report, o, i)]
     by_cat: dict[Category, list] = {c: [] for c in Category}
     for o, i in left:
-        by_cat[category(unpack(i)[0])].append((o, i))
+        by_cat[item_category(o, i)].append((o, i))
     changed = (
         counts["rewritten"]
         if report.mode is Mode.WRITE
@@ -241,7 +241,7 @@ def render_markdown(
     if notebooks:
         out += ["## Notebooks, cell by cell", ""]
         for o in notebooks:
-            out += _notebook_section(report, o.path, [*o.edits, *o.findings], lines)
+            out += _notebook_section(report, o, lines)
 
     if errors:
         out += ["## Could not be processed", ""]
@@ -290,13 +290,14 @@ def _torch_paragraph(report: RunReport, info: RunInfo) -> list[str]:
 
 
 def _notebook_section(
-    report: RunReport, path: str, items: list, lines: SourceLines | None
+    report: RunReport, outcome: FileOutcome, lines: SourceLines | None
 ) -> list[str]:
     """One notebook, cell by cell: each cell's flagged lines (when the file as checked can be
     read) and what was found on them."""
+    path = outcome.path
     out = [f"### {_code(path)}", ""]
     cells: dict[int, list] = {}
-    for item in items:
+    for item in [*outcome.edits, *outcome.findings]:
         _, cell, _ = unpack(item)
         cells.setdefault(cell if cell is not None else -1, []).append(item)
     for cell in sorted(cells):
@@ -314,8 +315,8 @@ def _notebook_section(
             finding = unpack(item)[0]
             kind = (
                 _fix_label(report)
-                if is_fix(report, finding)
-                else CATEGORY_LABELS[category(finding)]
+                if is_fix_item(report, outcome, item)
+                else CATEGORY_LABELS[item_category(outcome, item)]
             )
             where = f"line {finding.line}: " if cell >= 0 else ""
             out.append(f"- {where}{_rule_link(finding)} *{kind}*: {_cell(finding.message)}")
