@@ -10,7 +10,7 @@ import pytest
 from gpu2tpu.profile.catalogue import HardwareCatalogue
 from gpu2tpu.profile.compare import Comparison, ComparisonRow
 from gpu2tpu.widgets import comparison_view, static_html
-from gpu2tpu.widgets.render import bars_svg, series_svg
+from gpu2tpu.widgets.render import bars_svg, charts_html, legend_html, series_svg, table_html
 
 CAT = HardwareCatalogue.load()
 
@@ -44,6 +44,13 @@ def bar_widths(svg: str) -> dict[str, float]:
     }
 
 
+def descendants(widget: ipywidgets.Widget) -> list[ipywidgets.Widget]:
+    found = [widget]
+    for child in getattr(widget, "children", ()):
+        found += descendants(child)
+    return found
+
+
 def test_view_is_core_widgets_with_the_expected_parts():
     series = {"warmup": [0.9, 0.06], "steps": [0.05, 0.051, 0.049]}
     details = {
@@ -53,8 +60,8 @@ def test_view_is_core_widgets_with_the_expected_parts():
     }
     view = comparison_view(make_comparison(), series=series, details=details)
     assert isinstance(view, ipywidgets.VBox)
-    for part in view.parts.values():  # nothing beyond the core widget set
-        assert type(part).__module__.startswith("ipywidgets.")
+    for part in descendants(view):  # nothing beyond the core widget set
+        assert type(part).__module__.startswith("ipywidgets."), type(part)
     assert view.parts["tabs"].titles == ("Comparison", "Step times", "Details")
     table = view.parts["table"].value
     assert table.count('<tr class="g2t-row') == 4
@@ -63,6 +70,12 @@ def test_view_is_core_widgets_with_the_expected_parts():
     assert "1.2 TFLOP" in view.parts["details"].value and "41%" in view.parts["details"].value
     assert "Prices used" in view.parts["details"].value
     assert "Recompilation" not in view.parts["warnings"].value
+
+
+def test_no_step_times_tab_without_a_series():
+    view = comparison_view(make_comparison())
+    assert view.parts["tabs"].titles == ("Comparison", "Details")
+    assert view.parts["series"] is None
 
 
 def test_bars_are_proportional_to_the_values():
@@ -106,18 +119,73 @@ def test_series_shades_warmup_and_switches_to_log_scale():
     assert "No step-time series" in series_svg(None)
 
 
-def test_spot_toggle_reprices_every_part():
+def test_spot_toggle_switches_every_part_without_a_kernel():
     view = comparison_view(make_comparison())
-    assert "$10.98/chip-hour" in view.parts["details"].value
-    view.parts["toggle"].value = "spot"
+    toggle = view.parts["toggle"]
+    # Both price columns are rendered, and the front end switches them (jslink), so the
+    # toggle works in a saved notebook or an exported page, where no kernel answers.
+    links = view.parts["links"]
+    assert len(links) == len(view.parts["stacks"]) == 3
+    for link, stack in zip(links, view.parts["stacks"], strict=True):
+        assert isinstance(link, ipywidgets.widgets.widget_link.Link)
+        assert link.source == (toggle, "index") and link.target == (stack, "selected_index")
+        assert stack.selected_index == 0
+    on_demand, spot = view.parts["prices"]["on_demand"], view.parts["prices"]["spot"]
+    assert "$10.98/chip-hour" in on_demand["details"].value
+    assert "$6.57/chip-hour" in spot["details"].value
+    assert "Prices: on-demand" in on_demand["header"].value
+    assert "Prices: spot" in spot["header"].value
+    toggle.value = "spot"  # in the kernel, the shown comparison follows
     shown = view.shown["comparison"]
     assert shown.prices_used["column"] == "spot"
     assert {r.device_key: r.price_per_hour for r in shown.rows}["h100"] == CAT.get(
         "h100"
     ).price_spot
-    assert "Prices: spot" in view.parts["header"].value
-    assert "$6.57/chip-hour" in view.parts["details"].value
     assert shown.rows[0].step_seconds == 0.050  # times are unchanged
+    assert all(stack.selected_index == 1 for stack in view.parts["stacks"])
+
+
+def test_numbers_share_one_format_within_a_table_and_a_chart():
+    rows = [
+        ComparisonRow.build(CAT.get("cpu"), 1.52, "measured", tokens_per_step=4096),
+        ComparisonRow.build(CAT.get("v5e"), 0.0123, "estimated", tokens_per_step=4096),
+        ComparisonRow.build(CAT.get("h100"), 0.000812, "estimated", tokens_per_step=4096),
+    ]
+    comparison = Comparison.from_rows(rows, baseline_key="cpu", catalogue=CAT)
+    table = table_html(comparison)
+    steps = re.findall(r"<td(?: title=\"[^\"]*\")?>(?:≥ )?([0-9.,]+) (s|ms|µs)", table)
+    assert [u for _, u in steps] == ["ms", "ms", "ms"], steps  # one unit, the median's
+    assert [v for v, _ in steps] == ["1,520", "12.3", "0.812"]
+    assert "e-0" not in table  # no scientific notation in money either
+    charts = charts_html(comparison)
+    labels = re.findall(r">([0-9.,]+ (?:s|ms|µs))</text>", charts.split("</svg>")[0])
+    assert labels and all(label.endswith(" ms") for label in labels)
+
+
+def test_estimated_rows_of_a_cpu_only_profile_are_for_sizing_only():
+    rows = [
+        ComparisonRow.build(CAT.get("cpu"), 0.2, "measured"),
+        ComparisonRow.build(CAT.get("v5e"), 0.002, "estimated"),
+    ]
+    comparison = Comparison.from_rows(rows, baseline_key="cpu", catalogue=CAT)
+    table, legend = table_html(comparison), legend_html(comparison)
+    assert "sizing only" in table and "for sizing only" in legend
+    assert "counted on the CPU" in legend
+    gpu_run = Comparison.from_rows(
+        [ComparisonRow.build(CAT.get("h100"), 0.01, "measured"), rows[1]], catalogue=CAT
+    )
+    assert "sizing only" not in table_html(gpu_run) + legend_html(gpu_run)
+
+
+def test_rooflines_under_100_us_are_marked_as_lower_bounds():
+    rows = [
+        ComparisonRow.build(CAT.get("v5e"), 0.000045, "compiled"),
+        ComparisonRow.build(CAT.get("v6e"), 0.0005, "compiled"),
+    ]
+    comparison = Comparison.from_rows(rows, catalogue=CAT)
+    table = table_html(comparison)
+    assert table.count("≥ ") == 1 and "≥ 45.0 µs" in table
+    assert "lower bound" in legend_html(comparison)
 
 
 def test_header_says_which_prices_and_how_old():
@@ -127,7 +195,7 @@ def test_header_says_which_prices_and_how_old():
         ComparisonRow.build(cheap.get("h100"), 0.1, "estimated"),
     ]
     comparison = Comparison.from_rows(rows, baseline_key="h100", catalogue=cheap)
-    header = comparison_view(comparison).parts["header"].value
+    header = comparison_view(comparison).parts["prices"]["on_demand"]["header"].value
     assert "Prices: on-demand" in header
     assert "2026-09-26" in header and "days old" in header  # the H100 price's date
     assert "your overrides: v5e price_on_demand=0.5" in header
@@ -202,3 +270,81 @@ def test_in_a_kernel_the_result_displays_as_a_widget_with_an_html_fallback(tmp_p
     assert 'class="g2t-table"' in data["text/html"] and "TPU v5e" in data["text/plain"]
     state = nb.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]
     assert any("g2t-table" in str(m["state"].get("value", "")) for m in state.values())
+
+
+def make_forecast():  # type: ignore[no-untyped-def]
+    """A forecast as `gpu2tpu.forecast` returns one: two TPU targets compiled, one too small."""
+    from gpu2tpu.profile.forecast import Forecast, TargetForecast
+
+    gib = 2**30
+    targets = [
+        TargetForecast(
+            target="v5e", name="TPU v5e", topology="v5litepod-1", chips=1, devices_per_chip=1,
+            status="compiled", batch=64, flops=2.4e12, bytes_accessed=3.1e9,
+            memory_per_chip=3.2 * gib, available_per_chip=15.75 * gib, hbm_per_chip=16 * gib,
+            fits=True, max_batch=512, max_batch_exact=True, step_seconds=0.0123,
+            compute_seconds=0.0123, memory_seconds=0.0038, compile_seconds=41.5,
+        ),
+        TargetForecast(
+            target="v6e", name="TPU v6e (Trillium)", topology="v6e:1x1", chips=1,
+            devices_per_chip=1, status="compiled", batch=64, flops=2.4e12,
+            bytes_accessed=3.1e9, memory_per_chip=3.2 * gib, available_per_chip=31.25 * gib,
+            fits=True, step_seconds=0.000047, compute_seconds=0.000047,
+            memory_seconds=0.00002, compile_seconds=0.0, cached=True,
+        ),
+    ]  # fmt: skip
+    rows = [
+        ComparisonRow.build(CAT.get("v5e"), 0.0123, "compiled", samples_per_step=64),
+        ComparisonRow.build(CAT.get("v6e"), 0.000047, "compiled", samples_per_step=64),
+        ComparisonRow.build(CAT.get("h100"), 0.0021, "estimated", samples_per_step=64),
+    ]
+    comparison = Comparison.from_rows(
+        rows, catalogue=CAT, workload={"samples_per_step": 64}, title="gpu2tpu forecast: Net"
+    )
+    return Forecast(
+        model="Net", parameters=1_000_000, trainable_parameters=1_000_000, optimizer="AdamW",
+        dtype="bfloat16", batch=64, tokens_per_step=None, targets=targets, comparison=comparison,
+        reference="v5e", versions={}, wall_seconds=42.0, cache_dir=None,
+    )  # fmt: skip
+
+
+def test_forecast_view_shows_memory_batch_bound_and_compile_time_and_no_series():
+    from gpu2tpu.widgets import forecast_html, forecast_view
+
+    forecast = make_forecast()
+    view = forecast_view(forecast)
+    assert view.parts["tabs"].titles == ("Comparison", "Details")  # nothing ran: no series
+    intro = next(
+        c.value
+        for c in view.children
+        if isinstance(c, ipywidgets.HTML) and "g2t-targets" in c.value
+    )
+    rows = re.findall(r'<tr class="g2t-target" data-target="(\w+)">(.*?)</tr>', intro)
+    assert [t for t, _ in rows] == ["v5e", "v6e"]
+    v5e, v6e = (cells for _, cells in rows)
+    assert "3.2 GiB of 15.8 GiB (20%)" in v5e and 'data-fraction="0.2032"' in v5e
+    assert ">512<" in v5e and ">compute<" in v5e and "41.5 s" in v5e
+    assert "not searched" in v6e and "cached" in v6e and "≥ 0.0470 ms" in v6e
+    legend = view.parts["table"].value
+    assert "libtpu compiled the step" in legend and "not a CUDA measurement" in legend
+    assert "from the measured run" not in legend  # the profiler's wording has no place here
+    page = forecast_html(forecast)
+    assert "g2t-targets" in page and "Step time per step" not in page and "<script" not in page
+
+
+def test_dry_run_html_lists_ops_without_a_lowering_first_and_folds_the_rest():
+    import torch
+
+    from gpu2tpu.profile.dryrun import dry_run
+
+    def step():  # type: ignore[no-untyped-def]
+        x = torch.randn(4, 4)
+        q, tau = torch.geqrf(x @ x)  # geqrf has no XLA lowering
+        return (q.relu() + 1).sum().item()
+
+    page = dry_run(step)._repr_html_()
+    attention, folded = page.split('<details class="g2t-ops-folded">')
+    assert "aten::geqrf" in attention and "not lowered" in attention
+    assert "aten::relu" not in attention and "aten::relu" in folded
+    assert re.search(r"<summary>\d+ ops with an XLA lowering", folded)
+    assert "host sync" in attention  # the hazards come first, as before

@@ -107,7 +107,13 @@ class CellRunner:
     def rewrite(self, text: str, device_name: str) -> CellRewrite:
         """The cell rewritten as `gpu2tpu rewrite` rewrites a notebook cell, knowing what the
         cells that ran before imported."""
-        return _rewrite(text, device_name, prior_imports(self.shell))
+        try:
+            return _rewrite(text, device_name, prior_imports(self.shell))
+        except Exception as err:  # a bug in the codemod must not stop the notebook: say it
+            from ..rewrite.notebook import CellRewrite
+
+            reason = f"the rewrite failed ({type(err).__name__}: {err}); please report it"
+            return CellRewrite(text, text, error=reason)
 
     def prepare(
         self,

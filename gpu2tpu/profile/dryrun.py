@@ -19,7 +19,6 @@ have no XLA lowering. `dry_run(fn, *args, **kwargs)` runs a function this way an
 from __future__ import annotations
 
 import functools
-import html
 import linecache
 import sys
 import time
@@ -240,37 +239,9 @@ class DryRunReport:
         return str(self)
 
     def _repr_html_(self) -> str:
-        esc = html.escape
-        parts = [
-            "<div class='gpu2tpu-dry-run'>",
-            f"<b>Dry run of {esc(self.label)} on the CPU</b>: {self.total_ops:,} ATen ops "
-            f"({len(self.ops)} distinct) in {self.seconds * 1e3:.1f} ms",
-        ]
-        if not self.hazards:
-            parts.append("<p>No TPU hazards found.</p>")
-            parts.append(self.coverage._repr_html_())
-            parts.append("</div>")
-            return "".join(parts)
-        parts.append(
-            "<table><thead><tr><th>kind</th><th>where</th><th>count</th><th>cause</th>"
-            "<th>code</th></tr></thead><tbody>"
-        )
-        for h in self.hazards:
-            cause = _causes(h)
-            parts.append(
-                f"<tr><td>{esc(str(h.kind))}</td><td>{esc(self._where(h.line))}</td>"
-                f"<td>{h.count}</td><td>{esc(cause)}</td><td><code>{esc(h.code)}</code></td></tr>"
-            )
-        parts.append("</tbody></table><ul>")
-        for kind in HazardKind:
-            if self.by_kind(kind):
-                parts.append(
-                    f"<li><b>{esc(str(kind))}</b>: {esc(WHY[kind])}. Fix: {esc(FIX[kind])}</li>"
-                )
-        parts.append("</ul>")
-        parts.append(self.coverage._repr_html_())
-        parts.append("</div>")
-        return "".join(parts)
+        from ..widgets.render import dry_run_html
+
+        return dry_run_html(self)
 
 
 def _causes(hazard: Hazard, most: int = 3) -> str:

@@ -26,7 +26,6 @@ backward pass ran it, and reports the coverage of what it saw.
 
 from __future__ import annotations
 
-import html
 import json
 import linecache
 import re
@@ -642,34 +641,9 @@ class CoverageReport:
         return str(self)
 
     def _repr_html_(self) -> str:
-        from ..widgets.render import STYLE
-        from .doctor import WRAP_STYLE
+        from ..widgets.render import STYLE, coverage_html
 
-        e = html.escape
-        rows = []
-        for entry in self.ops:
-            colour = {
-                Status.NOT_LOWERED: "#a33",
-                Status.UNKNOWN: "#b36b00",
-                Status.LOWERED: "#1b7f3b",
-                Status.NOT_NEEDED: "#777",
-            }[entry.status]
-            code = f"<br><code>{e(entry.code)}</code>" if entry.code else ""
-            rows.append(
-                f"<tr><td class='g2t-left'><code>{e(entry.op)}</code></td><td>{entry.count}</td>"
-                f"<td class='g2t-left' style='color:{colour}'>{e(str(entry.status))}</td>"
-                f"<td class='g2t-left g2t-wrap'>{e(_where(entry.lines))}{code}</td>"
-                f"<td class='g2t-left g2t-wrap'>{e(entry.hint or entry.via)}</td></tr>"
-            )
-        return (
-            f"{STYLE}{WRAP_STYLE}"
-            f"<div class='g2t-view g2t-op-coverage'><p><b>Op coverage</b> against "
-            f"{e(self.table)}: {e(self.summary())}</p>"
-            "<table class='g2t-table'><thead><tr><th class='g2t-left'>op</th><th>calls</th>"
-            "<th class='g2t-left'>status</th><th class='g2t-left'>where</th>"
-            "<th class='g2t-left'>why / what instead</th></tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table></div>"
-        )
+        return f"{STYLE}<div class='g2t-view'>{coverage_html(self)}</div>"
 
 
 def _where(lines: list[int]) -> str:

@@ -2,8 +2,12 @@
 
 No custom front-end model, so they render in JupyterLab, classic Notebook, VS Code and Colab
 (which shows only core widgets without extra set-up) and export to static HTML with
-`ipywidgets.embed`. The strings come from `render.py`; this module only arranges them and
-wires the on-demand/spot toggle.
+`ipywidgets.embed`. The strings come from `render.py`; this module only arranges them.
+
+The on-demand/spot toggle needs no kernel: both price columns are rendered up front, each
+in a page of a `Stack`, and the toggle's index is linked to the stacks in the front end
+(`jslink`), so it also works in a saved notebook's widget state and in a page exported with
+`ipywidgets.embed`.
 """
 
 from __future__ import annotations
@@ -12,9 +16,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .render import (
+    FORECAST_MEANING,
     STYLE,
     charts_html,
     details_html,
+    forecast_header_html,
+    forecast_html,
+    forecast_targets_html,
     header_html,
     legend_html,
     series_svg,
@@ -28,9 +36,16 @@ if TYPE_CHECKING:
 
     from gpu2tpu.profile.compare import Comparison
 
-__all__ = ["comparison_view", "display_with_fallbacks", "static_html"]
+__all__ = [
+    "comparison_view",
+    "display_with_fallbacks",
+    "forecast_html",
+    "forecast_view",
+    "static_html",
+]
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+PRICES = (("On-demand prices", "on_demand"), ("Spot prices", "spot"))
 
 
 def display_with_fallbacks(widget: Any, html: str, text: str) -> None:
@@ -54,7 +69,13 @@ def display_with_fallbacks(widget: Any, html: str, text: str) -> None:
     display(bundle, raw=True)
 
 
-TAB_TITLES = ("Comparison", "Step times", "Details")
+def _priced(comparison: Comparison) -> dict[str, Comparison]:
+    """The comparison at each price column (the one it has, and the other repriced)."""
+    column = (comparison.prices_used or {}).get("column", "on_demand")
+    out: dict[str, Comparison] = {}
+    for _, key in PRICES:
+        out[key] = comparison if key == column else comparison.repriced(key)
+    return out
 
 
 def comparison_view(
@@ -62,56 +83,110 @@ def comparison_view(
     *,
     series: Any = None,
     details: Mapping[str, Any] | None = None,
+    meanings: Mapping[str, str] | None = None,
+    intro: str = "",
+    heading: Any = None,
 ) -> ipywidgets.Widget:
-    """The profiler's notebook view of a `Comparison`.
+    """The profiler's (and the forecast's) notebook view of a `Comparison`.
 
-    A header with the prices used and their age, warnings (recompiles, host syncs), then
-    tabs: the comparison table with horizontal bars for step time and $/1M tokens and an
-    on-demand/spot toggle; the step-time series with warm-up shaded (`series` is
-    `{"warmup": [...], "steps": [...]}` or a plain list of step times); and the details
-    (`details` maps labels to text: FLOPs, MFU, memory, compilations) with every price's
-    source and date. The parts are kept in `view.parts` by name.
+    A header with the prices used and their age, warnings (recompiles, host syncs), `intro`
+    (HTML above the tabs), then tabs: the comparison table with horizontal bars for step
+    time and $/1M tokens and an on-demand/spot toggle; the step-time series with warm-up
+    shaded, only when there is one (`series` is `{"warmup": [...], "steps": [...]}` or a
+    plain list of step times); and the details (`details` maps labels to text: FLOPs, MFU,
+    memory, compilations) with every price's source and date. `meanings` overrides what the
+    legend says each row source is; `heading(comparison)` makes the header's HTML. The
+    parts are kept in `view.parts` by name, each price's in `view.parts["prices"][column]`.
     """
     import ipywidgets as w
 
+    make_heading = heading or header_html
+    priced = _priced(comparison)
     column = (comparison.prices_used or {}).get("column", "on_demand")
-    header = w.HTML(STYLE + header_html(comparison))
-    warnings = w.HTML(warnings_html(details))
-    table = w.HTML(table_html(comparison) + legend_html(comparison))
-    charts = w.HTML(charts_html(comparison))
-    detail = w.HTML(details_html(comparison, details))
+    keys = [key for _, key in PRICES]
+    panels: dict[str, dict[str, Any]] = {}
+    for key, shown in priced.items():
+        panels[key] = {
+            "header": w.HTML(STYLE + make_heading(shown)),
+            "table": w.HTML(table_html(shown, meanings) + legend_html(shown, meanings)),
+            "charts": w.HTML(charts_html(shown)),
+            "details": w.HTML(details_html(shown, details)),
+        }
+
+    def stack(part: str) -> w.Stack:
+        return w.Stack(
+            [panels[k][part] for k in keys],
+            selected_index=keys.index(column) if column in keys else 0,
+        )
+
     toggle = w.ToggleButtons(
-        options=[("On-demand prices", "on_demand"), ("Spot prices", "spot")],
-        value=column if column in ("on_demand", "spot") else "on_demand",
+        options=list(PRICES),
+        value=column if column in keys else "on_demand",
         tooltips=["List price per chip-hour", "Pre-emptible price per chip-hour"],
         style={"button_width": "130px"},
     )
-    current = {"comparison": comparison}
+    header = stack("header")
+    summary_stack = w.Stack(
+        [w.VBox([panels[k]["table"], panels[k]["charts"]]) for k in keys],
+        selected_index=header.selected_index,
+    )
+    detail = stack("details")
+    stacks = (header, summary_stack, detail)
+    # In the front end: the toggle switches every stack, with or without a kernel.
+    links = [w.jslink((toggle, "index"), (s, "selected_index")) for s in stacks]
+    current = {"comparison": priced.get(toggle.value, comparison)}
 
-    def reprice(change: Mapping[str, Any]) -> None:
-        shown = comparison.repriced(change["new"])
-        current["comparison"] = shown
-        header.value = STYLE + header_html(shown)
-        table.value = table_html(shown) + legend_html(shown)
-        charts.value = charts_html(shown)
-        detail.value = details_html(shown, details)
+    def choose(change: Mapping[str, Any]) -> None:  # the same in the kernel's copy
+        current["comparison"] = priced[change["new"]]
+        for s in stacks:
+            s.selected_index = keys.index(change["new"])
 
-    toggle.observe(reprice, names="value")
-    summary = w.VBox([toggle, table, charts])
-    series_part = w.HTML(series_svg(series))
-    tabs = w.Tab(children=[summary, series_part, detail])
-    tabs.titles = TAB_TITLES
-    view = w.VBox([header, warnings, tabs])
+    toggle.observe(choose, names="value")
+    warnings = w.HTML(warnings_html(details))
+    children = [w.VBox([toggle, summary_stack])]
+    titles = ["Comparison"]
+    series_part = None
+    if series is not None:
+        series_part = w.HTML(series_svg(series))
+        children.append(series_part)
+        titles.append("Step times")
+    children.append(detail)
+    titles.append("Details")
+    tabs = w.Tab(children=children)
+    tabs.titles = tuple(titles)
+    parts: list[Any] = [header, warnings]
+    if intro:
+        parts.append(w.HTML(intro))
+    parts.append(tabs)
+    view = w.VBox(parts)
     view.add_class("g2t-view")
+    chosen = panels[toggle.value]
     view.parts = {
         "header": header,
         "warnings": warnings,
         "toggle": toggle,
-        "table": table,
-        "charts": charts,
+        "table": chosen["table"],
+        "charts": chosen["charts"],
+        "details": chosen["details"],
         "series": series_part,
-        "details": detail,
         "tabs": tabs,
+        "stacks": stacks,
+        "links": links,
+        "prices": panels,
     }
     view.shown = current
     return view
+
+
+def forecast_view(forecast: Any) -> ipywidgets.Widget:
+    """The forecast's notebook view: per TPU target, memory against usable HBM, the fit,
+    the largest batch, the bound, the roofline step and the compile time; then what a step
+    costs on each target (and GPUs on the same compiled figures), and the details. No
+    step-time series: nothing ran."""
+    return comparison_view(
+        forecast.comparison,
+        details=forecast.details(),
+        meanings=FORECAST_MEANING,
+        intro=forecast_targets_html(forecast),
+        heading=lambda shown: forecast_header_html(forecast, shown),
+    )

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpu2tpu.profile.compare import format_money, format_seconds
+from gpu2tpu.profile.compare import format_bytes, format_seconds
 
 if TYPE_CHECKING:
     from gpu2tpu.profile.compare import Comparison, ComparisonRow
@@ -32,6 +32,20 @@ SOURCE_MEANING = {
     "compiled": "compiler figures for the chip (forecast)",
     "estimated": "roofline estimate from the measured run",
 }
+# What an estimated row is when the only measurement is a CPU run, and why it says little.
+SIZING_ONLY = (
+    "for sizing only: a roofline on the step's FLOPs and bytes counted on the CPU, scaled by "
+    "the CPU run's efficiency; a CPU fuses, caches and schedules differently from a TPU, so "
+    "this says what the step needs, not how fast a TPU runs it (gpu2tpu.forecast compiles "
+    "it for the TPU)"
+)
+# Below this, a roofline step time is a lower bound: per-step launch and dispatch costs
+# (tens of microseconds on any accelerator) are not in it.
+LOWER_BOUND_SECONDS = 100e-6
+LOWER_BOUND_NOTE = (
+    "≥: under 100 µs a step's fixed launch and dispatch costs, which a roofline leaves out, "
+    "dominate; read the time as a lower bound"
+)
 
 # The table puts p10-p90 on a second line, so its header is shorter than the text one.
 HTML_HEADERS = {"step_seconds": "Step p50"}
@@ -58,6 +72,12 @@ text-align:right;white-space:nowrap}
 .g2t-charts{display:flex;flex-wrap:wrap;gap:16px}
 .g2t-scroll{overflow-x:auto;max-width:100%}
 .g2t-small{font-size:11px;color:var(--jp-ui-font-color2,#666)}
+.g2t-table td.g2t-wrap{white-space:normal;max-width:38em;vertical-align:top}
+.g2t-table td.g2t-wrap code{white-space:pre-wrap;word-break:break-word}
+.g2t-view,.g2t-view .widget-html,.g2t-view .widget-html-content{max-width:100%;min-width:0}
+.g2t-view .widget-html-content{white-space:normal;overflow:visible}
+.g2t-charts svg,.g2t-series{max-width:100%;height:auto}
+.g2t-ops-folded summary{cursor:pointer;margin:4px 0}
 </style>
 """
 
@@ -66,36 +86,107 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def badge(source: str) -> str:
+# -- numbers, formatted alike within a column or a chart ------------------------------------
+
+_SECOND_UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"))
+
+
+def _significant(value: float, digits: int = 3) -> str:
+    """`value` with about `digits` significant digits, thousands separated, never in
+    scientific notation ("0.00812", "12.3", "1,520")."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{decimals}f}"
+
+
+def seconds_format(values: Sequence[float | None]) -> Any:
+    """One unit for a whole column or chart of step times: the unit of their median."""
+    known = sorted(v for v in values if v is not None and v > 0 and math.isfinite(v))
+    middle = known[len(known) // 2] if known else 1.0
+    scale, unit = next(((s, u) for s, u in _SECOND_UNITS if middle >= s), _SECOND_UNITS[-1])
+
+    def fmt(value: float | None) -> str:
+        return "—" if value is None else f"{_significant(value / scale)} {unit}"
+
+    return fmt
+
+
+def money_format(values: Sequence[float | None]) -> Any:
+    """Dollars alike in a column or chart: three significant digits, no exponent."""
+
+    def fmt(value: float | None) -> str:
+        return "—" if value is None else f"${_significant(value)}"
+
+    return fmt
+
+
+def _lower_bound(row: ComparisonRow) -> bool:
+    return (
+        row.source in ("compiled", "estimated")
+        and row.step_seconds is not None
+        and row.step_seconds < LOWER_BOUND_SECONDS
+    )
+
+
+def sizing_only(comparison: Comparison) -> bool:
+    """Whether the estimated rows come from a CPU run (the only measurement is the CPU's)."""
+    measured = [r for r in comparison.rows if r.source in ("measured", "baseline")]
+    return bool(measured) and all(r.device_key == "cpu" for r in measured)
+
+
+def badge(source: str, meanings: Mapping[str, str] | None = None) -> str:
     colour = SOURCE_COLOURS.get(source, "#777")
-    title = SOURCE_MEANING.get(source, source)
+    title = {**SOURCE_MEANING, **(meanings or {})}.get(source, source)
     return f'<span class="g2t-badge" style="background:{colour}" title="{_e(title)}">{_e(source)}</span>'
 
 
-def table_html(comparison: Comparison) -> str:
-    """The comparison table: one row per device, the columns that have values."""
+def table_html(comparison: Comparison, meanings: Mapping[str, str] | None = None) -> str:
+    """The comparison table: one row per device, the columns that have values.
+
+    Step times share one unit and money columns one format per column; estimated rows from
+    a CPU-only run say they are for sizing only; rooflines under 100 µs are marked ≥.
+    """
     cols = comparison.columns(compact=True)
     head = "".join(
         f'<th class="{"g2t-left" if c.key in ("device", "source") else ""}">{_e(HTML_HEADERS.get(c.key, c.header))}</th>'
         for c in cols
     )
+    rows = comparison.rows
+    step = seconds_format(
+        [r.step_seconds for r in rows] + [r.step_p10 for r in rows] + [r.step_p90 for r in rows]
+    )
+    sizing = sizing_only(comparison)
     body = []
     base = comparison.baseline_row()
-    for row in comparison.rows:
+    for row in rows:
         cells = []
         for c in cols:
             if c.key == "source":
-                cells.append(f'<td class="g2t-left">{badge(row.source)}</td>')
+                extra = (
+                    f' <span class="g2t-small" title="{_e(SIZING_ONLY)}">sizing only</span>'
+                    if sizing and row.source == "estimated"
+                    else ""
+                )
+                cells.append(f'<td class="g2t-left">{badge(row.source, meanings)}{extra}</td>')
             elif c.key == "device":
                 mark = " ★" if row is base else ""
                 title = f' title="{_e(row.note)}"' if row.note else ""
                 cells.append(f'<td class="g2t-left"{title}>{_e(row.label)}{mark}</td>')
-            elif c.key == "step_seconds" and row.step_p10 is not None and row.step_p90 is not None:
-                spread = f"{format_seconds(row.step_p10)}–{format_seconds(row.step_p90)}"
-                cells.append(
-                    f"<td>{_e(format_seconds(row.step_seconds))}"
-                    f'<br><span class="g2t-small">p10–p90 {_e(spread)}</span></td>'
-                )
+            elif c.key == "step_seconds":
+                bound = _lower_bound(row)
+                shown = ("≥ " if bound else "") + step(row.step_seconds)
+                title = f' title="{_e(LOWER_BOUND_NOTE)}"' if bound else ""
+                spread = ""
+                if row.step_p10 is not None and row.step_p90 is not None:
+                    spread = (
+                        f'<br><span class="g2t-small">p10–p90 {_e(step(row.step_p10))}–'
+                        f"{_e(step(row.step_p90))}</span>"
+                    )
+                cells.append(f"<td{title}>{_e(shown)}{spread}</td>")
+            elif c.key.startswith("cost_per") or c.key == "price_per_hour":
+                money = money_format([c.value(r) for r in rows])
+                cells.append(f"<td>{_e(money(c.value(row)))}</td>")
             else:
                 cells.append(f"<td>{_e(c.text(row, comparison))}</td>")
         body.append(f'<tr class="g2t-row g2t-{_e(row.source)}">{"".join(cells)}</tr>')
@@ -167,27 +258,33 @@ def bars_svg(
     return "".join(parts)
 
 
-def legend_html(comparison: Comparison) -> str:
+def legend_html(comparison: Comparison, meanings: Mapping[str, str] | None = None) -> str:
+    """What each row source means here (`meanings` overrides the profiler's wording), and
+    the marks the table uses."""
+    meaning = {**SOURCE_MEANING, **(meanings or {})}
+    if sizing_only(comparison) and "estimated" not in (meanings or {}):
+        meaning["estimated"] = f"roofline estimate from the CPU run, {SIZING_ONLY}"
     sources = list(dict.fromkeys(r.source for r in comparison.rows))
-    return (
-        '<p class="g2t-note">'
-        + " ".join(f"{badge(s)} {_e(SOURCE_MEANING.get(s, s))}" for s in sources)
-        + "</p>"
-    )
+    parts = [f"{badge(s, meaning)} {_e(meaning.get(s, s))}" for s in sources]
+    if any(_lower_bound(r) for r in comparison.rows):
+        parts.append(_e(LOWER_BOUND_NOTE))
+    return '<p class="g2t-note">' + "<br>".join(parts) + "</p>"
 
 
 def charts_html(comparison: Comparison) -> str:
     """Bars for step time, and for $/1M tokens (or $/1k steps when tokens are unknown)."""
     rows = comparison.rows
-    step = bars_svg(rows, "step_seconds", "Step time (lower is better)", format_seconds)
-    if any(r.cost_per_1m_tokens is not None for r in rows):
-        money = bars_svg(
-            rows, "cost_per_1m_tokens", "$ per 1M tokens (lower is better)", format_money
-        )
-    else:
-        money = bars_svg(
-            rows, "cost_per_1k_steps", "$ per 1,000 steps (lower is better)", format_money
-        )
+    step = bars_svg(
+        rows,
+        "step_seconds",
+        "Step time (lower is better)",
+        seconds_format([r.step_seconds for r in rows]),
+    )
+    metric = "cost_per_1m_tokens"
+    title = "$ per 1M tokens (lower is better)"
+    if all(r.cost_per_1m_tokens is None for r in rows):
+        metric, title = "cost_per_1k_steps", "$ per 1,000 steps (lower is better)"
+    money = bars_svg(rows, metric, title, money_format([getattr(r, metric) for r in rows]))
     return f'<div class="g2t-charts">{step}{money}</div>'
 
 
@@ -223,6 +320,7 @@ def series_svg(series: Any, *, width: int = 640, height: int = 220) -> str:
         return top + plot_h - plot_h * t / (y_hi - y_lo)
 
     n = len(values)
+    fmt = seconds_format(values)
 
     def x_of(i: int) -> float:
         return left + (plot_w * i / (n - 1) if n > 1 else plot_w / 2)
@@ -255,7 +353,7 @@ def series_svg(series: Any, *, width: int = 640, height: int = 220) -> str:
         y = top + plot_h - plot_h * frac
         parts.append(
             f'<text x="{left - 4}" y="{y + 4:.1f}" font-size="11" text-anchor="end" '
-            f'fill="currentColor">{_e(format_seconds(value))}</text>'
+            f'fill="currentColor">{_e(fmt(value))}</text>'
         )
     parts.append(
         f'<text x="{left + plot_w / 2:.1f}" y="{height - 6}" font-size="11" text-anchor="middle" '
@@ -270,7 +368,7 @@ def series_svg(series: Any, *, width: int = 640, height: int = 220) -> str:
         colour = "#999" if i < len(warm) else SOURCE_COLOURS["measured"]
         parts.append(
             f'<circle cx="{x_of(i):.1f}" cy="{y_of(v):.1f}" r="2.5" fill="{colour}">'
-            f"<title>step {i + 1}: {_e(format_seconds(v))}</title></circle>"
+            f"<title>step {i + 1}: {_e(fmt(v))}</title></circle>"
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -348,3 +446,217 @@ def static_html(
         f"{series_svg(series) if series is not None else ''}"
         f"{details_html(comparison, details)}</div>"
     )
+
+
+# -- the forecast ----------------------------------------------------------------------------
+
+FORECAST_MEANING = {
+    "compiled": (
+        "libtpu compiled the step for this chip here (no TPU ran): a roofline on the "
+        "compiler's FLOPs and bytes"
+    ),
+    "estimated": (
+        "a roofline on the FLOPs and bytes compiled for a TPU target, at this GPU's peaks; "
+        "not a CUDA measurement"
+    ),
+}
+STATUS_COLOURS = {
+    "compiled": "#1b7f3b",
+    "does not fit": "#b36b00",
+    "unsupported": "#a33",
+    "error": "#a33",
+    "interrupted": "#777",
+}
+
+
+def memory_bar(used: float | None, usable: float | None, *, width: int = 120) -> str:
+    """A small inline bar: memory per chip against the usable HBM (red past full)."""
+    if used is None or not usable:
+        return ""
+    share = used / usable
+    filled = min(1.0, share) * width
+    colour = "#1b7f3b" if share <= 0.8 else ("#b36b00" if share <= 1.0 else "#a33")
+    return (
+        f'<svg class="g2t-memory" width="{width}" height="10" role="img" '
+        f'aria-label="{share:.0%} of usable HBM" data-fraction="{share:.4f}">'
+        f'<rect x="0" y="0" width="{width}" height="10" fill="#ddd"/>'
+        f'<rect x="0" y="0" width="{filled:.1f}" height="10" fill="{colour}"/></svg>'
+    )
+
+
+def forecast_targets_html(forecast: Any) -> str:
+    """Per TPU target: status, memory against usable HBM, fit, largest batch, bound, the
+    roofline step and the compile time (from `Forecast.summary_rows()`)."""
+    rows = forecast.summary_rows()
+    step = seconds_format([r.get("step_seconds") for r in rows])
+    head = (
+        '<tr><th class="g2t-left">Target</th><th class="g2t-left">Status</th>'
+        '<th class="g2t-left">Memory per chip / usable HBM</th><th>Fits</th>'
+        "<th>Largest batch</th><th>Bound</th><th>Step (roofline)</th><th>Compile</th></tr>"
+    )
+    body = []
+    for r in rows:
+        status = str(r.get("status", ""))
+        colour = STATUS_COLOURS.get(status, "#777")
+        used, usable = r.get("memory_per_chip"), r.get("usable_hbm_per_chip")
+        memory = "—"
+        if used is not None:
+            fraction = f" ({used / usable:.0%})" if usable else ""
+            memory = (
+                f"{_e(format_bytes(used))} of {_e(format_bytes(usable))}{_e(fraction)}"
+                f"<br>{memory_bar(used, usable)}"
+            )
+        fits = r.get("fits")
+        largest = r.get("max_batch")
+        if largest is None:
+            batch = '<span title="the largest-batch search was off (batch_search=True, or %%tpu --search)">not searched</span>'
+        else:
+            batch = _e(f"{largest}{'' if r.get('max_batch_exact') else '+'}")
+        seconds = r.get("step_seconds")
+        bound_mark = seconds is not None and seconds < LOWER_BOUND_SECONDS
+        step_text = ("≥ " if bound_mark else "") + step(seconds)
+        title = f' title="{_e(LOWER_BOUND_NOTE)}"' if bound_mark else ""
+        compile_text = "cached" if r.get("cached") else step_like(r.get("compile_seconds"))
+        if r.get("extrapolated"):
+            compile_text += " (extrapolated)"
+        body.append(
+            f'<tr class="g2t-target" data-target="{_e(r.get("target", ""))}">'
+            f'<td class="g2t-left">{_e(r.get("label", ""))}</td>'
+            f'<td class="g2t-left" style="color:{colour}">{_e(status)}</td>'
+            f'<td class="g2t-left">{memory}</td>'
+            f"<td>{'—' if fits is None else ('yes' if fits else 'no')}</td>"
+            f"<td>{batch}</td><td>{_e(r.get('bound') or '—')}</td>"
+            f"<td{title}>{_e(step_text)}</td><td>{_e(compile_text)}</td></tr>"
+        )
+    note = ""
+    if any((r.get("step_seconds") or 1) < LOWER_BOUND_SECONDS for r in rows):
+        note = f'<p class="g2t-note">{_e(LOWER_BOUND_NOTE)}</p>'
+    if getattr(forecast, "interrupted", False):
+        note += (
+            '<p class="g2t-note">Interrupted: the targets finished before Ctrl-C are '
+            "complete; the others say so.</p>"
+        )
+    return (
+        '<h3>TPU targets</h3><div class="g2t-scroll"><table class="g2t-table g2t-targets">'
+        f"<thead>{head}</thead><tbody>{''.join(body)}</tbody></table></div>{note}"
+    )
+
+
+def step_like(seconds: float | None) -> str:
+    """A duration such as a compile time: "12.3 s", "850 ms"."""
+    return "—" if seconds is None else format_seconds(seconds)
+
+
+def forecast_header_html(forecast: Any, comparison: Comparison) -> str:
+    model = _e(getattr(forecast, "model", ""))
+    batch = _e(getattr(forecast, "batch", ""))
+    return (
+        f"<h3>{_e(comparison.title)}</h3>"
+        f'<p class="g2t-note">{model}, batch {batch}, {_e(getattr(forecast, "optimizer", ""))}, '
+        f"{_e(getattr(forecast, 'dtype', ''))}: compiled for each TPU target with libtpu on "
+        "this machine; no TPU ran.</p>"
+        f'<p class="g2t-note g2t-prices">{_e(comparison.prices_summary())}</p>'
+    )
+
+
+def forecast_html(forecast: Any) -> str:
+    """The forecast on one static page (no script): targets, costs, details."""
+    comparison = forecast.comparison
+    return (
+        f'{STYLE}<div class="g2t-view g2t-forecast">{forecast_header_html(forecast, comparison)}'
+        f"{forecast_targets_html(forecast)}<h3>Cost per step</h3>"
+        f"{table_html(comparison, FORECAST_MEANING)}"
+        f"{legend_html(comparison, FORECAST_MEANING)}{charts_html(comparison)}"
+        f"{details_html(comparison, forecast.details())}</div>"
+    )
+
+
+# -- the dry run's op coverage ---------------------------------------------------------------
+
+
+def coverage_html(report: Any) -> str:
+    """Ops without an XLA lowering (and unknown ones) first, in a table; the ops that lower
+    folded below them, as they need no action."""
+    from gpu2tpu.readiness.op_coverage import Status, _where
+
+    colours = {
+        Status.NOT_LOWERED: "#a33",
+        Status.UNKNOWN: "#b36b00",
+        Status.LOWERED: "#1b7f3b",
+        Status.NOT_NEEDED: "#777",
+    }
+
+    def rows(entries: Sequence[Any]) -> str:
+        out = []
+        for entry in entries:
+            code = f"<br><code>{_e(entry.code)}</code>" if entry.code else ""
+            out.append(
+                f'<tr class="g2t-op"><td class="g2t-left"><code>{_e(entry.op)}</code></td>'
+                f'<td>{entry.count}</td><td class="g2t-left" style=\'color:'
+                f"{colours.get(entry.status, '#777')}'>{_e(entry.status)}</td>"
+                f'<td class="g2t-left g2t-wrap">{_e(_where(entry.lines))}{code}</td>'
+                f'<td class="g2t-left g2t-wrap">{_e(entry.hint or entry.via)}</td></tr>'
+            )
+        return "".join(out)
+
+    head = (
+        '<thead><tr><th class="g2t-left">op</th><th>calls</th><th class="g2t-left">status'
+        '</th><th class="g2t-left">where</th><th class="g2t-left">why / what instead</th>'
+        "</tr></thead>"
+    )
+    attention = [e for e in report.ops if e.status in (Status.NOT_LOWERED, Status.UNKNOWN)]
+    rest = [e for e in report.ops if e.status not in (Status.NOT_LOWERED, Status.UNKNOWN)]
+    out = [
+        '<div class="g2t-op-coverage">',
+        f"<p><b>Op coverage</b> against {_e(report.table)}: {_e(report.summary())}</p>",
+    ]
+    if attention:
+        out.append(
+            '<div class="g2t-scroll"><table class="g2t-table g2t-ops-attention">'
+            f"{head}<tbody>{rows(attention)}</tbody></table></div>"
+        )
+    if rest:
+        out.append(
+            f'<details class="g2t-ops-folded"><summary>{len(rest)} op'
+            f"{'s' if len(rest) != 1 else ''} with an XLA lowering (or none needed)</summary>"
+            f'<div class="g2t-scroll"><table class="g2t-table">{head}<tbody>{rows(rest)}'
+            "</tbody></table></div></details>"
+        )
+    out.append("</div>")
+    return "".join(out)
+
+
+def dry_run_html(report: Any) -> str:
+    """A dry-run report: its hazards by line, then the op coverage (unlowered ops first)."""
+    from gpu2tpu.profile.dryrun import FIX, WHY, HazardKind, _causes
+
+    out = [
+        f'{STYLE}<div class="g2t-view gpu2tpu-dry-run">',
+        f"<p><b>Dry run of {_e(report.label)} on the CPU</b>: {report.total_ops:,} ATen ops "
+        f"({len(report.ops)} distinct) in {report.seconds * 1e3:,.1f} ms</p>",
+    ]
+    if report.error:
+        out.append(f'<div class="g2t-warn">The run stopped: {_e(report.error)}</div>')
+    if not report.hazards:
+        out.append("<p>No TPU hazards found.</p>")
+    else:
+        out.append(
+            '<div class="g2t-scroll"><table class="g2t-table g2t-hazards"><thead><tr>'
+            '<th class="g2t-left">kind</th><th class="g2t-left">where</th><th>count</th>'
+            '<th class="g2t-left">cause</th><th class="g2t-left">code</th></tr></thead><tbody>'
+        )
+        for h in report.hazards:
+            where = f"line {h.line}" if h.line is not None else "outside your code"
+            out.append(
+                f'<tr><td class="g2t-left">{_e(h.kind)}</td><td class="g2t-left">{_e(where)}'
+                f'</td><td>{h.count}</td><td class="g2t-left g2t-wrap">{_e(_causes(h))}</td>'
+                f'<td class="g2t-left"><code>{_e(h.code)}</code></td></tr>'
+            )
+        out.append("</tbody></table></div><ul>")
+        for kind in HazardKind:
+            if report.by_kind(kind):
+                out.append(f"<li><b>{_e(kind)}</b>: {_e(WHY[kind])}. Fix: {_e(FIX[kind])}</li>")
+        out.append("</ul>")
+    out.append(coverage_html(report.coverage))
+    out.append("</div>")
+    return "".join(out)
