@@ -10,7 +10,14 @@ import pytest
 from gpu2tpu.profile.catalogue import HardwareCatalogue
 from gpu2tpu.profile.compare import Comparison, ComparisonRow
 from gpu2tpu.widgets import comparison_view, static_html
-from gpu2tpu.widgets.render import bars_svg, charts_html, legend_html, series_svg, table_html
+from gpu2tpu.widgets.render import (
+    bars_svg,
+    charts_html,
+    legend_html,
+    seconds_format,
+    series_svg,
+    table_html,
+)
 
 CAT = HardwareCatalogue.load()
 
@@ -157,6 +164,13 @@ def test_numbers_share_one_format_within_a_table_and_a_chart():
     assert [u for _, u in steps] == ["ms", "ms", "ms"], steps  # one unit, the median's
     assert [v for v, _ in steps] == ["1,520", "12.3", "0.812"]
     assert "e-0" not in table  # no scientific notation in money either
+    # a CPU run beside TPU estimates: one unit still, and no six-digit numbers
+    cpu_beside_tpus = seconds_format([0.443, 0.000857, 0.0000951])
+    assert [cpu_beside_tpus(v) for v in (0.443, 0.000857, 0.0000951)] == [
+        "443 ms",
+        "0.857 ms",
+        "0.0951 ms",
+    ]
     charts = charts_html(comparison)
     labels = re.findall(r">([0-9.,]+ (?:s|ms|µs))</text>", charts.split("</svg>")[0])
     assert labels and all(label.endswith(" ms") for label in labels)

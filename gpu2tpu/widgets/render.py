@@ -101,10 +101,14 @@ def _significant(value: float, digits: int = 3) -> str:
 
 
 def seconds_format(values: Sequence[float | None]) -> Any:
-    """One unit for a whole column or chart of step times: the unit of their median."""
+    """One unit for a whole column or chart of step times: the unit of their median, or a
+    larger one where the largest value would need five digits (a CPU run beside TPUs)."""
     known = sorted(v for v in values if v is not None and v > 0 and math.isfinite(v))
     middle = known[len(known) // 2] if known else 1.0
-    scale, unit = next(((s, u) for s, u in _SECOND_UNITS if middle >= s), _SECOND_UNITS[-1])
+    index = next((i for i, (s, _) in enumerate(_SECOND_UNITS) if middle >= s), 2)
+    while index > 0 and known and known[-1] / _SECOND_UNITS[index][0] >= 10_000:
+        index -= 1
+    scale, unit = _SECOND_UNITS[index]
 
     def fmt(value: float | None) -> str:
         return "—" if value is None else f"{_significant(value / scale)} {unit}"
@@ -250,9 +254,10 @@ def bars_svg(
             f'data-source="{_e(row.source)}"><title>{_e(row.label)} ({_e(row.source)}): '
             f"{_e(formatter(value))}</title></rect>"
         )
+        mark = "≥ " if attribute == "step_seconds" and _lower_bound(row) else ""
         parts.append(
             f'<text x="{label_w + w + 4:.1f}" y="{y + 13}" font-size="12" '
-            f'fill="currentColor">{_e(formatter(value))}</text>'
+            f'fill="currentColor">{_e(mark + formatter(value))}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
