@@ -13,6 +13,7 @@ import io
 import json
 import os
 import re
+import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
@@ -125,6 +126,52 @@ def test_cli_new_takes_options_first(tmp_path: Path, cli) -> None:  # type: igno
     assert (tmp_path / "first.ipynb").read_text(encoding="utf-8") == template_text("migrate")
 
 
+# -- the install cell -------------------------------------------------------------------------
+
+# Runs a template's first code cell in a fresh IPython shell in which gpu2tpu and torch are
+# not installed (as on a new Colab runtime), with `%pip` recorded instead of run, and prints
+# what `%pip` was asked to do. argv: the cell's source, then "tpu" to show a TPU on the bus.
+FRESH_RUNTIME = """
+import glob, json, os, sys, tempfile
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
+for name in ("gpu2tpu", "torch", "torch_tpu"):
+    sys.modules[name] = None  # find_spec answers None: not installed
+if sys.argv[2] == "tpu":
+    vendor = os.path.join(tempfile.mkdtemp(), "vendor")
+    with open(vendor, "w") as fh:
+        fh.write("0x1ae0\\n")
+    real_glob = glob.glob
+    glob.glob = lambda pattern: [vendor] if pattern.endswith("/vendor") else real_glob(pattern)
+config = Config()
+config.HistoryManager.enabled = False
+ip = InteractiveShell.instance(config=config)
+asked = []
+ip.register_magic_function(lambda line: asked.append(line), "line", "pip")
+result = ip.run_cell(sys.argv[1])
+assert result.success, result.error_in_exec
+print(json.dumps(asked))
+"""
+
+
+@pytest.mark.parametrize("name", list(TEMPLATES))
+@pytest.mark.parametrize("tpu", [False, True], ids=["cpu", "tpu"])
+def test_template_starts_with_an_install_cell_for_a_fresh_runtime(name: str, tpu: bool) -> None:
+    nb = nbformat.reads(template_text(name), as_version=4)
+    first = next(c for c in nb.cells if c.cell_type == "code")
+    assert "%pip install" in first.source
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH_RUNTIME, first.source, "tpu" if tpu else "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    extras = "notebook,tpu" if tpu else "notebook"
+    assert json.loads(done.stdout.splitlines()[-1]) == [f'install --quiet "gpu2tpu[{extras}]"']
+    assert f"installing gpu2tpu[{extras}] (missing here: gpu2tpu, torch" in done.stdout
+
+
 # -- running them ---------------------------------------------------------------------------
 
 # A stand-in for a baseline file saved on a GPU machine (`result.save_baseline(path)` there):
@@ -228,7 +275,8 @@ def _ran(executed: Executed, name: str) -> tuple[nbformat.NotebookNode, Path]:
 @pytest.mark.slow
 def test_quickstart_template_runs_on_the_cpu(executed: Executed) -> None:
     quick, _ = _ran(executed, "tpu-quickstart")
-    assert "No TPU on this machine" in _text(_by_source(quick, "%pip install"))
+    installed = _text(_by_source(quick, "%pip install"))
+    assert "nothing to install" in installed and "no TPU on this machine" in installed
     assert "auto:" in _text(_by_source(quick, "%tpu_info"))  # the backend it would pick, and why
     epochs = _text(_by_source(quick, "for epoch")).splitlines()
     losses = [float(line.rsplit(" ", 1)[1]) for line in epochs]
