@@ -32,6 +32,17 @@ class Options:
     earlier cell); with `define_device=False` the rewrite never defines one itself.
     `target_torch` ("2.6") is the oldest torch the rewritten code must run on: a fix whose
     rule needs a newer torch is not applied but reported (see `torch_target`); None: any.
+    `withhold` lists fixes not to apply, as (rule code, first line, last line): the safety net
+    (net.py) reruns the rules with the fixes that broke a text withheld.
+
+    For callers that run texts one after another in one namespace (notebook cells, the
+    `%%tpu` magic):
+    `prior_imports` holds the source of import statements that ran before this text (earlier
+    cells): their names resolve like this text's own imports. `prior_names` are names already
+    bound there: a new variable never takes one. `reserved_names` are never used for new names
+    either. With `insert_statements=False` the rewrite adds no statement at all (no import, no
+    device line): a fix that needs a device variable uses `device_name` or is reported, and
+    the imports the new text needs come back in `Result.required_imports` for the caller to run.
     """
 
     select: tuple[str, ...] = ()
@@ -41,6 +52,15 @@ class Options:
     device_name: str | None = None
     define_device: bool = True
     target_torch: str | None = None
+    withhold: tuple[tuple[str, int, int], ...] = ()
+    prior_imports: tuple[str, ...] = ()
+    prior_names: frozenset[str] = frozenset()
+    reserved_names: frozenset[str] = frozenset()
+    insert_statements: bool = True
+
+    def withholds(self, code: str, line: int) -> bool:
+        """Whether the fix of rule `code` at `line` is withheld (`withhold`)."""
+        return any(c == code and a <= line <= b for c, a, b in self.withhold)
 
     def enabled(self, code: str) -> bool:
         """Whether a rule code is switched on: the longest matching prefix wins."""
@@ -81,7 +101,11 @@ class Finding:
 
 @dataclass(frozen=True)
 class Result:
-    """What `rewrite_source` returns: the new text, the edits in it, and what is left."""
+    """What `rewrite_source` returns: the new text, the edits in it, and what is left.
+
+    `withheld` are the findings (also in `findings`) whose fix the safety net held back because
+    the text with it did not verify (net.py); each message says why.
+    """
 
     new_text: str
     edits: tuple[Finding, ...] = ()
@@ -89,6 +113,9 @@ class Result:
     device_name: str | None = None
     device_defined: bool = False
     skipped: tuple[str, ...] = field(default=())
+    withheld: tuple[Finding, ...] = ()
+    # Import statements the new text needs but did not add (`Options.insert_statements=False`).
+    required_imports: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:

@@ -9,42 +9,18 @@ visited at all (docs/architecture.md explains the speed budget behind this).
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import ClassVar
 
 import libcst as cst
 
+from . import net
 from .analysis.flow import FlowRecorder
-from .analysis.placement import leading_imports_end
+from .analysis.placement import device_line_after, device_line_blocked, leading_imports_end
 from .model import Options, Result
+from .parsing import Prepared, SourceError, parse_module, prepare
 from .rules.base import Rule, RuleContext, finalize, rules_for
 
-
-class SourceError(ValueError):
-    """The text is not Python that libcst can parse; carries a one-line reason."""
-
-    def __init__(self, reason: str, line: int | None = None, col: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.line = line
-        self.col = col
-
-
-_ERROR_AT = re.compile(r"error at (\d+):(\d+):?")
-
-
-def parse_module(text: str) -> cst.Module:
-    try:
-        return cst.parse_module(text)
-    except cst.ParserSyntaxError as err:
-        first = str(err.message).strip().splitlines()[0] if err.message else "invalid syntax"
-        # libcst's raw_line can point past the error; its message names the real place.
-        at = _ERROR_AT.search(first)
-        line, col = (int(at[1]), int(at[2]) + 1) if at else (err.raw_line, err.raw_column + 1)
-        first = _ERROR_AT.sub("", first).removeprefix("parser error: ").strip(" :")
-        raise SourceError(f"syntax error: {first}", line, col) from None
-    except RecursionError:
-        raise SourceError("too deeply nested for the parser") from None
+__all__ = ["SourceError", "parse_module", "prefilter_tokens", "rewrite_source"]
 
 
 def prefilter_tokens(options: Options) -> tuple[bytes, ...]:
@@ -59,15 +35,36 @@ def rewrite_source(text: str, options: Options | None = None) -> Result:
     """Rewrite one module's text; raise `SourceError` when it does not parse.
 
     With `options.fix` False (the `check` mode) nothing is transformed: the rules only decide,
-    and the result lists what would be fixed.
+    and the result lists what would be fixed. A changed text is verified before it is returned
+    (net.py): it compiles, and names nothing undefined and nothing before its binding that the
+    original did not; the fixes that break it are withheld and reported (`Result.withheld`).
+    Python's parser reads the text before libcst does (parsing.py): what it rejects is a
+    `SourceError`, and statements too deep for libcst are kept away from it.
     """
     options = options or Options()
     data = text.encode("utf-8", "surrogatepass")
     selected = [r for r in rules_for(options) if any(t in data for t in r.tokens)]
     if not selected:
         return Result(text, (), (), options.device_name, False)
-    module = parse_module(text)
-    ctx = RuleContext(text, options, module)
+    tokens = {t.decode("utf-8", "surrogateescape") for r in selected for t in r.tokens}
+    prepared = prepare(text, tokens)
+    first = _attempt(prepared, selected, options)
+    if not options.fix or (first.text is text and first.problem is None):
+        return first.result
+
+    def rerun(withhold: tuple[tuple[str, int, int], ...]) -> net.Attempt:
+        return _attempt(prepared, selected, dataclasses.replace(options, withhold=withhold))
+
+    known = (options.device_name,) if options.device_name else ()
+    return net.verified(text, first, rerun, _top_level_spans(prepared), known)
+
+
+def _attempt(prepared: Prepared, selected: list[type[Rule]], options: Options) -> net.Attempt:
+    """One run of the rules over the parsed text, and the text their fixes make."""
+    text = prepared.original
+    module = prepared.module
+    assert module is not None
+    ctx = RuleContext(prepared.text, options, module)
     ctx.index_statements()
     _module_imports(module, ctx)
     rules: list[Rule] = [rule(ctx) for rule in selected]
@@ -77,32 +74,72 @@ def rewrite_source(text: str, options: Options | None = None) -> Result:
     ctx.decide_device_name()
     if not ctx.fixes or not options.fix:
         _, findings = finalize(ctx)
-        return Result(text, (), tuple(findings), ctx.device_name_or_none(), False)
-    new_module = module.visit(_ApplyFixes(ctx))
-    new_module = _define_device(new_module, ctx)
-    new_text = new_module.code
+        return net.Attempt(text, Result(text, (), tuple(findings), ctx.device_name_or_none()))
+    failed: list[tuple[object, Exception]] = []
+    for key, entries in ctx.fixes.items():
+        ctx.fixes[key] = [(_guarded(fix, pending, failed), pending) for fix, pending in entries]
+    try:
+        new_module = module.visit(_ApplyFixes(ctx))
+        new_module = _define_device(new_module, ctx)
+        new_text, moved = prepared.restore(new_module.code)
+    except Exception as err:  # a fix that raises is withheld like one that breaks the text
+        edits, findings = finalize(ctx)
+        pending, cause = failed[0] if failed else (None, err)
+        culprit = (pending.rule.code, pending.line, pending.col) if pending is not None else None
+        problem = net.Problem("fix-error", 0, detail=f"{type(cause).__name__}: {cause}")
+        result = Result(text, tuple(edits), tuple(findings), ctx.device_name_or_none())
+        return net.Attempt(text, result, problem=problem, culprit=culprit)
+    if text.endswith("\r") and not new_text.endswith(("\r", "\n")):
+        new_text += "\r"  # libcst drops the last newline of a file that ends lines with CR
     edits, findings = finalize(ctx)
+    if moved:
+        result = Result(text, tuple(edits), tuple(findings), ctx.device_name_or_none())
+        return net.Attempt(text, result, problem=net.Problem("held", moved))
     if new_text == text:
-        return Result(text, (), tuple(findings), ctx.device_name_or_none(), False)
-    return Result(
-        new_text, tuple(edits), tuple(findings), ctx.device_name_or_none(), ctx.device_defined
+        return net.Attempt(text, Result(text, (), tuple(findings), ctx.device_name_or_none()))
+    device_keys = frozenset(
+        (p.rule.code, p.line, p.col) for p in ctx.pending if p.fixed and p.uses_device
     )
+    result = Result(
+        new_text,
+        tuple(edits),
+        tuple(findings),
+        ctx.device_name_or_none(),
+        ctx.device_defined,
+        required_imports=tuple(ctx.required_imports),
+    )
+    return net.Attempt(new_text, result, device_keys)
+
+
+def _guarded(fix, pending, failed):  # type: ignore[no-untyped-def]
+    """`fix`, recording which fix raised (the transformer's traceback does not say)."""
+
+    def run(node):  # type: ignore[no-untyped-def]
+        try:
+            return fix(node)
+        except Exception as err:
+            failed.append((pending, err))
+            raise
+
+    return run
+
+
+def _top_level_spans(prepared: Prepared) -> list[tuple[int, int]]:
+    """First and last line of each top-level statement of the original (decorators included)."""
+    spans = []
+    for stmt in prepared.tree.body:
+        first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
+        spans.append((first, stmt.end_lineno or stmt.lineno))
+    return spans
 
 
 def _module_imports(module: cst.Module, ctx: RuleContext) -> None:
-    """Imports at module level (also inside top-level try/if) and torch's module alias."""
-    stack: list[cst.CSTNode] = list(module.body)
-    while stack:
-        stmt = stack.pop(0)
-        if isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if not isinstance(small, cst.Import | cst.ImportFrom):
-                    continue
-                ctx.add_import(small)
-                if isinstance(small, cst.Import):
-                    ctx.import_table.note_torch(small)
-        elif isinstance(stmt, cst.Try | cst.If):
-            stack[0:0] = list(stmt.body.body)
+    """The module-wide facts the rules need before the traversal, from the whole text with
+    Python's own parser: imports and scopes (`ctx.names`), and whether a device line may go
+    into this module at all (`ctx.device_line_blocked`)."""
+    del module  # the facts come from the text, not from the libcst tree
+    _ = ctx.names
+    ctx.device_line_blocked = device_line_blocked(ctx.tree, ctx.source)
 
 
 def _statements_to_visit(ctx: RuleContext, rules: list[type[Rule]]) -> set[int] | None:
@@ -191,18 +228,27 @@ class _Dispatch:
                 return
         node_type = type(node)
         name = node_type.__name__
-        if parent is not None and parent is not ctx.module and name in ("Import", "ImportFrom"):
-            ctx.add_import(node)  # type: ignore[arg-type]
         for fn in self.visit_fns.get(name, ()):
             fn(node)
         kinds = self.kinds
+        # The scopes the walk is in, for names asked about before their parents are recorded
+        # (a rule visiting a call asks about its function): a body enters its function's,
+        # class's or lambda's scope, a comprehension is one as a whole.
+        scope = _SCOPE_KINDS.get(name)
+        if scope == "comp":
+            ctx.scope_stack.append((scope, node))
         for field in self._child_fields(node_type):
             value = getattr(node, field)
             kind = kinds.get(type(value))
             if kind is None:
                 kind = self._kind(type(value))
             if kind == _NODE:
-                self._walk(value, node)
+                if scope is not None and field == "body" and scope != "comp":
+                    ctx.scope_stack.append((scope, node))
+                    self._walk(value, node)
+                    ctx.scope_stack.pop()
+                else:
+                    self._walk(value, node)
             elif kind == _SEQUENCE:
                 for item in value:
                     item_kind = kinds.get(type(item))
@@ -210,6 +256,8 @@ class _Dispatch:
                         item_kind = self._kind(type(item))
                     if item_kind == _NODE:
                         self._walk(item, node)
+        if scope == "comp":
+            ctx.scope_stack.pop()
         for fn in self.leave_fns.get(name, ()):
             fn(node)
 
@@ -227,6 +275,15 @@ class _Dispatch:
 
 
 _SKIP, _NODE, _SEQUENCE = 0, 1, 2
+_SCOPE_KINDS = {
+    "FunctionDef": "def",
+    "ClassDef": "class",
+    "Lambda": "lambda",
+    "ListComp": "comp",
+    "SetComp": "comp",
+    "DictComp": "comp",
+    "GeneratorExp": "comp",
+}
 
 
 # Nodes that are layout, not code: never descended into unless a rule visits their type.
@@ -257,39 +314,63 @@ _TRIVIA: tuple[type, ...] = (
 
 
 class _ApplyFixes(cst.CSTTransformer):
-    """Apply every registered fix at its node, innermost first, in one pass."""
+    """Apply every registered fix at its node, innermost first, in one pass.
+
+    It also remembers what became of each top-level statement (`new_top`, by its index in the
+    original module), so that new statements can be placed relative to the original ones.
+    """
 
     def __init__(self, ctx: RuleContext) -> None:
         super().__init__()
+        self.ctx = ctx
         self.fixes = ctx.fixes
         self.blank = cst.Module(body=[])
+        self.top = ctx.statement_index()
+        self.new_top: dict[int, object] = ctx.rewritten_statements
 
     def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
         fixes = self.fixes.get(id(original_node))
         if fixes is None:
-            return super().on_leave(original_node, updated_node)
-        node = super().on_leave(original_node, updated_node)
-        for fix, pending in fixes:
-            node = fix(node)
-            if pending is not None and isinstance(node, cst.CSTNode):
-                pending.after.append(self.blank.code_for_node(node))
+            node = super().on_leave(original_node, updated_node)
+        else:
+            node = super().on_leave(original_node, updated_node)
+            for fix, pending in fixes:
+                # Names the fix spells (torch's) are chosen for where its finding is.
+                self.ctx.fix_site = pending.node if pending is not None else original_node
+                node = fix(node)
+                if pending is not None and isinstance(node, cst.CSTNode):
+                    pending.after.append(self.blank.code_for_node(node))
+            self.ctx.fix_site = None
+        index = self.top.get(id(original_node))
+        if index is not None:
+            self.new_top[index] = node
         return node
 
 
 def _define_device(module: cst.Module, ctx: RuleContext) -> cst.Module:
-    """Insert `import torch` and the device definition after the leading imports, if needed."""
+    """Insert `import torch` and the device definition where the module's start-up is done.
+
+    The place comes from the original text (`placement.device_line_after`): after the start-up
+    block of imports and environment set-up, after the last import of torch and after the last
+    top-level statement that sets a CUDA start-up variable. It is mapped to the rewritten
+    module through what became of each original statement. A module whose torch may be None (`torch = None` when the import
+    fails) gets a device line that is None there too.
+    """
+    if not (ctx.device_defined or ctx.needs_torch_import):
+        return module
     body = list(module.body)
-    insert_at = leading_imports_end(module)
+    insert_at = _new_index(module, ctx)
     new: list[cst.BaseStatement] = []
     if ctx.device_defined:
         expr = cst.Module(body=[]).code_for_node(ctx.device_expression())
+        torch = ctx.torch_alias
+        if torch is not None and torch in ctx.names.optional:
+            expr = f"({expr}) if {torch} is not None else None"
         definition = cst.parse_statement(f"{ctx.device_name()} = {expr}\n")
         spaced = insert_at or ctx.needs_torch_import
         new.append(definition.with_changes(leading_lines=[cst.EmptyLine()] if spaced else []))
     if ctx.needs_torch_import:
         new.insert(0, cst.parse_statement("import torch\n"))
-    if not new:
-        return module
     if insert_at < len(body) and insert_at > 0 and ctx.device_defined:
         nxt = body[insert_at]
         if not nxt.leading_lines:  # type: ignore[union-attr]
@@ -298,3 +379,26 @@ def _define_device(module: cst.Module, ctx: RuleContext) -> cst.Module:
         nxt = body[0]
         body[0] = nxt.with_changes(leading_lines=[cst.EmptyLine(), *nxt.leading_lines])  # type: ignore[union-attr]
     return module.with_changes(body=[*body[:insert_at], *new, *body[insert_at:]])
+
+
+def _new_index(module: cst.Module, ctx: RuleContext) -> int:
+    """Where, in the rewritten module's body, the new statements go."""
+    original = ctx.module
+    assert original is not None
+    tree = ctx.tree
+    spans = ctx.statement_spans()
+    if tree is None or spans is None:
+        return leading_imports_end(module)
+    count = device_line_after(tree)
+    if count == 0:
+        return 0
+    last_line = tree.body[count - 1].end_lineno or tree.body[count - 1].lineno
+    k = next((i + 1 for i, (_, last) in enumerate(spans) if last >= last_line), len(spans))
+    positions = {id(stmt): i for i, stmt in enumerate(module.body)}
+    for j in range(k - 1, -1, -1):
+        node = ctx.rewritten_statements.get(j, original.body[j])
+        if isinstance(node, cst.FlattenSentinel):
+            node = node.nodes[-1] if node.nodes else None
+        if isinstance(node, cst.CSTNode) and id(node) in positions:
+            return positions[id(node)] + 1
+    return 0

@@ -6,11 +6,12 @@ uses it, and must not move the module's own start-up order around.
 
 from __future__ import annotations
 
+import ast
 import sys
 
 import libcst as cst
 
-from .names import full_name
+from .names import full_name, statements
 
 
 def is_import_line(stmt: cst.BaseStatement) -> bool:
@@ -118,3 +119,142 @@ def imports_module(module: cst.Module, name: str) -> bool:
             ):
                 return True
     return False
+
+
+# -- the device line, from the whole text with Python's own parser --------------------------
+
+# Variables CUDA reads once, when it starts (the first `is_available()` or device count): set
+# after the device line has asked for the accelerator, they no longer take effect.
+CUDA_START_ENV = frozenset(
+    {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"}
+)
+_ENV_CALLS = frozenset({"setdefault", "update", "putenv", "__setitem__", "pop"})
+_SYS_PATH_CALLS = frozenset({"insert", "append", "extend", "remove"})
+_WARNINGS_CALLS = frozenset({"filterwarnings", "simplefilter", "resetwarnings"})
+
+
+def _dotted(node: ast.AST) -> str:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+def _is_environ(node: ast.AST) -> bool:
+    return _dotted(node) in ("os.environ", "environ")
+
+
+def sets_environment(stmt: ast.AST) -> bool:
+    """`os.environ[k] = v`, `os.environ.setdefault(...)`, `os.putenv(...)` and the like."""
+    if isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        return any(isinstance(t, ast.Subscript) and _is_environ(t.value) for t in targets)
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func = stmt.value.func
+        if isinstance(func, ast.Attribute) and func.attr in _ENV_CALLS:
+            return _is_environ(func.value) or _dotted(func) == "os.putenv"
+    return False
+
+
+def _edits_sys_path(stmt: ast.AST) -> bool:
+    if isinstance(stmt, ast.Assign | ast.AugAssign):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        return any(_dotted(t) == "sys.path" for t in targets)
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func = stmt.value.func
+        if isinstance(func, ast.Attribute):
+            if func.attr in _SYS_PATH_CALLS and _dotted(func.value) == "sys.path":
+                return True
+            if func.attr in _WARNINGS_CALLS and _dotted(func.value) == "warnings":
+                return True
+            if _dotted(func) == "site.addsitedir":
+                return True
+    return False
+
+
+def sets_cuda_start_env(stmt: ast.AST) -> str | None:
+    """The CUDA start-up variable (`CUDA_VISIBLE_DEVICES`, ...) a statement sets, if any."""
+    if not sets_environment(stmt):
+        return None
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Constant) and node.value in CUDA_START_ENV:
+            return node.value  # type: ignore[return-value]
+    return None
+
+
+def _is_setup(stmt: ast.AST, first: bool) -> bool:
+    """A statement of the module's start-up block: docstring, imports, environment and
+    `sys.path` set-up, warnings filters, and `try`/`if` blocks of those."""
+    if first and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+        return isinstance(stmt.value.value, str)
+    if isinstance(stmt, ast.Import | ast.ImportFrom | ast.Pass):
+        return True
+    if sets_environment(stmt) or _edits_sys_path(stmt):
+        return True
+    if isinstance(stmt, ast.Try):
+        return bool(stmt.body) and all(_is_setup(s, False) for s in stmt.body)
+    if isinstance(stmt, ast.If):
+        return all(_is_setup(s, False) for s in (*stmt.body, *stmt.orelse))
+    return False
+
+
+def _imports_torch(stmt: ast.AST) -> bool:
+    if isinstance(stmt, ast.Import):
+        return any(a.name.split(".")[0] == "torch" for a in stmt.names)
+    if isinstance(stmt, ast.ImportFrom):
+        return not stmt.level and (stmt.module or "").split(".")[0] == "torch"
+    if isinstance(stmt, ast.Try | ast.If | ast.With):
+        return any(_imports_torch(s) for s in stmt.body)
+    return False
+
+
+def setup_block_end(tree: ast.Module) -> int:
+    """How many top-level statements make the module's start-up block: docstring, imports,
+    and the environment, `sys.path` and warnings set-up between them."""
+    lead = 0
+    for i, stmt in enumerate(tree.body):
+        if not _is_setup(stmt, i == 0):
+            break
+        lead = i + 1
+    return lead
+
+
+def device_line_after(tree: ast.Module) -> int:
+    """How many of the module's top-level statements (Python's own count) come before the
+    device line: the start-up block, the last statement that imports torch, and the last
+    top-level statement that sets a CUDA start-up variable, whichever ends last."""
+    after = setup_block_end(tree)
+    for i, stmt in enumerate(tree.body):
+        if _imports_torch(stmt) or sets_cuda_start_env(stmt):
+            after = max(after, i + 1)
+    return after
+
+
+def device_line_blocked(tree: ast.Module | None, source: str) -> str | None:
+    """Why this module cannot take a module-level device line, or None.
+
+    The device line asks for the accelerator when the module is imported, which starts CUDA;
+    a CUDA start-up variable set later (in a function, or in a block after the module's
+    start-up block) would then no longer take effect.
+    """
+    if tree is None or not any(name in source for name in CUDA_START_ENV):
+        return None
+    lead = setup_block_end(tree)
+    for i, top in enumerate(tree.body):
+        if i < lead or not hasattr(top, "body"):
+            continue  # the start-up block, and simple statements: the line goes after them
+        for stmt, path, _ in statements([top]):
+            name = sets_cuda_start_env(stmt)
+            if name is None:
+                continue
+            line = stmt.lineno  # type: ignore[attr-defined]
+            where = f"in `{path[-1]}()`" if path else "in a block"
+            return (
+                f"`{name}` is set {where} at line {line}, after a module-level device line "
+                "would have started CUDA"
+            )
+    return None

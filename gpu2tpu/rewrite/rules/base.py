@@ -14,6 +14,7 @@ this one, never another rule module.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from libcst.metadata.position_provider import PositionProvidingCodegenState
 from ..analysis import names
 from ..analysis.flow import FlowFacts
 from ..analysis.literals import code_for
-from ..analysis.names import ImportTable, variable_names
+from ..analysis.names import ModuleNames, enclosing_scopes, variable_names
 from ..model import Finding, Options, Safety, Severity
 
 Fix = Callable[[cst.CSTNode], cst.CSTNode]
@@ -80,9 +81,15 @@ class RuleContext:
         self.options = options
         self.source = source
         self.module = module
-        self.import_table = ImportTable()
+        self._tree: ast.Module | None | bool = None
+        self._module_names: ModuleNames | None = None
         self.parents: dict[int, cst.CSTNode] = {}
         self.qualified_cache: dict[int, str | None] = {}
+        self.defined_attributes: dict[str, bool] = {}
+        # The scopes the engine's traversal is in now, outermost first (analysis/names.py).
+        self.scope_stack: list[tuple[str, cst.CSTNode]] = []
+        # The original node whose fix is being applied (set by the engine while fixes run).
+        self.fix_site: cst.CSTNode | None = None
         # Per block, the statements a fix removes, as (code, occurrence among equal lines).
         self.removals: dict[int, list[tuple[str, int]]] = {}
         self._flow: FlowFacts | None = None
@@ -99,6 +106,13 @@ class RuleContext:
         self.adopted_kind: str = "device"  # "device" (torch.device) or "str"
         self.device_use_lines: list[int] = []
         self.needs_torch_import = False
+        # Import statements the new text needs but may not add (`insert_statements=False`).
+        self.required_imports: list[str] = []
+        # Why the module may not get a device line of its own (a fix needing one is then
+        # reported); None when it may.
+        self.device_line_blocked: str | None = None
+        # What each top-level statement became once the fixes ran, by its original index.
+        self.rewritten_statements: dict[int, object] = {}
         self._device_name: str | None = None
         self.device_defined = False
         self._noqa = self._noqa_lines(source)
@@ -107,18 +121,37 @@ class RuleContext:
     # -- questions about the tree -------------------------------------------------------------
 
     @property
+    def tree(self) -> ast.Module | None:
+        """The text as Python's own parser sees it (C speed; None if it does not parse)."""
+        if self._tree is None:
+            try:
+                self._tree = ast.parse(self.source)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                self._tree = False
+        return self._tree or None
+
+    @property
+    def names(self) -> ModuleNames:
+        """The module's imports and scopes (analysis/names.py), from the whole text."""
+        if self._module_names is None:
+            self._module_names = ModuleNames(self.source, self.tree, self.options.prior_imports)
+        return self._module_names
+
+    @property
     def imports(self) -> dict[str, str]:
-        """Local name -> qualified name, from the import statements seen so far."""
-        return self.import_table.imports
+        """Every name some import binds (any scope) -> its qualified name: a cheap filter."""
+        return self.names.imports
 
     @property
     def torch_alias(self) -> str | None:
-        """The module-level name of torch (`import torch [as X]`), if it imports torch."""
-        return self.import_table.torch_alias
+        """The module-level name of torch (`import torch [as X]`, or an earlier cell's)."""
+        return self.names.module_torch()
 
-    def add_import(self, node: cst.Import | cst.ImportFrom) -> None:
-        """Record the names an import statement binds (at any depth: scopes are not tracked)."""
-        self.import_table.add(node)
+    def binds_in_scopes(self, name: str, node: cst.CSTNode) -> bool:
+        """Whether a function, lambda or comprehension around `node` binds `name` itself, so a
+        use of `name` there does not reach the module-level variable."""
+        scopes = enclosing_scopes(self, node)
+        return bool(scopes) and self.names.binds_in_scopes(name, scopes, self)
 
     def qualified_name(self, node: cst.CSTNode) -> str | None:
         """`torch.cuda.synchronize` for `T.cuda.synchronize` after `import torch as T`."""
@@ -199,14 +232,12 @@ class RuleContext:
         if self._spans is False:
             return None
         if self._spans is None:
-            import ast
-
             assert self.module is not None
-            try:
-                body = ast.parse(self.source).body
-            except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = self.tree
+            if tree is None:
                 self._spans = False
                 return None
+            body = tree.body
             spans: list[tuple[int, int]] = []
             previous_end = -1
             for stmt in body:
@@ -222,6 +253,15 @@ class RuleContext:
                 return None
             self._spans = spans
         return self._spans  # type: ignore[return-value]
+
+    def statement_index(self) -> dict[int, int]:
+        """Original top-level statement id -> its index in the module's body."""
+        return self._stmt_index
+
+    def statement_spans(self) -> list[tuple[int, int]] | None:
+        """(first, last) line of each top-level statement, as libcst groups them; None when
+        Python's parser and libcst do not agree on the statements."""
+        return self._statement_spans()
 
     def index_statements(self) -> None:
         assert self.module is not None
@@ -290,10 +330,48 @@ class RuleContext:
     # -- names the fixes refer to ------------------------------------------------------------
 
     def torch_name(self) -> str:
+        """The name for torch where the current fix goes: the module's own, else a local
+        `import torch as th` in scope there; `torch`, imported by the rewrite, when there is
+        none."""
+        site = self.fix_site
+        if site is not None and self.torch_alias is None:
+            local = self.names.torch_in_scopes(enclosing_scopes(self, site), self)
+            if local is not None:
+                return local
         if self.torch_alias is None:
-            self.needs_torch_import = True
+            if self.options.insert_statements:
+                self.needs_torch_import = True
+            elif "import torch" not in self.required_imports:
+                self.required_imports.append("import torch")
             return "torch"
         return self.torch_alias
+
+    def device_unavailable(self) -> str | None:
+        """Why a fix that needs the module's device variable cannot have one, or None.
+
+        The variable is the caller's (`Options.device_name`), the module's own (an adopted
+        idiom variable already seen), or a new device line, which may be impossible.
+        """
+        if self.options.device_name or self.adopted_device is not None:
+            return None
+        if not self.options.insert_statements:
+            return "no device variable is given and no statement may be added here"
+        return self.device_line_blocked
+
+    def shadowed_at(self, node: cst.CSTNode) -> str | None:
+        """A name a fix at `node` would emit that means something else there (a parameter or
+        local variable named like torch's alias or the caller's device variable), or None."""
+        torch = self.torch_alias or "torch"
+        scopes = enclosing_scopes(self, node)
+        if not scopes:
+            return None
+        if self.names.resolve(torch, scopes, self) != "torch":
+            if self.torch_alias is not None or self.names.torch_in_scopes(scopes, self) is None:
+                return torch
+        given = self.options.device_name
+        if given and self.names.binds_in_scopes(given, scopes, self):
+            return given
+        return None
 
     def torch_attr(self, dotted: str) -> cst.BaseExpression:
         """`torch.<dotted>` through the module's own alias for torch."""
@@ -330,16 +408,18 @@ class RuleContext:
         return cst.parse_expression(expr)
 
     def name_in_use(self, name: str) -> bool:
-        """Whether `name` is a variable anywhere in the text (attributes and keywords aside)."""
+        """Whether `name` is taken: a variable anywhere in the text (attributes and keywords
+        aside), a name the caller says is bound already or reserved."""
+        options = self.options
+        if name in options.prior_names or name in options.reserved_names:
+            return True
         if name not in self.source:
             return False
         if self._names is None:
-            import ast
-
-            try:
-                self._names = variable_names(ast.parse(self.source))
-            except (SyntaxError, ValueError, RecursionError):
+            tree = self.tree
+            if tree is None:
                 return True
+            self._names = variable_names(tree)
         return name in self._names
 
     def device_name_or_none(self) -> str | None:
@@ -358,13 +438,25 @@ class RuleContext:
             self._device_name = self.options.device_name
             return
         first_use = min(self.device_use_lines, default=None)
-        if self.adopted_device and (first_use is None or self.adopted_device[1] <= first_use):
+        if (
+            self.adopted_device
+            and (first_use is None or self.adopted_device[1] <= first_use)
+            and not any(
+                self.binds_in_scopes(self.adopted_device[0], p.node)
+                for p in self.pending
+                if p.fixed and p.uses_device
+            )
+        ):
             self._device_name = self.adopted_device[0]
             return
         for candidate in (*DEVICE_NAMES, *(f"device_{i}" for i in range(2, 100))):
             if not self.name_in_use(candidate):
                 self._device_name = candidate
-                self.device_defined = bool(self.device_use_lines) and self.options.define_device
+                self.device_defined = (
+                    bool(self.device_use_lines)
+                    and self.options.define_device
+                    and self.options.insert_statements
+                )
                 return
         raise RuntimeError("no free name for the device variable")
 
@@ -447,14 +539,22 @@ class Rule(cst.BatchableCSTVisitor):
 
         Returns whether the fix will be applied to the text.
         """
-        if id(node) in self.ctx.claimed:
+        ctx = self.ctx
+        if id(node) in ctx.claimed:
             return False
         can_fix = fix is not None and self.safety is not Safety.REPORT
+        if can_fix:
+            blocked = self._fix_blocked(node, uses_device)
+            if blocked:
+                can_fix = False
+                hint = f"{hint if hint is not None else self.hint}; not fixed: {blocked}"
         apply = (
             can_fix
             and self.ctx.options.fix
             and (self.safety is Safety.SAFE or self.ctx.options.unsafe_fixes)
         )
+        if apply and self.ctx.options.withhold:  # the safety net's rerun (net.py)
+            apply = not self.ctx.options.withholds(self.code, self.ctx.position(node)[0])
         pending = _Pending(
             rule=type(self),
             node=node,
@@ -470,6 +570,18 @@ class Rule(cst.BatchableCSTVisitor):
             assert fix is not None
             self.ctx.fixes.setdefault(id(node), []).append((fix, pending))
         return bool(apply)
+
+    def _fix_blocked(self, node: cst.CSTNode, uses_device: bool) -> str | None:
+        """Why a fix at `node` may not be applied although its rule has one, or None."""
+        ctx = self.ctx
+        if uses_device:
+            reason = ctx.device_unavailable()
+            if reason:
+                return reason
+        shadowed = ctx.shadowed_at(node)
+        if shadowed:
+            return f"`{shadowed}` means something else here"
+        return None
 
 
 def finalize(ctx: RuleContext) -> tuple[list[Finding], list[Finding]]:

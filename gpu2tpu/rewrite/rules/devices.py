@@ -8,6 +8,7 @@ import libcst as cst
 
 from ..analysis.edits import guarded_line, sole_statement, without_args
 from ..analysis.literals import attribute_named, cuda_literal, is_call_to_attr, string_value
+from ..analysis.names import defines_attribute, is_store
 from ..model import Safety, Severity
 from .base import Rule
 
@@ -279,7 +280,7 @@ class _CudaRuntimeCall(Rule):
         fixed = self.report(node, fix=fix)
         stmt = sole_statement(self, node) if self.guard else None
         if stmt is not None and fixed:
-            # The guard belongs to the same edit: `# noqa` on the line drops both.
+            # The guard belongs to the same edit: a noqa comment on the line drops both.
             pending = self.ctx.pending[-1]
             self.ctx.fixes.setdefault(id(stmt), []).append((self._guard, pending))
 
@@ -433,7 +434,14 @@ class TensorIsCuda(Rule):
     tokens = (b"is_cuda",)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value != "is_cuda":
+        if node.attr.value != "is_cuda" or is_store(self.ctx, node):
+            return  # `self.is_cuda = ...` sets an attribute of the user's own
+        if defines_attribute(self.ctx, "is_cuda"):
+            self.report(
+                node,
+                hint="this module gives objects an `is_cuda` of its own: check whether this "
+                "one is a tensor's, and use `x.device.type == \"cuda\"` or the module's device",
+            )
             return
         parent = self.parent(node)
         wrap = isinstance(

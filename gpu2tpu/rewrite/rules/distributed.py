@@ -165,7 +165,7 @@ class NcclBackend(Rule):
         if module is not None:
             prefix: str | None = self.code_for(module)
         else:  # the module's own name for torch.distributed (`dist`), if it has one
-            prefix = module_level_alias(ctx.module, "torch.distributed")
+            prefix = module_level_alias(ctx, "torch.distributed")
 
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
             if prefix is not None:

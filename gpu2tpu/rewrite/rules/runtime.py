@@ -24,7 +24,7 @@ from ..analysis.edits import (
 )
 from ..analysis.literals import attribute_named, is_name, string_value
 from ..analysis.names import is_reference_end, matches, qualified
-from ..analysis.placement import add_stdlib_import, imports_module
+from ..analysis.placement import add_stdlib_import
 from ..analysis.torch_api import MEMORY_TOOLING, cuda_member
 from ..model import Safety, Severity
 from .base import Rule, RuleContext
@@ -170,9 +170,12 @@ class CudaEventTiming(Rule):
             if self._apply(plan):
                 needs_import = True
         if needs_import and not self._time_imported(original_node):
-            self.ctx.fixes.setdefault(id(original_node), []).append(
-                (partial(add_stdlib_import, name="time"), None)
-            )
+            if self.ctx.options.insert_statements:
+                self.ctx.fixes.setdefault(id(original_node), []).append(
+                    (partial(add_stdlib_import, name="time"), None)
+                )
+            else:
+                self.ctx.required_imports.append("import time")
 
     def _plan(self, call: cst.Call, module: cst.Module) -> _EventPlan:
         plan = _EventPlan(call=call)
@@ -198,6 +201,9 @@ class CudaEventTiming(Rule):
             return plan
         target = assign.targets[0].target
         assert isinstance(target, cst.Name)
+        if self.ctx.binds_in_scopes("time", call):
+            plan.problem = "`time` means something else where the event is"
+            return plan
         scope = self._scope_of(line, module)
         if scope is None:
             plan.problem = "the event is a class attribute"
@@ -273,10 +279,10 @@ class CudaEventTiming(Rule):
             if not plan.problem and not plan.records:
                 plan.problem = f"`{plan.name}` is never recorded"
 
-    @staticmethod
-    def _time_imported(module: cst.Module) -> bool:
-        """Whether the module imports `time` (as itself) at its top level."""
-        return imports_module(module, "time")
+    def _time_imported(self, module: cst.Module) -> bool:
+        """Whether `time` is the time module at the module's level (imported there, or by
+        code that ran before this text)."""
+        return self.ctx.names.module_binding("time") == "time"
 
     def _time_problem(self, module: cst.Module) -> str:
         if self._time_imported(module):

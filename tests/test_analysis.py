@@ -1,0 +1,168 @@
+"""The analysis layer and the options for callers that run texts one after another.
+
+Fixtures (tests/fixtures/rules/) show what the rules make of whole files; these tests pin the
+layer's own answers (scopes, load/store, placement) and the notebook-caller API of
+`Options`: `prior_imports`, `prior_names`, `reserved_names`, `insert_statements` and
+`Result.required_imports`.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from gpu2tpu.rewrite.analysis.placement import (
+    device_line_after,
+    device_line_blocked,
+    setup_block_end,
+)
+from gpu2tpu.rewrite.model import Options
+from gpu2tpu.rewrite.source import rewrite_source
+
+# -- names and scopes ------------------------------------------------------------------------
+
+
+def fixed_codes(text: str, options: Options | None = None) -> list[str]:
+    return [f.code for f in rewrite_source(text, options).edits]
+
+
+def test_a_local_import_binds_only_its_function() -> None:
+    text = (
+        "def a():\n    from torch import cuda\n    return cuda.device_count()\n\n\n"
+        "def b(cuda):\n    return cuda.device_count()\n"
+    )
+    result = rewrite_source(text)
+    assert [f.line for f in result.edits] == [3]
+    assert "return cuda.device_count()" in result.new_text.split("def b")[1]
+
+
+def test_a_parameter_named_torch_is_not_torch() -> None:
+    text = "import torch\n\n\ndef f(torch):\n    return torch.cuda.is_available()\n"
+    assert rewrite_source(text).new_text == text
+
+
+def test_a_class_body_does_not_enclose_its_methods() -> None:
+    text = (
+        "import torch\n\n\nclass K:\n    torch = None\n\n    def m(self):\n"
+        "        return torch.cuda.is_available()\n"
+    )
+    assert fixed_codes(text) == ["G2T104"]
+
+
+def test_global_reaches_the_module_binding() -> None:
+    text = "import torch\n\n\ndef f():\n    global torch\n    return torch.cuda.is_available()\n"
+    assert fixed_codes(text) == ["G2T104"]
+
+
+def test_a_fix_inside_a_function_uses_its_local_torch_alias() -> None:
+    text = "def f():\n    import torch as th\n\n    return th.cuda.device_count()\n"
+    result = rewrite_source(text)
+    assert "th.accelerator.device_count()" in result.new_text
+    assert "import torch\n" not in result.new_text  # no module-level import was needed
+
+
+def test_a_lambda_parameter_shadows() -> None:
+    text = "import torch\n\nf = lambda torch: torch.cuda.is_available()\n"
+    assert rewrite_source(text).new_text == text
+
+
+def test_calls_in_a_chain_are_not_flattened_into_a_name() -> None:
+    """`torch.cuda.get_device_properties(0).total_memory` is an attribute of a call's result,
+    not a name `torch.cuda.get_device_properties.total_memory`."""
+    text = "import torch\n\nmem = torch.cuda.get_device_properties(0).total_memory\n"
+    codes = [f.code for f in rewrite_source(text).all]
+    assert codes == ["G2T313"]
+
+
+# -- placement -------------------------------------------------------------------------------
+
+
+def test_the_start_up_block_runs_through_environment_and_path_set_up() -> None:
+    tree = ast.parse(
+        '"""Doc."""\nimport os\nos.environ["A"] = "1"\nimport sys\nsys.path.insert(0, ".")\n'
+        "import warnings\nwarnings.simplefilter('ignore')\nimport torch\nx = 1\n"
+    )
+    assert setup_block_end(tree) == 8
+
+
+def test_the_device_line_follows_a_late_torch_import_and_cuda_environment() -> None:
+    tree = ast.parse(
+        "import argparse\nargs = 1\nimport torch\nimport os\n"
+        "os.environ['CUDA_VISIBLE_DEVICES'] = '0'\nprint(args)\n"
+    )
+    assert device_line_after(tree) == 5
+
+
+def test_cuda_environment_set_in_a_function_blocks_the_device_line() -> None:
+    text = "import os\n\n\ndef main():\n    os.environ['CUDA_VISIBLE_DEVICES'] = '1'\n"
+    reason = device_line_blocked(ast.parse(text), text)
+    assert reason is not None and "main()" in reason and "CUDA_VISIBLE_DEVICES" in reason
+    harmless = "import os\n\n\ndef main():\n    return os.environ.get('CUDA_VISIBLE_DEVICES')\n"
+    assert device_line_blocked(ast.parse(harmless), harmless) is None
+
+
+# -- options for notebook callers ------------------------------------------------------------
+
+
+def test_prior_imports_resolve_like_the_texts_own() -> None:
+    cell = "with amp_autocast():\n    y = model(x)\n"
+    options = Options(
+        prior_imports=("import torch as T", "from torch.cuda.amp import autocast as amp_autocast"),
+        device_name="device",
+    )
+    result = rewrite_source(cell, options)
+    assert result.new_text.startswith("with T.amp.autocast(device_type=device.type):")
+    assert "import" not in result.new_text
+
+
+def test_the_texts_own_binding_wins_over_a_prior_import() -> None:
+    cell = "cuda = object()\ncuda.synchronize()\n"
+    options = Options(prior_imports=("from torch import cuda",), device_name="device")
+    assert rewrite_source(cell, options).new_text == cell
+
+
+@pytest.mark.parametrize("field", ["prior_names", "reserved_names"])
+def test_new_variables_never_take_prior_or_reserved_names(field: str) -> None:
+    text = "import torch\n\nx = torch.ones(2).cuda()\n"
+    result = rewrite_source(text, Options(**{field: frozenset({"device"})}))
+    assert result.device_name == "accel_device"
+    assert "accel_device = torch.accelerator" in result.new_text
+
+
+def test_without_statements_a_device_fix_needs_the_callers_device() -> None:
+    text = "y = x.cuda()\n"
+    result = rewrite_source(text, Options(insert_statements=False))
+    assert result.new_text == text
+    (finding,) = result.findings
+    assert finding.code == "G2T101" and not finding.fixed
+    assert "no statement may be added" in finding.hint
+    given = rewrite_source(text, Options(insert_statements=False, device_name="dev"))
+    assert given.new_text == "y = x.to(dev)\n"
+    assert not given.device_defined
+
+
+def test_without_statements_imports_come_back_as_required() -> None:
+    text = "n = torch.cuda.device_count()\n"
+    result = rewrite_source(text, Options(insert_statements=False))
+    assert result.new_text == "n = torch.accelerator.device_count()\n"
+    assert result.required_imports == ("import torch",)
+    inserted = rewrite_source(text)
+    assert inserted.new_text.startswith("import torch\n")
+    assert inserted.required_imports == ()
+
+
+def test_without_statements_the_time_import_comes_back_as_required() -> None:
+    text = (
+        "import torch\n\n\ndef timed(step):\n"
+        "    start = torch.cuda.Event(enable_timing=True)\n"
+        "    end = torch.cuda.Event(enable_timing=True)\n"
+        "    start.record()\n    step()\n    end.record()\n"
+        "    return start.elapsed_time(end)\n"
+    )
+    result = rewrite_source(text, Options(insert_statements=False))
+    assert "time.perf_counter()" in result.new_text
+    assert "import time" not in result.new_text
+    assert result.required_imports == ("import time",)
+    prior = rewrite_source(text, Options(insert_statements=False, prior_imports=("import time",)))
+    assert prior.required_imports == ()
