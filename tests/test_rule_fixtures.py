@@ -91,3 +91,86 @@ def test_rule_modules_import_only_the_analysis_layer_and_the_base() -> None:
                 if path.name == "base.py" and target == "..":
                     continue  # the registry loads the rule modules by package
                 raise AssertionError(f"{path.name} imports {target}: only {sorted(allowed)}")
+
+
+# Namespaces whose calls the rewrite emits; each call in a fixture's output must bind to the
+# installed torch's real signature (positional-only devices, keyword-only device types).
+EMITTED = ("torch.accelerator.", "torch.amp.", "torch.distributed.", "torch.profiler.",
+           "torch.nn.attention.", "torch.get_device_module", "torch.set_float32_matmul_precision",
+           "torch.device", "torch.manual_seed", "torch.seed", "torch.get_rng_state",
+           "torch.set_rng_state")  # fmt: skip
+
+
+def _torch_calls(tree: ast.Module) -> list[tuple[str, ast.Call]]:
+    """(qualified name, call) for calls to torch names, through the file's imports."""
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    aliases[alias.asname] = alias.name
+                else:
+                    aliases[alias.name.split(".")[0]] = alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        parts: list[str] = []
+        func = node.func
+        while isinstance(func, ast.Attribute):
+            parts.append(func.attr)
+            func = func.value
+        if not isinstance(func, ast.Name) or func.id not in aliases:
+            continue
+        name = ".".join([aliases[func.id], *reversed(parts)])
+        if name.startswith(EMITTED):
+            found.append((name, node))
+    return found
+
+
+def _resolve(name: str) -> object | None:
+    import importlib
+
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return None
+        return obj
+    return None
+
+
+def test_every_emitted_call_binds_to_the_installed_torchs_signature() -> None:
+    import inspect
+
+    checked = 0
+    for out in sorted(FIXTURES.glob("*.out.py")):
+        tree = ast.parse(out.read_text())
+        for name, call in _torch_calls(tree):
+            target = _resolve(name)
+            assert target is not None, f"{out.name}:{call.lineno}: {name} does not exist"
+            try:
+                signature = inspect.signature(target)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                continue  # a C function without a signature (torch.device, manual_seed)
+            if any(isinstance(a, ast.Starred) for a in call.args) or any(
+                k.arg is None for k in call.keywords
+            ):
+                continue
+            args = [object()] * len(call.args)
+            kwargs = {k.arg: object() for k in call.keywords if k.arg}
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as err:
+                raise AssertionError(f"{out.name}:{call.lineno}: {name}{signature}: {err}") from None
+            checked += 1
+    assert checked >= 40, checked  # the fixtures emit many such calls: the test sees them

@@ -185,6 +185,7 @@ class _Dispatch:
                 return
         node_type = type(node)
         name = node_type.__name__
+        ctx.visiting = node
         for fn in self.visit_fns.get(name, ()):
             fn(node)
         kinds = self.kinds

@@ -150,6 +150,28 @@ def needs_parentheses(rule: Rule, node: cst.CSTNode) -> bool:
     return not isinstance(rule.parent(node), _BARE_OK)
 
 
+# Parents in which a comparison put in place of a node needs parentheses (it binds less
+# tightly than they do, or would chain with them).
+_TIGHTER_THAN_COMPARISON = (
+    cst.Comparison,
+    cst.ComparisonTarget,
+    cst.BinaryOperation,
+    cst.Attribute,
+    cst.Subscript,
+    cst.Await,
+)
+
+
+def comparison_needs_parentheses(rule: Rule, node: cst.CSTNode) -> bool:
+    """Whether a comparison put in place of `node` must carry its own parentheses."""
+    parent = rule.parent(node)
+    if isinstance(parent, _TIGHTER_THAN_COMPARISON):
+        return True
+    if isinstance(parent, cst.UnaryOperation):
+        return True  # `not (a == b)` reads as meant
+    return isinstance(parent, cst.Call) and parent.func is node
+
+
 def parenthesized(expr: cst.BaseExpression, needed: bool = True) -> cst.BaseExpression:
     if not needed or expr.lpar:
         return expr
@@ -193,11 +215,19 @@ def statement_call(line: cst.CSTNode) -> cst.Call:
 
 
 def guarded_line(
-    ctx: RuleContext, line: cst.SimpleStatementLine, small: cst.BaseSmallStatement
+    ctx: RuleContext,
+    line: cst.SimpleStatementLine,
+    small: cst.BaseSmallStatement,
+    test: cst.BaseExpression | None = None,
 ) -> cst.If:
-    """`if torch.accelerator.is_available(): <small>` on one line, in place of `line`."""
-    body = cst.SimpleStatementSuite(body=[small], trailing_whitespace=line.trailing_whitespace)
-    return cst.If(test=accelerator_available(ctx), body=body, leading_lines=line.leading_lines)
+    """`if torch.accelerator.is_available():` (or `if <test>:`) with `small` indented on the
+    next line, in place of `line`: one statement per line, the line's comment kept on it."""
+    inner = cst.SimpleStatementLine(body=[small], trailing_whitespace=line.trailing_whitespace)
+    return cst.If(
+        test=test if test is not None else accelerator_available(ctx),
+        body=cst.IndentedBlock(body=[inner]),
+        leading_lines=line.leading_lines,
+    )
 
 
 def move_fix_to(rule: Rule, node: cst.CSTNode, target: cst.CSTNode) -> None:
@@ -317,3 +347,41 @@ def drop_imported_names(names: frozenset[str]) -> Fix:
         return updated.with_changes(names=kept)
 
     return fix
+
+
+# -- device strings --------------------------------------------------------------------------
+
+
+def indexed_device_string(ctx: RuleContext, node: cst.CSTNode) -> cst.BaseExpression:
+    """The string for a CUDA device string with an index, on the module's device type:
+    `"cuda:1"` -> `f"{device.type}:1"`, `f"cuda:{rank}"` -> `f"{device.type}:{rank}"`,
+    `"cuda:{}".format(i)` -> `"{}:{}".format(device.type, i)`. On CUDA each is the original
+    string."""
+    kind = ctx.device_type()
+    if isinstance(node, cst.FormattedString):
+        first, *rest = node.parts
+        assert isinstance(first, cst.FormattedStringText)
+        parts = [cst.FormattedStringExpression(kind), cst.FormattedStringText(":"), *rest]
+        return node.with_changes(parts=parts)
+    if isinstance(node, cst.Call):
+        func = node.func
+        assert isinstance(func, cst.Attribute) and isinstance(func.value, cst.SimpleString)
+        quote = func.value.quote
+        template = cst.SimpleString(f"{func.value.prefix}{quote}{{}}:{{}}{quote}")
+        args = [
+            cst.Arg(kind, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+            *node.args,
+        ]
+        return node.with_changes(func=func.with_changes(value=template), args=args)
+    assert isinstance(node, cst.SimpleString)
+    index = node.evaluated_value.partition(":")[2]  # type: ignore[union-attr]
+    quote = node.quote
+    prefix = node.prefix.replace("r", "").replace("R", "")
+    return cst.FormattedString(
+        parts=[
+            cst.FormattedStringExpression(kind),
+            cst.FormattedStringText(f":{index}"),
+        ],
+        start=f"f{prefix}{quote}",
+        end=quote,
+    )

@@ -348,6 +348,10 @@ class FlowFacts:
     def _scope_of(self, node: cst.CSTNode) -> int:
         """The function, class or lambda around `node`; else the module (also for nodes in
         top-level statements the traversal skipped, which have no recorded parents)."""
+        if self.parent(node) is None and node is not self.ctx.module and self._scopes:
+            # Not reached by the traversal yet (a part of the node a rule is visiting): it is
+            # in the scope the traversal is in.
+            return self._scopes[-1]
         for parent, _child in self._ancestors(node):
             if isinstance(parent, (*_SCOPE_BOUNDARIES, cst.Module)):
                 return id(parent)

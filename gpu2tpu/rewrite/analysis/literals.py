@@ -108,3 +108,31 @@ def attribute_named(node: cst.CSTNode, *names: str) -> bool:
 def is_call_to_attr(node: cst.CSTNode, *names: str) -> bool:
     """`<anything>.name(...)` for one of `names`."""
     return isinstance(node, cst.Call) and attribute_named(node.func, *names)
+
+
+def literal_index(node: cst.CSTNode) -> str | None:
+    """The digits of a non-negative integer literal (`1`), else None."""
+    if isinstance(node, cst.Integer) and node.value.isdigit():
+        return node.value
+    return None
+
+
+def cuda_string_index(node: cst.CSTNode) -> str | None:
+    """`"1"` for the literal `"cuda:1"`, `""` for `"cuda"`; None for anything else."""
+    value = string_value(node)
+    if value is None or not CUDA_STRING.match(value):
+        return None
+    return value.partition(":")[2]
+
+
+def cuda_format_call(node: cst.CSTNode) -> cst.Call | None:
+    """`"cuda:{}".format(i)`: a device string built with `str.format`."""
+    if not (isinstance(node, cst.Call) and attribute_named(node.func, "format")):
+        return None
+    receiver = node.func.value  # type: ignore[attr-defined]
+    value = string_value(receiver)
+    if not isinstance(receiver, cst.SimpleString) or value not in ("cuda:{}", "cuda:{0}"):
+        return None
+    if len(node.args) != 1 or node.args[0].keyword is not None or node.args[0].star:
+        return None
+    return node

@@ -116,6 +116,8 @@ class ModuleNames:
         self._scope_imports: dict[ScopeKey, dict[str, str]] = {}
         self._tables: dict[tuple[str, ...], list[symtable.SymbolTable]] = {}
         self._top: symtable.SymbolTable | None = None
+        self._tree = tree
+        self._kernels: frozenset[str] | None = None
         for text in prior_imports:
             self._add_prior(text)
         if tree is None:
@@ -141,6 +143,25 @@ class ModuleNames:
             return
         self._index(self._top, ())
         self.optional = frozenset(n for n in self.module_imports if self.bound_at_module(n))
+
+    @property
+    def triton_kernels(self) -> frozenset[str]:
+        """Names of the module's functions decorated `@triton.jit` (or `autotune`,
+        `heuristics`): calls to them run only on GPUs."""
+        if self._kernels is None:
+            found = set()
+            for stmt, _, _ in statements(self._tree.body if self._tree is not None else ()):
+                if not isinstance(stmt, ast.FunctionDef):
+                    continue
+                for deco in stmt.decorator_list:
+                    target = deco.func if isinstance(deco, ast.Call) else deco
+                    dotted = _ast_dotted(target)
+                    head = dotted.split(".")[0]
+                    full = self.module_imports.get(head, head) + dotted[len(head) :]
+                    if full.split(".")[0] == "triton":
+                        found.add(stmt.name)
+            self._kernels = frozenset(found)
+        return self._kernels
 
     def _add_prior(self, text: str) -> None:
         """Imports that ran before this text (a notebook's earlier cells)."""
@@ -327,6 +348,17 @@ class ModuleNames:
         assert isinstance(node, cst.FunctionDef | cst.ClassDef)
         line = ctx.position(node.name)[0]
         return next((t for t in tables if t.get_lineno() == line), tables[0])
+
+
+def _ast_dotted(node: ast.AST) -> str:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
 
 
 def param_names(params: cst.Parameters) -> set[str]:
@@ -535,3 +567,26 @@ def _defines_attribute(tree: ast.Module | None, name: str) -> bool:
                 if any(isinstance(t, ast.Name) and t.id == name for t in targets):
                     return True
     return False
+
+
+def caller_names(
+    device_name: str | None,
+    prior_imports: Iterable[str],
+    prior_names: Iterable[str],
+    required_imports: Iterable[str],
+) -> frozenset[str]:
+    """The names a caller binds around a rewritten text (`Options.device_name`,
+    `prior_imports`, `prior_names`, and the `Result.required_imports` it is to run): a
+    verifier counts them as defined."""
+    found = set(prior_names)
+    if device_name:
+        found.add(device_name)
+    for text in (*prior_imports, *required_imports):
+        try:
+            body = ast.parse(text).body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for stmt in body:
+            if isinstance(stmt, ast.Import | ast.ImportFrom):
+                found.update(local for local, _ in import_bindings(stmt))
+    return frozenset(found)

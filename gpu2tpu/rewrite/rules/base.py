@@ -25,6 +25,7 @@ from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvide
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from ..analysis import names
+from ..analysis.branches import in_compat_fallback
 from ..analysis.flow import FlowFacts
 from ..analysis.literals import code_for
 from ..analysis.names import ModuleNames, enclosing_scopes, variable_names
@@ -88,6 +89,8 @@ class RuleContext:
         self.defined_attributes: dict[str, bool] = {}
         # The scopes the engine's traversal is in now, outermost first (analysis/names.py).
         self.scope_stack: list[tuple[str, cst.CSTNode]] = []
+        # The node the engine's traversal is visiting now (its parents are recorded).
+        self.visiting: cst.CSTNode | None = None
         # The original node whose fix is being applied (set by the engine while fixes run).
         self.fix_site: cst.CSTNode | None = None
         # Per block, the statements a fix removes, as (code, occurrence among equal lines).
@@ -399,6 +402,23 @@ class RuleContext:
             and self.adopted_kind == "str"
         )
 
+    def indexed_device(self, index: str | cst.BaseExpression) -> cst.Call:
+        """`torch.device(device.type, <index>)`: the device with that index on the module's
+        device type (`cuda:<index>` on CUDA)."""
+        value = cst.Integer(index) if isinstance(index, str) else index
+        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        return cst.Call(
+            func=self.torch_attr("device"),
+            args=[cst.Arg(self.device_type(), comma=comma), cst.Arg(value)],
+        )
+
+    def current_device(self, known: bool = False) -> cst.BaseExpression:
+        """The module's device; where a branch has just found an accelerator (`known`), the
+        accelerator itself, with no CPU fallback."""
+        if known:
+            return cst.parse_expression(f"{self.torch_name()}.accelerator.current_accelerator()")
+        return self.device()
+
     def device_expression(self, kind: str = "device") -> cst.BaseExpression:
         """The checked accelerator expression, as a torch.device or as its type string."""
         t = self.torch_name()
@@ -542,6 +562,8 @@ class Rule(cst.BatchableCSTVisitor):
         ctx = self.ctx
         if id(node) in ctx.claimed:
             return False
+        if in_compat_fallback(ctx, node):
+            return False  # the fallback for a torch without the new API: left alone
         can_fix = fix is not None and self.safety is not Safety.REPORT
         if can_fix:
             blocked = self._fix_blocked(node, uses_device)

@@ -1,23 +1,50 @@
-"""G2T1xx: device placement. Code that names CUDA where it means "the accelerator"."""
+"""G2T1xx: device placement. Code that names CUDA where it means "the accelerator".
+
+Every fix here does on an NVIDIA GPU exactly what the original did: a device index is kept
+(`"cuda:1"` becomes `f"{device.type}:1"`, which is `"cuda:1"` on CUDA), an argument that
+cannot be carried over is reported, and a test that guards code only CUDA can run is not
+widened to every accelerator.
+"""
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 
-from ..analysis.edits import guarded_line, sole_statement, without_args
-from ..analysis.literals import attribute_named, cuda_literal, is_call_to_attr, string_value
+from ..analysis.branches import (
+    accelerator_known,
+    conjuncts,
+    cuda_only_use,
+    device_branch,
+    guarded_region,
+)
+from ..analysis.edits import (
+    as_positional,
+    comparison_needs_parentheses,
+    find_arg,
+    guarded_line,
+    indexed_device_string,
+    keyword,
+    parenthesized,
+    sole_statement,
+    unpacks,
+)
+from ..analysis.literals import (
+    attribute_named,
+    cuda_format_call,
+    cuda_literal,
+    cuda_string_index,
+    is_call_to_attr,
+    is_name,
+    literal_index,
+    short,
+    string_value,
+)
 from ..analysis.names import defines_attribute, is_store
 from ..model import Safety, Severity
 from .base import Rule
 
 DEVICE_KWARGS = frozenset({"device", "map_location", "output_device"})
-# CUDA APIs no rule rewrites: a guard around them must stay CUDA's own.
-_CUDA_ONLY = re.compile(
-    r"cuda\.(get_device_name|get_device_properties|get_device_capability|get_arch_list|"
-    r"Stream|stream|CUDAGraph|graph|make_graphed_callables|nvtx|ipc_collect|jiterator)\b"
-)
+STORAGE_METHODS = frozenset({"storage", "untyped_storage", "_typed_storage", "_untyped_storage"})
 
 
 def _is_torch_device_call(rule: Rule, node: cst.CSTNode) -> bool:
@@ -28,63 +55,123 @@ class CudaMethod(Rule):
     """`.cuda()` moves a tensor or module to an NVIDIA GPU.
 
     Why: the call fails on TPUs and on machines without CUDA. `.to(device)` with the module's
-    device runs anywhere. A device index is dropped: the module's device is the process's own
-    accelerator (`torch.accelerator.set_device_index` selects it on CUDA; a TPU process owns
-    one chip, `tpu:0`).
+    device runs anywhere and is `.cuda()` on CUDA. Every argument is kept: a literal index
+    becomes `torch.device(device.type, i)` (`cuda:i` on CUDA), `non_blocking` (also given by
+    position) and `memory_format` become keywords of `.to`. An index that is not a literal is
+    reported: `.cuda(i)` accepts an int, a string or a device, and `-1` (what `get_device()`
+    gives for a CPU tensor) means the current device, which `torch.device` does not accept.
+    Storages (`x.untyped_storage().cuda()`) are reported: `UntypedStorage.to` takes keywords
+    only. A module that defines its own `cuda` method has its `self.cuda()` calls reported.
 
     Example:
-        model.cuda()               ->  model.to(device)
-        x.cuda(non_blocking=True)  ->  x.to(device, non_blocking=True)
-        x.cuda(local_rank)         ->  x.to(device)
+        model.cuda()                  ->  model.to(device)
+        x.cuda(non_blocking=True)     ->  x.to(device, non_blocking=True)
+        x.cuda(1, True)               ->  x.to(torch.device(device.type, 1), non_blocking=True)
+        x.cuda(local_rank)            # reported: keep the index on CUDA, by hand
     """
 
     code = "G2T101"
     name = "cuda-method"
     safety = Safety.SAFE
-    message = "`.cuda()` ties the value to NVIDIA GPUs; use the module's device"
+    message = "`{call}` ties the value to NVIDIA GPUs; use the module's device"
     hint = "use `.to(device)`"
 
     def visit_Call(self, node: cst.Call) -> None:
         if not is_call_to_attr(node, "cuda"):
             return
-        value = node.func.value  # type: ignore[attr-defined]
-        if isinstance(value, cst.Name | cst.Attribute) and self.qualified_names(value):
+        receiver = node.func.value  # type: ignore[attr-defined]
+        if isinstance(receiver, cst.Name | cst.Attribute) and self.qualified_names(receiver):
             return  # `<imported module or class>.cuda(...)`, not a tensor or module method
-        if any(a.star for a in node.args):
-            self.report(node, hint="unpacked arguments to `.cuda()`: move to `.to(device)` by hand")
+        message = self.message.format(call=short(node, 50))
+        if unpacks(node):
+            self.report(node, message, hint="unpacked arguments to `.cuda()`: move by hand")
             return
+        if self._is_storage(receiver):
+            self.report(
+                node,
+                message,
+                hint="a storage: keep `.cuda()` for CUDA, or `.to(device=device)` (keywords only)",
+            )
+            return
+        if self._own_method(receiver):
+            self.report(
+                node, message, hint="this module defines its own `cuda` method: decide by hand"
+            )
+            return
+        device = find_arg(node, "device", 0)
+        non_blocking = find_arg(node, "non_blocking", 1)
+        known = {id(a) for a in (device, non_blocking) if a is not None}
+        others = [a for a in node.args if id(a) not in known]
+        if any(a.keyword is None or a.keyword.value != "memory_format" for a in others):
+            self.report(node, message, hint="arguments `.to` does not take: move by hand")
+            return
+        index = None
+        if device is not None and not is_name(device.value, "None"):
+            index = literal_index(device.value)
+            if index is None:
+                self.report(
+                    node,
+                    message,
+                    hint="keep the index on CUDA: `.to(torch.device(device.type, i))` when `i` "
+                    "is a non-negative int; a TPU process owns only index 0",
+                )
+                return
         ctx = self.ctx
 
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
             assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
-            rest = without_args(updated, drop_positional=True, drop=frozenset({"device"}))
-            dev = cst.Arg(
-                ctx.device(),
-                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-                if rest
-                else cst.MaybeSentinel.DEFAULT,
+            target = ctx.indexed_device(index) if index is not None else ctx.device()
+            args = [cst.Arg(target)]
+            new_blocking = find_arg(updated, "non_blocking", 1)
+            if new_blocking is not None:
+                args.append(keyword("non_blocking", new_blocking.value))
+            args.extend(
+                keyword("memory_format", a.value)
+                for a in updated.args
+                if a.keyword is not None and a.keyword.value == "memory_format"
             )
+            spaced = [
+                a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                for a in args[:-1]
+            ]
             return updated.with_changes(
-                func=updated.func.with_changes(attr=cst.Name("to")), args=[dev, *rest]
+                func=updated.func.with_changes(attr=cst.Name("to")), args=[*spaced, args[-1]]
             )
 
-        self.report(node, fix=fix, uses_device=True)
+        self.report(node, message, fix=fix, uses_device=True)
+
+    def _is_storage(self, receiver: cst.CSTNode) -> bool:
+        if isinstance(receiver, cst.Call) and attribute_named(receiver.func, *STORAGE_METHODS):
+            return True
+        name = receiver.attr.value if isinstance(receiver, cst.Attribute) else None
+        if isinstance(receiver, cst.Name):
+            name = receiver.value
+        return name is not None and "storage" in name.lower()
+
+    def _own_method(self, receiver: cst.CSTNode) -> bool:
+        if not defines_attribute(self.ctx, "cuda"):
+            return False
+        if isinstance(receiver, cst.Name) and receiver.value in ("self", "cls"):
+            return True
+        return isinstance(receiver, cst.Call) and is_name(receiver.func, "super")
 
 
 class CudaDeviceString(Rule):
-    """A device string such as `'cuda'`, `'cuda:0'` or `f'cuda:{rank}'`.
+    """A device string such as `'cuda'`, `'cuda:1'`, `f'cuda:{rank}'` or `"cuda:{}".format(i)`.
 
-    Why: the string names NVIDIA GPUs; on a TPU (or any other accelerator) it fails. The
-    module's device variable names whatever accelerator the process has. Covered places:
-    `device=`, `map_location=` and `output_device=` arguments of any call (tensor factories,
-    `torch.load`, `torch.Generator`, ...), the first argument of `.to(...)`, and
-    `torch.device(...)` itself.
+    Why: the string names NVIDIA GPUs; on a TPU (or any other accelerator) it fails. `'cuda'`
+    becomes the module's device variable (inside a branch that has just found an
+    accelerator, `torch.accelerator.current_accelerator()`); a string with an index keeps the
+    index on the module's device type (`f"{device.type}:1"` is `"cuda:1"` on CUDA), and
+    `torch.device("cuda", i)` keeps `i`. Covered places: `device=`, `map_location=` and
+    `output_device=` arguments of any call (tensor factories, `torch.load`,
+    `torch.Generator`, ...), the first argument of `.to(...)`, and `torch.device(...)` itself.
 
     Example:
         torch.zeros(3, device="cuda")           ->  torch.zeros(3, device=device)
-        x.to("cuda:0")                          ->  x.to(device)
-        torch.device(f"cuda:{rank}")            ->  device
-        torch.load(p, map_location="cuda")      ->  torch.load(p, map_location=device)
+        x.to("cuda:1")                          ->  x.to(f"{device.type}:1")
+        torch.device("cuda", rank)              ->  torch.device(device.type, rank)
+        torch.load(p, map_location=f"cuda:{r}") ->  torch.load(p, map_location=f"{device.type}:{r}")
     """
 
     code = "G2T102"
@@ -95,32 +182,71 @@ class CudaDeviceString(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         if _is_torch_device_call(self, node):
-            args = [
-                a for a in node.args if a.keyword is None or a.keyword.value in ("type", "index")
-            ]
-            if args and cuda_literal(args[0].value) and len(args) <= 2:
-                parent = self.parent(node)
-                if isinstance(parent, cst.Call) and _is_torch_device_call(self, parent):
-                    return
-                self._report_literal(node, args[0].value, whole=True)
+            self._torch_device(node)
             return
         if attribute_named(node.func, "to") and node.args:
             first = node.args[0]
-            if first.keyword is None and not first.star and cuda_literal(first.value):
-                self._report_literal(first.value, first.value)
+            if first.keyword is None and not first.star and self._is_cuda_string(first.value):
+                self._replace(first.value)
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value in DEVICE_KWARGS:
-                if cuda_literal(arg.value):
-                    self._report_literal(arg.value, arg.value)
+                if self._is_cuda_string(arg.value):
+                    self._replace(arg.value)
 
-    def _report_literal(self, node: cst.CSTNode, literal: cst.CSTNode, whole: bool = False) -> None:
-        value = self.code_for(literal)
-        self.report(
-            node,
-            self.message.format(value=f"`{value}`"),
-            fix=lambda updated: self.ctx.device(),
-            uses_device=True,
-        )
+    @staticmethod
+    def _is_cuda_string(node: cst.CSTNode) -> bool:
+        return cuda_literal(node) or cuda_format_call(node) is not None
+
+    def _torch_device(self, node: cst.Call) -> None:
+        parent = self.parent(node)
+        if isinstance(parent, cst.Call) and _is_torch_device_call(self, parent):
+            return
+        if unpacks(node):
+            return
+        first = find_arg(node, "type", 0)
+        if first is None or not self._is_cuda_string(first.value):
+            return
+        index = find_arg(node, "index", 1)
+        literal = first.value
+        message = self.message.format(value=f"`{self.code_for(literal)}`")
+        if index is not None:
+            # torch.device("cuda", i) -> torch.device(device.type, i)
+            if cuda_string_index(literal) == "":
+                ctx = self.ctx
+                self.report(
+                    literal, message, fix=lambda updated: ctx.device_type(), uses_device=True
+                )
+            return
+        if cuda_string_index(literal) == "":
+            # torch.device("cuda") -> the device itself
+            ctx = self.ctx
+            known = accelerator_known(ctx, node)
+            self.report(
+                node,
+                message,
+                fix=lambda updated: ctx.current_device(known),
+                uses_device=not known,
+            )
+            return
+        self._replace(literal)
+
+    def _replace(self, literal: cst.CSTNode) -> None:
+        ctx = self.ctx
+        message = self.message.format(value=f"`{self.code_for(literal)}`")
+        if cuda_string_index(literal) == "":
+            known = accelerator_known(ctx, literal)
+            self.report(
+                literal,
+                message,
+                fix=lambda updated: ctx.current_device(known),
+                uses_device=not known,
+            )
+            return
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            return indexed_device_string(ctx, updated)
+
+        self.report(literal, message, fix=fix, uses_device=True)
 
 
 def _idiom_parts(rule: Rule, node: cst.CSTNode) -> str | None:
@@ -152,6 +278,66 @@ def _idiom_parts(rule: Rule, node: cst.CSTNode) -> str | None:
     return None
 
 
+def _availability_conjunct(rule: Rule, test: cst.BaseExpression) -> int | None:
+    """For `a and torch.cuda.is_available() and b`, the position of the availability call
+    among the `and` chain's parts (None unless exactly one, in a chain of two or more)."""
+    parts = list(conjuncts(test))
+    found = [i for i, p in enumerate(parts) if rule.matches_name(p, "torch.cuda.is_available")]
+    if len(parts) < 2 or len(found) != 1:
+        return None
+    return found[0]
+
+
+def _branch_kind(rule: Rule, expr: cst.BaseExpression, want_cuda: bool) -> str | None:
+    """`"str"` for the string `"cuda"` (or `"cpu"`), `"device"` for `torch.device` of one."""
+    if isinstance(expr, cst.Call) and _is_torch_device_call(rule, expr) and len(expr.args) == 1:
+        return "device" if _branch_kind(rule, expr.args[0].value, want_cuda) == "str" else None
+    if want_cuda and cuda_string_index(expr) == "":
+        return "str"
+    if not want_cuda and string_value(expr) == "cpu":
+        return "str"
+    return None
+
+
+def _negated_disjunct(rule: Rule, test: cst.BaseExpression) -> int | None:
+    """For `a or not torch.cuda.is_available()`, the position of the negated availability
+    call among the `or` chain's parts (None unless exactly one, in a chain of two or more)."""
+    parts = _disjuncts(test)
+    found = [
+        i
+        for i, p in enumerate(parts)
+        if isinstance(p, cst.UnaryOperation)
+        and isinstance(p.operator, cst.Not)
+        and rule.matches_name(p.expression, "torch.cuda.is_available")
+    ]
+    if len(parts) < 2 or len(found) != 1:
+        return None
+    return found[0]
+
+
+def _disjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
+        return [*_disjuncts(test.left), *_disjuncts(test.right)]
+    return [test]
+
+
+def _replace_conjunct(
+    test: cst.BaseExpression, index: int, new: cst.BaseExpression, and_chain: bool = True
+) -> cst.BaseExpression:
+    """`test` with the `index`-th part of its `and` (or `or`) chain replaced by `new`."""
+    counter = [0]
+    operator = cst.And if and_chain else cst.Or
+
+    def walk(node: cst.BaseExpression) -> cst.BaseExpression:
+        if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, operator):
+            return node.with_changes(left=walk(node.left), right=walk(node.right))
+        here = counter[0]
+        counter[0] += 1
+        return new.with_changes(lpar=node.lpar, rpar=node.rpar) if here == index else node
+
+    return walk(test)
+
+
 class CudaDeviceIdiom(Rule):
     """The idiom `'cuda' if torch.cuda.is_available() else 'cpu'` and its variants.
 
@@ -159,19 +345,23 @@ class CudaDeviceIdiom(Rule):
     accelerator (`current_accelerator(check_available=True)`) picks CUDA, TPU, MPS, XPU or the
     CPU. A module-level variable built by the idiom becomes the module's device variable and
     keeps its kind: a string stays a string (`.type`), a `torch.device` stays a device.
-    A plain `device = 'cuda'` configuration at module level counts too.
+    A plain `device = 'cuda'` configuration at module level counts too (`'cuda:0'` keeps its
+    index). With more conditions (`'cuda' if use_gpu and torch.cuda.is_available() else
+    'cpu'`) the whole choice is rewritten at once, the test and the device together, and the
+    variable is not adopted: the user's condition may pick the CPU where `.cuda()` did not.
+    Inside a branch that has just found an accelerator there is no CPU fallback.
 
     Example:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         ->  device = (torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")).type
-        dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        ->  dev = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")
+        dev = torch.device("cuda" if use_gpu and torch.cuda.is_available() else "cpu")
+        ->  dev = torch.device(torch.accelerator.current_accelerator().type if use_gpu and torch.accelerator.is_available() else "cpu")
     """
 
     code = "G2T103"
     name = "cuda-device-idiom"
     safety = Safety.SAFE
-    message = "`'cuda' if torch.cuda.is_available() else 'cpu'` knows only CUDA and the CPU"
+    message = "`{idiom}` knows only CUDA and the CPU"
     hint = "use `torch.accelerator.current_accelerator(check_available=True)`"
 
     def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
@@ -199,11 +389,69 @@ class CudaDeviceIdiom(Rule):
     def visit_IfExp(self, node: cst.IfExp) -> None:
         kind = _idiom_parts(self, node)
         if kind is None:
+            self._conjoined(node)
             return
         parent = self.parent(self.parent(node) or node)
         if isinstance(parent, cst.Call) and _is_torch_device_call(self, parent):
             return  # handled as a whole by visit_Call
         self._fix(node, kind)
+
+    def _conjoined(self, node: cst.IfExp) -> None:
+        """`'cuda' if cond and torch.cuda.is_available() else 'cpu'` (and `'cpu' if cond or
+        not torch.cuda.is_available() else 'cuda'`): all of it, or none of it."""
+        cuda_in_body = _branch_kind(self, node.body, True)
+        cuda_in_else = _branch_kind(self, node.orelse, True)
+        kind = cuda_in_body or cuda_in_else
+        other = node.orelse if cuda_in_body else node.body
+        if kind is None or _branch_kind(self, other, False) != kind:
+            return
+        if not self._mentions_availability(node.test):
+            return
+        ctx = self.ctx
+        ctx.claim(node)  # no rule rewrites a part of the choice on its own
+        if cuda_in_body:
+            index = _availability_conjunct(self, node.test)
+        else:
+            index = _negated_disjunct(self, node.test)
+        message = self.message.format(idiom=short(node, 60))
+        if index is None:
+            self.report(
+                node,
+                message,
+                hint="rewrite the choice as a whole: the device "
+                "(`torch.accelerator.current_accelerator()`) with its test "
+                "(`torch.accelerator.is_available()`)",
+            )
+            return
+        body_side = bool(cuda_in_body)
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(updated, cst.IfExp)
+            available: cst.BaseExpression = cst.Call(
+                func=ctx.torch_attr("accelerator.is_available")
+            )
+            if not body_side:
+                available = cst.UnaryOperation(operator=cst.Not(), expression=available)
+            accelerator = ctx.current_device(known=True)
+            if kind == "str":
+                accelerator = cst.Attribute(value=accelerator, attr=cst.Name("type"))
+            test = _replace_conjunct(updated.test, index, available, and_chain=body_side)
+            if body_side:
+                return updated.with_changes(test=test, body=accelerator)
+            return updated.with_changes(test=test, orelse=accelerator)
+
+        self.report(node, message, fix=fix)
+
+    def _mentions_availability(self, test: cst.BaseExpression) -> bool:
+        stack: list[cst.CSTNode] = [test]
+        while stack:
+            current = stack.pop()
+            if isinstance(current, cst.Call) and self.matches_name(
+                current, "torch.cuda.is_available"
+            ):
+                return True
+            stack.extend(current.children)
+        return False
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) != 1:
@@ -218,8 +466,8 @@ class CudaDeviceIdiom(Rule):
                 kind = "device"
         if kind is None and "device" in target.value.lower() and cuda_literal(value):
             assignment = f"`{target.value} = {self.code_for(value)}`"
-            literal = string_value(value) or ""
-            if isinstance(value, cst.FormattedString) or literal not in ("cuda", "cuda:0"):
+            index = cuda_string_index(value)
+            if index not in ("", "0"):
                 # An index: on CUDA it picks the process's GPU, on a TPU every process owns
                 # `tpu:0`. No single expression keeps both, so a person decides.
                 self.ctx.claim(value)
@@ -230,75 +478,130 @@ class CudaDeviceIdiom(Rule):
                     "process owns one chip: use the module's device",
                 )
                 return
+            self._fix(value, "str", message=f"{assignment} names NVIDIA GPUs", index=index)
+            if index:
+                return  # `cuda:0` keeps its index: not the module's device
             kind = "str"
-            self._fix(value, "str", message=f"{assignment} names NVIDIA GPUs")
         if kind is None or self.depth:
             return
         if self.ctx.adopted_device is None:
             self.ctx.adopted_device = (target.value, self.position(node)[0])
             self.ctx.adopted_kind = kind
 
-    def _fix(self, node: cst.CSTNode, kind: str, message: str | None = None) -> None:
+    def _fix(
+        self, node: cst.CSTNode, kind: str, message: str | None = None, index: str = ""
+    ) -> None:
         ctx = self.ctx
         ctx.claim(node)
+        known = accelerator_known(ctx, node)
 
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
-            expr = ctx.device_expression(kind)
+            if known:
+                expr = ctx.current_device(known=True)
+                if kind == "str":
+                    expr = cst.Attribute(value=expr, attr=cst.Name("type"))
+            else:
+                expr = ctx.device_expression(kind)
+            if index:
+                expr = cst.BinaryOperation(
+                    left=expr, operator=cst.Add(), right=cst.SimpleString(f'":{index}"')
+                )
             parent_needs_parens = isinstance(updated, cst.IfExp) and bool(updated.lpar)
             if parent_needs_parens and isinstance(expr, cst.BooleanOperation):
                 return expr.with_changes(lpar=updated.lpar, rpar=updated.rpar)
             return expr
 
+        message = message or self.message.format(idiom=short(node, 60))
         self.report(node, message, fix=fix)
 
 
-_RUNTIME = {
-    # torch.cuda.X -> (torch.accelerator.Y, code, rule name)
-    "torch.cuda.is_available": "accelerator.is_available",
-    "torch.cuda.device_count": "accelerator.device_count",
-    "torch.cuda.current_device": "accelerator.current_device_index",
-}
-
-
 class _CudaRuntimeCall(Rule):
-    """Shared shape of the `torch.cuda.X()` -> `torch.accelerator.Y()` rules."""
+    """Shared shape of the `torch.cuda.X(device)` -> `torch.accelerator.Y(device)` rules.
+
+    The accelerator functions take the device by position only: a `device=` keyword becomes
+    positional, and a call with any other argument is reported. `guard` rules make a
+    statement of their own run only where an accelerator is (the call raises elsewhere),
+    unless a branch around it has checked already.
+    """
 
     cuda_name: str = ""
     accel_name: str = ""
     guard: bool = False
+    takes_device: bool = False
+    # The accelerator function takes an int index only (a device or string is reported).
+    index_only: bool = False
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self.matches_name(node, self.cuda_name):
             return
+        self.rewrite(node)
+
+    def message_for(self, node: cst.Call) -> str:
+        return self.message.format(call=short(node, 50))
+
+    def rewrite(self, node: cst.Call) -> None:
+        message = self.message_for(node)
+        device = find_arg(node, "device", 0) if self.takes_device else None
+        extra = [a for a in node.args if a is not device]
+        if unpacks(node) or extra:
+            self.report(node, message, hint=f"{self.hint}, by hand: arguments it does not take")
+            return
+        if self.index_only and device is not None:
+            value = device.value
+            if literal_index(value) is None and not is_name(value, "None"):
+                self.report(
+                    node, message, hint=f"{self.hint} with an int index (it takes no device)"
+                )
+                return
         ctx = self.ctx
         accel = self.accel_name
 
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
             assert isinstance(updated, cst.Call)
-            return updated.with_changes(func=ctx.torch_attr(accel))
+            args = [as_positional(a) for a in updated.args]
+            return updated.with_changes(func=ctx.torch_attr(accel), args=args)
 
-        fixed = self.report(node, fix=fix)
-        stmt = sole_statement(self, node) if self.guard else None
+        guard_test = self.guard_test(node) if self.guard else None
+        stmt = sole_statement(self, node) if guard_test is not None else None
+        fixed = self.report(node, message, fix=fix, uses_device=guard_test == "device")
         if stmt is not None and fixed:
             # The guard belongs to the same edit: a noqa comment on the line drops both.
-            pending = self.ctx.pending[-1]
-            self.ctx.fixes.setdefault(id(stmt), []).append((self._guard, pending))
+            pending = ctx.pending[-1]
+            on_cuda = guard_test == "device"
 
-    def _guard(self, updated: cst.CSTNode) -> cst.CSTNode:
-        """`stmt` -> `if torch.accelerator.is_available(): stmt` (on the same line)."""
-        assert isinstance(updated, cst.SimpleStatementLine)
-        assert len(updated.body) == 1
-        return guarded_line(self.ctx, updated, updated.body[0])
+            def guard(updated: cst.CSTNode) -> cst.CSTNode:
+                assert isinstance(updated, cst.SimpleStatementLine) and len(updated.body) == 1
+                test = None
+                if on_cuda:
+                    test = cst.Comparison(
+                        left=ctx.device_type(),
+                        comparisons=[cst.ComparisonTarget(cst.Equal(), cst.SimpleString('"cuda"'))],
+                    )
+                return guarded_line(ctx, updated, updated.body[0], test)
+
+            ctx.fixes.setdefault(id(stmt), []).append((guard, pending))
+
+    def guard_test(self, node: cst.Call) -> str | None:
+        """Which guard the statement needs: "available" (any accelerator), "device" (CUDA
+        only, `device.type == "cuda"`), or None when a branch around it has checked."""
+        if accelerator_known(self.ctx, node):
+            return None
+        return "available"
 
 
 class CudaIsAvailable(_CudaRuntimeCall):
     """`torch.cuda.is_available()` asks only about NVIDIA GPUs.
 
     Why: on a TPU it is False, so code guarded by it runs on the CPU. `torch.accelerator`
-    answers for whatever accelerator is present.
+    answers for whatever accelerator is present. A test that guards code only CUDA can run
+    (Triton kernels, apex, bitsandbytes, `nn.parallel.data_parallel`, CUDA APIs no rule
+    rewrites), an `assert` of it, and `if not torch.cuda.is_available(): raise ...` ("CUDA
+    required") are reported instead: widened to every accelerator they would let a TPU run
+    CUDA-only code.
 
     Example:
         if torch.cuda.is_available():  ->  if torch.accelerator.is_available():
+        assert torch.cuda.is_available(), "CUDA required"  # reported
     """
 
     code = "G2T104"
@@ -310,27 +613,45 @@ class CudaIsAvailable(_CudaRuntimeCall):
     accel_name = "accelerator.is_available"
 
     def visit_Call(self, node: cst.Call) -> None:
-        guarded = self._guarded_code(node)
-        if guarded and self.matches_name(node, self.cuda_name) and _CUDA_ONLY.search(guarded):
-            # The guard protects an API only CUDA has: on a TPU it would now run it and fail.
+        if not self.matches_name(node, self.cuda_name):
+            return
+        region, how = guarded_region(self.ctx, node)
+        if how == "assert" or (how == "if" and self._raises_without(node)):
             self.report(
                 node,
-                "`torch.cuda.is_available()` guards a CUDA-only API here",
-                hint="migrate the guarded CUDA-only call first, then the guard "
-                "(`torch.accelerator.is_available()`)",
+                "`torch.cuda.is_available()` here requires CUDA",
+                hint="if the code that follows runs on any accelerator, use "
+                "`torch.accelerator.is_available()`; otherwise keep it",
             )
             return
-        super().visit_Call(node)
+        cuda_only = cuda_only_use(self.ctx, region) if region else None
+        if cuda_only is not None:
+            # The guard protects code only CUDA has: on a TPU it would now run it and fail.
+            self.report(
+                node,
+                f"`torch.cuda.is_available()` guards {cuda_only}, which only CUDA runs",
+                hint="keep the test for CUDA; give other devices their own path "
+                "(`torch.accelerator.is_available()` for code that runs anywhere)",
+            )
+            return
+        self.rewrite(node)
 
-    def _guarded_code(self, node: cst.Call) -> str:
+    def _raises_without(self, node: cst.Call) -> bool:
+        """`if not torch.cuda.is_available(): raise ...`: the code states it needs CUDA."""
         parent = self.parent(node)
-        if isinstance(parent, cst.IfExp) and parent.test is node:
-            return self.code_for(parent.body)
-        if isinstance(parent, cst.If) and parent.test is node:
-            return self.code_for(parent.body)
-        if isinstance(parent, cst.BooleanOperation) and parent.left is node:
-            return self.code_for(parent.right)
-        return ""
+        if not (isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)):
+            return False
+        branch = self.parent(parent)
+        if not (isinstance(branch, cst.If) and branch.test is parent):
+            return False
+        body = branch.body
+        lines = body.body if isinstance(body, cst.IndentedBlock) else [body]
+        return any(
+            isinstance(small, cst.Raise)
+            for line in lines
+            if isinstance(line, cst.SimpleStatementLine | cst.SimpleStatementSuite)
+            for small in line.body
+        )
 
 
 class CudaDeviceCount(_CudaRuntimeCall):
@@ -368,114 +689,154 @@ class CudaCurrentDevice(_CudaRuntimeCall):
     hint = "use `torch.accelerator.current_device_index()`"
     cuda_name = "torch.cuda.current_device"
     accel_name = "accelerator.current_device_index"
+    min_torch = "2.7"
 
 
 class CudaSetDevice(_CudaRuntimeCall):
     """`torch.cuda.set_device(i)` selects a CUDA device.
 
     Why: it fails without CUDA. `torch.accelerator.set_device_index(i)` does the same on any
-    accelerator; as a statement it is guarded by `torch.accelerator.is_available()` so that the
-    same file still runs on a CPU-only machine. On a TPU each process owns one chip: the index
-    must be that chip's (0).
+    accelerator (it takes the device by position). As a statement it runs only where an
+    accelerator is, so the same file still runs on a CPU-only machine. When the index is the
+    process's rank (`local_rank`), it runs on CUDA only (`if device.type == "cuda":`): a TPU
+    process owns one chip, index 0, and selecting the rank's index there raises (this is what
+    G2T407 asks for, so it does not report the line again).
 
     Example:
-        torch.cuda.set_device(rank)
-        ->  if torch.accelerator.is_available(): torch.accelerator.set_device_index(rank)
+        torch.cuda.set_device(0)
+        ->  if torch.accelerator.is_available():
+                torch.accelerator.set_device_index(0)
+        torch.cuda.set_device(local_rank)
+        ->  if device.type == "cuda":
+                torch.accelerator.set_device_index(local_rank)
     """
 
     code = "G2T107"
     name = "cuda-set-device"
     safety = Safety.SAFE
-    message = "`torch.cuda.set_device()` fails without CUDA"
+    message = "`{call}` fails without CUDA"
     hint = "use `torch.accelerator.set_device_index()`"
     cuda_name = "torch.cuda.set_device"
     accel_name = "accelerator.set_device_index"
     guard = True
+    takes_device = True
+    min_torch = "2.7"
+
+    def guard_test(self, node: cst.Call) -> str | None:
+        index = find_arg(node, "device", 0)
+        ctx = self.ctx
+        if index is not None and ctx.flow.refers_to_rank(index.value, index_only=True):
+            if device_branch(ctx, node) == "cuda":
+                return None
+            return "device"
+        return super().guard_test(node)
+
+    def rewrite(self, node: cst.Call) -> None:
+        before = len(self.ctx.pending)
+        super().rewrite(node)
+        pending = self.ctx.pending[before:]
+        if any(p.fixed and p.uses_device for p in pending):
+            self.ctx.claimed.add(id(node))  # G2T407's question is answered by the guard
 
 
 class CudaSynchronize(_CudaRuntimeCall):
     """`torch.cuda.synchronize()` waits for CUDA work.
 
-    Why: it fails without CUDA. `torch.accelerator.synchronize()` waits for any accelerator;
-    as a statement it is guarded by `torch.accelerator.is_available()`, because it raises on a
-    machine with no accelerator. Inside a training loop it is also a TPU performance hazard
-    (G2T6xx).
+    Why: it fails without CUDA. `torch.accelerator.synchronize()` waits for any accelerator
+    (a device is passed by position); as a statement it runs only where an accelerator is,
+    because it raises on a machine with none, unless a branch around it has checked already.
+    Inside a training loop it is also a TPU performance hazard (G2T6xx).
 
     Example:
         torch.cuda.synchronize()
-        ->  if torch.accelerator.is_available(): torch.accelerator.synchronize()
+        ->  if torch.accelerator.is_available():
+                torch.accelerator.synchronize()
+        torch.cuda.synchronize(device=d)  ->  torch.accelerator.synchronize(d)  (guarded)
     """
 
     code = "G2T108"
     name = "cuda-synchronize"
     safety = Safety.SAFE
-    message = "`torch.cuda.synchronize()` fails without CUDA"
+    message = "`{call}` fails without CUDA"
     hint = "use `torch.accelerator.synchronize()`"
     cuda_name = "torch.cuda.synchronize"
     accel_name = "accelerator.synchronize"
     guard = True
+    takes_device = True
 
 
 class TensorIsCuda(Rule):
     """`x.is_cuda` asks whether a tensor lives on an NVIDIA GPU.
 
     Why: on a TPU it is False for every tensor, so code that means "is it on the accelerator?"
-    takes the CPU branch. `x.device.type != "cpu"` asks that question on any backend.
+    takes the CPU branch. `x.device.type == device.type != "cpu"` asks whether the tensor is on
+    the process's accelerator: on a CUDA machine that is `x.is_cuda` exactly (a CPU, meta or
+    other tensor answers False), on a TPU it is True for TPU tensors, and without an
+    accelerator it is False. A test that guards code only CUDA can run (a Triton kernel, apex)
+    is reported instead, and so are reads where the module gives objects an `is_cuda` of its
+    own; stores (`self.is_cuda = ...`) are the user's attribute and left alone.
 
     Example:
-        if x.is_cuda:  ->  if x.device.type != "cpu":
+        if x.is_cuda:  ->  if x.device.type == device.type != "cpu":
     """
 
     code = "G2T109"
     name = "tensor-is-cuda"
     safety = Safety.SAFE
-    message = "`.is_cuda` is False on TPUs; ask whether the tensor is on an accelerator"
-    hint = 'use `x.device.type != "cpu"`'
+    message = "`{attr}` is False on TPUs; ask whether the tensor is on the accelerator"
+    hint = 'use `x.device.type == device.type != "cpu"` (`x.is_cuda` on CUDA)'
     tokens = (b"is_cuda",)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value != "is_cuda" or is_store(self.ctx, node):
             return  # `self.is_cuda = ...` sets an attribute of the user's own
+        message = self.message.format(attr=short(node, 40))
         if defines_attribute(self.ctx, "is_cuda"):
             self.report(
                 node,
+                message,
                 hint="this module gives objects an `is_cuda` of its own: check whether this "
                 "one is a tensor's, and use `x.device.type == \"cuda\"` or the module's device",
             )
             return
-        parent = self.parent(node)
-        wrap = isinstance(
-            parent,
-            cst.Comparison
-            | cst.ComparisonTarget
-            | cst.BinaryOperation
-            | cst.Attribute
-            | cst.Subscript,
-        )
-        wrap = wrap or (isinstance(parent, cst.Call) and parent.func is node)
+        region, _ = guarded_region(self.ctx, node)
+        cuda_only = cuda_only_use(self.ctx, region) if region else None
+        if cuda_only is not None:
+            self.report(
+                node,
+                f"`{short(node, 40)}` guards {cuda_only}, which only CUDA runs",
+                hint="keep the test for CUDA; give other devices their own path",
+            )
+            return
+        parens = comparison_needs_parentheses(self, node)
+        ctx = self.ctx
 
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
             assert isinstance(updated, cst.Attribute)
-            device_type = cst.Attribute(
+            tensor_type = cst.Attribute(
                 value=cst.Attribute(value=updated.value, attr=cst.Name("device")),
                 attr=cst.Name("type"),
             )
             expr = cst.Comparison(
-                left=device_type,
-                comparisons=[cst.ComparisonTarget(cst.NotEqual(), cst.SimpleString('"cpu"'))],
+                left=tensor_type,
+                comparisons=[
+                    cst.ComparisonTarget(cst.Equal(), ctx.device_type()),
+                    cst.ComparisonTarget(cst.NotEqual(), cst.SimpleString('"cpu"')),
+                ],
             )
-            if wrap or updated.lpar:
-                expr = expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-            return expr
+            if updated.lpar:
+                return expr.with_changes(lpar=updated.lpar, rpar=updated.rpar)
+            return parenthesized(expr, parens)
 
-        self.report(node, fix=fix)
+        self.report(node, message, fix=fix, uses_device=True)
 
 
 class CudaDeviceContext(_CudaRuntimeCall):
     """`with torch.cuda.device(i):` selects a CUDA device for a block.
 
     Why: it fails without CUDA. `torch.accelerator.device_index(i)` (torch 2.8+) does the same
-    on any accelerator.
+    on any accelerator. It takes an int index only (or None), where `torch.cuda.device` also
+    takes a device or a string: those are reported.
 
     Example:
         with torch.cuda.device(1):  ->  with torch.accelerator.device_index(1):
@@ -484,11 +845,13 @@ class CudaDeviceContext(_CudaRuntimeCall):
     code = "G2T110"
     name = "cuda-device-context"
     safety = Safety.SAFE
-    message = "`torch.cuda.device(...)` fails without CUDA"
+    message = "`{call}` fails without CUDA"
     hint = "use `torch.accelerator.device_index(...)` (torch 2.8+)"
     cuda_name = "torch.cuda.device"
     accel_name = "accelerator.device_index"
     min_torch = "2.8"
+    takes_device = True
+    index_only = True
 
 
 class CudaDeviceComparison(Rule):

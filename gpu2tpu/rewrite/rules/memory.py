@@ -15,10 +15,12 @@ from typing import ClassVar
 
 import libcst as cst
 
+from ..analysis.branches import accelerator_known
 from ..analysis.edits import (
     accelerator_available,
     as_positional,
     guarded_line,
+    indexed_device_string,
     needs_parentheses,
     parenthesized,
     report_statement_fix,
@@ -27,7 +29,7 @@ from ..analysis.edits import (
     string_literal,
     unpacks,
 )
-from ..analysis.literals import cuda_literal
+from ..analysis.literals import cuda_literal, cuda_string_index
 from ..analysis.names import matches
 from ..analysis.torch_api import MEMORY_TOOLING
 from ..model import Safety, Severity
@@ -37,14 +39,17 @@ from .base import Rule, RuleContext
 def device_positional(ctx: RuleContext, args: tuple[cst.Arg, ...] | list[cst.Arg]) -> list[cst.Arg]:
     """`torch.cuda` memory arguments for `torch.accelerator.memory`, whose device is positional.
 
-    A CUDA device string becomes the module's device.
+    A CUDA device string becomes the module's device, keeping its index (`"cuda:1"` ->
+    `f"{device.type}:1"`).
     """
     out: list[cst.Arg] = []
     for arg in args:
         if arg.keyword is not None and arg.keyword.value == "device":
             arg = as_positional(arg)
-        if cuda_literal(arg.value):
+        if cuda_string_index(arg.value) == "":
             arg = arg.with_changes(value=ctx.device())
+        elif cuda_literal(arg.value):
+            arg = arg.with_changes(value=indexed_device_string(ctx, arg.value))
         out.append(arg)
     return out
 
@@ -88,6 +93,10 @@ class _AcceleratorMemoryCall(Rule):
                 args=device_positional(ctx, updated.args),
             )
 
+        if accelerator_known(ctx, node):
+            # a branch around the call has found an accelerator: no guard, no fallback
+            self.report(node, message, fix=accelerator_call, uses_device=uses_device)  # type: ignore[arg-type]
+            return
         line = sole_statement(self, node)
         if line is not None and fallback == "None":
 

@@ -1,0 +1,332 @@
+"""What the branches around a node already know, and what a test guards.
+
+A fix must not add a guard the code already has (`if torch.cuda.is_available():` around a
+`torch.cuda.synchronize()`), must not fall back to the CPU where the branch has just checked
+for an accelerator, and must not widen a CUDA test that protects code only CUDA can run
+(Triton kernels, apex, a "CUDA required" assert). These questions walk up from the node through
+the parents the engine's traversal recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from .literals import string_value
+from .names import qualified
+
+if TYPE_CHECKING:
+    from ..rules.base import RuleContext
+
+AVAILABILITY = frozenset(
+    {"torch.cuda.is_available", "torch.accelerator.is_available", "torch.backends.cuda.is_built"}
+)
+DEVICE_TYPES = frozenset({"cuda", "cpu", "mps", "xpu", "tpu", "xla", "meta", "hpu", "npu"})
+
+# Packages whose code runs only on CUDA (or ROCm) GPUs.
+CUDA_ONLY_PACKAGES = frozenset(
+    {"triton", "apex", "amp_C", "bitsandbytes", "flash_attn", "cupy", "cupyx", "pynvml", "xformers"}
+)
+# torch names that exist only for CUDA and that no rule rewrites to a device-agnostic form.
+CUDA_ONLY_TORCH = (
+    "torch.cuda.get_device_name",
+    "torch.cuda.get_device_properties",
+    "torch.cuda.get_device_capability",
+    "torch.cuda.get_arch_list",
+    "torch.cuda.Stream",
+    "torch.cuda.stream",
+    "torch.cuda.current_stream",
+    "torch.cuda.CUDAGraph",
+    "torch.cuda.graph",
+    "torch.cuda.make_graphed_callables",
+    "torch.cuda.nvtx",
+    "torch.cuda.ipc_collect",
+    "torch.cuda.jiterator",
+    "torch.cuda.comm",
+    "torch.cuda.nccl",
+    "torch.cuda._sleep",
+    "torch.nn.parallel.data_parallel",
+    "torch.nn.parallel.DataParallel",
+    "torch.nn.DataParallel",
+    "torch.utils.cpp_extension",
+    "torch.backends.cudnn.version",
+    "torch.version.cuda",
+    "torch._C._cuda",
+)
+# Exceptions a compatibility fallback catches when a newer API is missing.
+COMPAT_ERRORS = frozenset({"AttributeError", "TypeError", "ImportError", "ModuleNotFoundError"})
+# The device-agnostic APIs the rewrite moves code to: a `try` that uses one has a fallback.
+MODERN_API = (
+    "torch.amp.",
+    "torch.accelerator.",
+    "torch.OutOfMemoryError",
+    "torch.get_device_module",
+    "torch.nn.attention.sdpa_kernel",
+    "torch.distributed.get_default_backend_for_device",
+    "torch.profiler.record_function",
+)
+
+
+def _parent(ctx: RuleContext, node: cst.CSTNode) -> cst.CSTNode | None:
+    return ctx.parents.get(id(node))
+
+
+def ancestors(ctx: RuleContext, node: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, cst.CSTNode]]:
+    """(parent, child on the path) pairs from `node` up to the module.
+
+    A node the traversal has not reached yet (a part of the node a rule is visiting) starts
+    from the node being visited.
+    """
+    child = node
+    parent = _parent(ctx, node)
+    if parent is None and node is not ctx.module and ctx.visiting is not None:
+        if ctx.visiting is not node:
+            parent = ctx.visiting
+    while parent is not None:
+        yield parent, child
+        child, parent = parent, _parent(ctx, parent)
+
+
+def conjuncts(test: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+    """The parts of an `and` chain (the test itself when it is not one); parentheses are
+    looked through."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        yield from conjuncts(test.left)
+        yield from conjuncts(test.right)
+    else:
+        yield test
+
+
+def negation(test: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`x` for `not x`; None otherwise."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return test.expression
+    return None
+
+
+def is_availability_call(ctx: RuleContext, node: cst.CSTNode) -> bool:
+    """`torch.cuda.is_available()` or `torch.accelerator.is_available()`."""
+    return isinstance(node, cst.Call) and qualified(ctx, node) in AVAILABILITY
+
+
+def _device_type_test(ctx: RuleContext, test: cst.BaseExpression) -> str | None:
+    """The device type a comparison tests for: `device.type == "mps"`, `args.device == "cuda"`,
+    `x.is_cuda` (cuda). `"!cpu"` for `device.type != "cpu"` (any accelerator)."""
+    if isinstance(test, cst.Attribute) and test.attr.value == "is_cuda":
+        return "cuda"
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    target = test.comparisons[0]
+    values = [string_value(test.left), string_value(target.comparator)]
+    literal = next((v for v in values if v is not None), None)
+    if literal is None:
+        return None
+    kind = literal.split(":")[0]
+    if kind not in DEVICE_TYPES:
+        return None
+    if isinstance(target.operator, cst.Equal):
+        return kind
+    if isinstance(target.operator, cst.NotEqual) and kind == "cpu":
+        return "!cpu"
+    return None
+
+
+def knows_accelerator(ctx: RuleContext, test: cst.BaseExpression) -> bool:
+    """Whether a test, when true, says an accelerator is there: an availability call, a
+    device-type test for an accelerator, or an `and` chain holding one."""
+    for part in conjuncts(test):
+        if is_availability_call(ctx, part):
+            return True
+        kind = _device_type_test(ctx, part)
+        if kind is not None and kind not in ("cpu", "meta"):
+            return True
+    return False
+
+
+def taken_branches(
+    ctx: RuleContext, node: cst.CSTNode
+) -> Iterator[tuple[cst.BaseExpression, bool, cst.CSTNode]]:
+    """(test, outcome, branch node) for every branch `node` runs in, innermost first, up to
+    its function: `outcome` is True in an `if`'s body, a conditional expression's body or the
+    right side of `and`, False in their `else` parts (and the right side of `or`)."""
+    for parent, child in ancestors(ctx, node):
+        if isinstance(parent, cst.If):
+            if child is parent.body:
+                yield parent.test, True, parent
+            elif child is parent.orelse:
+                yield parent.test, False, parent
+        elif isinstance(parent, cst.Else):
+            continue
+        elif isinstance(parent, cst.IfExp):
+            if child is parent.body:
+                yield parent.test, True, parent
+            elif child is parent.orelse:
+                yield parent.test, False, parent
+        elif isinstance(parent, cst.BooleanOperation) and child is parent.right:
+            yield parent.left, isinstance(parent.operator, cst.And), parent
+        elif isinstance(parent, cst.FunctionDef | cst.ClassDef | cst.Lambda):
+            return
+
+
+def accelerator_known(ctx: RuleContext, node: cst.CSTNode) -> bool:
+    """Whether `node` runs only where a branch around it has found an accelerator (so a guard
+    or a CPU fallback there would be dead code)."""
+    for test, outcome, _ in taken_branches(ctx, node):
+        inner = negation(test)
+        if outcome and knows_accelerator(ctx, test):
+            return True
+        if not outcome and inner is not None and knows_accelerator(ctx, inner):
+            return True
+    return False
+
+
+def device_branch(ctx: RuleContext, node: cst.CSTNode) -> str | None:
+    """The one device type the branches around `node` are for (`"mps"` inside `if device ==
+    "mps":`), or None."""
+    for test, outcome, _ in taken_branches(ctx, node):
+        for part in conjuncts(test) if outcome else ():
+            kind = _device_type_test(ctx, part)
+            if kind is not None and not kind.startswith("!"):
+                return kind
+    return None
+
+
+def guarded_region(ctx: RuleContext, call: cst.CSTNode) -> tuple[list[cst.CSTNode], str]:
+    """The code a test guards, and what guards it (`if`, `assert`, `raise`, `and`, ...), for a
+    test that is `call` or holds it as a conjunct: the `if` body (the `else` part when the
+    test is negated), the rest of the block after `if not <test>: raise/return`, everything
+    after an `assert`, a conditional expression's branch, the right side of `and`."""
+    node = call
+    negated = False
+    parent = _parent(ctx, node)
+    while isinstance(parent, cst.BooleanOperation | cst.UnaryOperation):
+        if isinstance(parent, cst.UnaryOperation):
+            if not isinstance(parent.operator, cst.Not):
+                return [], ""
+            negated = not negated
+        elif isinstance(parent.operator, cst.And) and parent.left is node:
+            if not negated:
+                return [parent.right], "and"
+        node, parent = parent, _parent(ctx, parent)
+    if isinstance(parent, cst.If) and parent.test is node:
+        if not negated:
+            return [parent.body], "if"
+        region: list[cst.CSTNode] = [parent.orelse] if parent.orelse is not None else []
+        if _exits(parent.body):
+            region.extend(_following(ctx, parent))
+        return region, "if"
+    if isinstance(parent, cst.IfExp) and parent.test is node:
+        return [parent.orelse if negated else parent.body], "if"
+    if isinstance(parent, cst.Assert) and parent.test is node and not negated:
+        line = _parent(ctx, parent)
+        return [parent, *(_following(ctx, line) if line is not None else [])], "assert"
+    return [], ""
+
+
+def _exits(body: cst.BaseSuite) -> bool:
+    statements = body.body if isinstance(body, cst.IndentedBlock) else [body]
+    last = statements[-1] if statements else None
+    if isinstance(last, cst.SimpleStatementLine | cst.SimpleStatementSuite):
+        return any(isinstance(s, cst.Raise | cst.Return) for s in last.body)
+    return False
+
+
+def _following(ctx: RuleContext, stmt: cst.CSTNode) -> list[cst.CSTNode]:
+    block = _parent(ctx, stmt)
+    if not isinstance(block, cst.IndentedBlock | cst.Module):
+        return []
+    body = list(block.body)
+    index = next((i for i, s in enumerate(body) if s is stmt), len(body))
+    return body[index + 1 :]
+
+
+def cuda_only_use(ctx: RuleContext, region: list[cst.CSTNode]) -> str | None:
+    """The first thing in `region` that only CUDA can run, named for a message: a name from
+    a CUDA-only package (Triton, apex, bitsandbytes, ...), a CUDA API no rule rewrites, a
+    function of this module decorated `@triton.jit`; None if there is none."""
+    kernels = ctx.names.triton_kernels
+    stack = list(reversed(region))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Name | cst.Attribute):
+            name = qualified(ctx, node) if _resolvable(ctx, node) else None
+            if name is not None:
+                if name.split(".")[0] in CUDA_ONLY_PACKAGES:
+                    return f"`{name}`"
+                if any(name == p or name.startswith(p + ".") for p in CUDA_ONLY_TORCH):
+                    return f"`{name}`"
+            if isinstance(node, cst.Name) and node.value in kernels:
+                return f"the Triton kernel `{node.value}`"
+            if isinstance(node, cst.Attribute):
+                stack.append(node.value)
+            continue
+        stack.extend(reversed(node.children))
+    return None
+
+
+def _resolvable(ctx: RuleContext, node: cst.Name | cst.Attribute) -> bool:
+    head: cst.CSTNode = node
+    while isinstance(head, cst.Attribute):
+        head = head.value
+    return isinstance(head, cst.Name) and (head.value in ctx.names.imports or head.value == "torch")
+
+
+def in_compat_fallback(ctx: RuleContext, node: cst.CSTNode) -> bool:
+    """Whether `node` is in the fallback of a compatibility `try`: an `except` for
+    AttributeError, TypeError or ImportError whose `try` uses a device-agnostic API the
+    rewrite would move to (`torch.amp.GradScaler("cuda")` ... `except AttributeError:
+    torch.cuda.amp.GradScaler()`). Such code runs only on a torch that lacks the new API."""
+    for parent, child in ancestors(ctx, node):
+        if isinstance(parent, cst.ExceptHandler) and child is parent.body:
+            if not _catches_compat(parent):
+                continue
+            handler_try = _parent(ctx, parent)
+            if isinstance(handler_try, cst.Try) and _uses_modern_api(ctx, handler_try.body):
+                return True
+        elif isinstance(parent, cst.FunctionDef | cst.ClassDef):
+            return False
+    return False
+
+
+def _catches_compat(handler: cst.ExceptHandler) -> bool:
+    caught = handler.type
+    if caught is None:
+        return False
+    names = [e.value for e in caught.elements] if isinstance(caught, cst.Tuple) else [caught]
+    for name in names:
+        last = name.attr.value if isinstance(name, cst.Attribute) else getattr(name, "value", "")
+        if last in COMPAT_ERRORS:
+            return True
+    return False
+
+
+def _uses_modern_api(ctx: RuleContext, body: cst.CSTNode) -> bool:
+    stack = [body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Name | cst.Attribute):
+            name = _dotted_torch(ctx, node)
+            if name is not None and name.startswith(MODERN_API):
+                return True
+            if isinstance(node, cst.Attribute):
+                continue
+        stack.extend(node.children)
+    return False
+
+
+def _dotted_torch(ctx: RuleContext, node: cst.Name | cst.Attribute) -> str | None:
+    """The qualified name of a torch name or attribute, resolving the module-level imports
+    only (nodes of a `try` body the traversal may not have reached yet)."""
+    parts: list[str] = []
+    head: cst.CSTNode = node
+    while isinstance(head, cst.Attribute):
+        parts.append(head.attr.value)
+        head = head.value
+    if not isinstance(head, cst.Name):
+        return None
+    base = ctx.names.module_binding(head.value)
+    if base is None:
+        return None
+    return ".".join([base, *reversed(parts)])
