@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from gpu2tpu.rewrite.engine import Config, Mode, Status, run
 
@@ -53,3 +62,191 @@ def test_parallel_matches_serial(tmp_path: Path) -> None:
     parallel = run([str(tmp_path)], Config(jobs=2), Mode.CHECK)
     assert [o.path for o in serial.files] == [o.path for o in parallel.files]
     assert [o.edits for o in serial.files] == [o.edits for o in parallel.files]
+
+
+# -- links, owners, newlines, temporaries, killed runs ------------------------------------------
+
+GOOD = "import torch\nx = torch.zeros(1).cuda()\n"
+
+
+def test_cr_only_newlines_keep_the_last_one(tmp_path: Path) -> None:
+    p = tmp_path / "mac.py"
+    p.write_bytes(b"import torch\rx = torch.zeros(1).cuda()\r")
+    assert rewrite(p) is Status.REWRITTEN
+    data = p.read_bytes()
+    assert data.endswith(b".to(device)\r") and b"\n" not in data
+
+
+def test_owner_and_group_are_kept(tmp_path: Path) -> None:
+    p = tmp_path / "owned.py"
+    p.write_text(GOOD)
+    if os.geteuid() == 0:  # root may give the file to anyone: the rewrite must keep that
+        os.chown(p, 12345, 23456)
+    before = p.stat()
+    assert rewrite(p) is Status.REWRITTEN
+    after = p.stat()
+    assert (after.st_uid, after.st_gid) == (before.st_uid, before.st_gid)
+
+
+def test_link_inside_the_given_paths_is_written_through(tmp_path: Path) -> None:
+    (tmp_path / "real.py").write_text(GOOD)
+    (tmp_path / "alias.py").symlink_to("real.py")
+    report = run([str(tmp_path)], Config(jobs=1), Mode.WRITE)
+    assert [Path(o.path).name for o in report.files] == ["real.py"]  # rewritten once
+    assert (tmp_path / "alias.py").is_symlink()
+    assert ".to(device)" in (tmp_path / "real.py").read_text()
+    # a link named on the command line: its target is what was asked for
+    (tmp_path / "other.py").write_text(GOOD)
+    (tmp_path / "named.py").symlink_to("other.py")
+    report = run([str(tmp_path / "named.py")], Config(jobs=1), Mode.WRITE)
+    assert report.files[0].status is Status.REWRITTEN
+    assert (tmp_path / "named.py").is_symlink()
+    assert ".to(device)" in (tmp_path / "other.py").read_text()
+
+
+def test_link_outside_the_given_paths_is_left_and_said(tmp_path: Path) -> None:
+    outside = tmp_path / "library"
+    outside.mkdir()
+    (outside / "shared.py").write_text(GOOD)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "shared.py").symlink_to(outside / "shared.py")
+    report = run([str(project)], Config(jobs=1), Mode.WRITE)
+    (outcome,) = report.files
+    assert outcome.status is Status.ERROR
+    assert outcome.error == (
+        f"symbolic link to {outside / 'shared.py'}, outside the given paths; left as it is "
+        "(name the target to rewrite it)"
+    )
+    assert (project / "shared.py").is_symlink()
+    assert (outside / "shared.py").read_text() == GOOD
+
+
+def _temporary(folder: Path, name: str, age_s: float) -> Path:
+    p = folder / name
+    p.write_text("half a file")
+    old = time.time() - age_s
+    os.utime(p, (old, old))
+    return p
+
+
+def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(GOOD)
+    dead = _temporary(tmp_path, ".m.py.999999999.abcd1234.gpu2tpu", 3600)  # no such process
+    legacy = _temporary(tmp_path, ".m.py.k2j4h5g6.gpu2tpu", 3600)  # older name, no pid
+    fresh = _temporary(tmp_path, ".m.py.999999999.zzzz9999.gpu2tpu", 0)  # maybe mid-write
+    live = _temporary(tmp_path, f".m.py.{os.getpid()}.wxyz5678.gpu2tpu", 3600)  # a live run's
+    other = _temporary(tmp_path, ".notes.txt.gpu2tpu", 3600)  # not ours
+    assert run([str(tmp_path)], Config(jobs=1), Mode.CHECK).files  # check writes nothing...
+    assert dead.exists() and legacy.exists()
+    run([str(tmp_path)], Config(jobs=1), Mode.WRITE)  # ... rewrite cleans up
+    assert not dead.exists() and not legacy.exists()
+    assert fresh.exists() and live.exists() and other.exists()
+    # a file named on the command line gets its own temporaries removed too
+    again = _temporary(tmp_path, ".m.py.999999999.abcd1234.gpu2tpu", 3600)
+    run([str(tmp_path / "m.py")], Config(jobs=1), Mode.WRITE)
+    assert not again.exists()
+
+
+def test_stdin_keeps_a_declared_encoding_and_a_bom() -> None:
+    latin = "# -*- coding: latin-1 -*-\nimport torch\n# café\nx = torch.zeros(1).cuda()\n"
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpu2tpu", "rewrite", "-"], input=latin.encode("latin-1"),
+        capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "# café".encode("latin-1") in proc.stdout
+    assert proc.stdout.decode("latin-1").count(".to(device)") == 1
+    bom = b"\xef\xbb\xbf" + GOOD.encode()
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpu2tpu", "rewrite", "-"], input=bom, capture_output=True,
+        timeout=300,
+    )  # fmt: skip
+    assert proc.stdout.startswith(b"\xef\xbb\xbfimport torch\n")
+    # an input that cannot be rewritten goes out byte for byte
+    broken = "# -*- coding: latin-1 -*-\n# café\nx = torch.cuda(\n".encode("latin-1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpu2tpu", "rewrite", "-"], input=broken, capture_output=True,
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == broken
+    assert proc.stderr.decode().startswith("error: -: syntax error")
+
+
+def test_json_and_csv_are_utf8_for_a_file_name_that_is_not(tmp_path: Path) -> None:
+    folder = os.fsencode(tmp_path)
+    with open(os.path.join(folder, b"caf\xe9.py"), "wb") as handle:
+        handle.write(GOOD.encode())
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpu2tpu", "check", "--format", "json", "."], cwd=tmp_path,
+        capture_output=True, timeout=300,
+    )  # fmt: skip
+    doc = json.loads(proc.stdout.decode("utf-8"))  # strict: raises on invalid UTF-8
+    assert [f["path"] for f in doc["findings"]] == ["caf\\xe9.py"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpu2tpu", "check", "--format", "csv", "."], cwd=tmp_path,
+        capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert "\ncaf\\xe9.py,,2,5,G2T101," in proc.stdout.decode("utf-8")
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found |= {int(c) for c in (task / "children").read_text().split()}
+        except OSError:
+            continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
+def test_workers_stop_when_the_run_is_killed(tmp_path: Path) -> None:
+    body = GOOD + "".join(f"y{i} = torch.ones({i}).cuda()\n" for i in range(50))
+    for i in range(400):
+        (tmp_path / f"m{i:03d}.py").write_text(body)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpu2tpu", "rewrite", "-q", "-j", "2", "."], cwd=tmp_path,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    workers: set[int] = set()
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            workers |= _children(proc.pid)
+            done = sum(".to(device)" in p.read_text() for p in tmp_path.glob("m*.py"))
+            if len(workers) == 2 and done:
+                break
+            time.sleep(0.05)
+        assert len(workers) == 2 and done < 400, "the run ended before it could be killed"
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(w) for w in workers), "workers outlived their parent"
+        snapshot = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+        time.sleep(1.0)
+        assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == snapshot
+        assert not list(tmp_path.glob(".*.gpu2tpu")), "a write left its temporary file"
+        whole = {body.encode(), run_text(body).encode()}
+        for data in snapshot.values():  # every file is either as it was or fully rewritten
+            assert data in whole
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def run_text(text: str) -> str:
+    from gpu2tpu.rewrite.source import rewrite_source
+
+    return rewrite_source(text).new_text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import re
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -117,7 +118,7 @@ def run_rewrite_command(
     fmt = getattr(args, "format", "text")
     output_file = getattr(args, "output_file", None)
     if mode is Mode.CHECK and (fmt != "text" or output_file):
-        text = render_report(report, fmt, info, quiet=args.quiet)
+        text = escape_surrogates(render_report(report, fmt, info, quiet=args.quiet), fmt)
         try:
             if output_file:
                 write_report(Path(output_file), text)
@@ -133,6 +134,9 @@ def run_rewrite_command(
         for outcome in report.files:
             if outcome.diff:
                 stdout.write(outcome.diff)
+        for outcome in report.files:  # the diff shows what changes; say what was held back
+            for item in outcome.withheld:
+                print(finding_line(outcome.path, item, show_fix=False), file=stderr)
     elif not args.quiet:
         for line in finding_lines(report, include_edits=mode is Mode.CHECK):
             print(line, file=stdout)
@@ -145,12 +149,49 @@ def run_rewrite_command(
     report_path = getattr(args, "report", None)
     if report_path:
         try:
-            write_report(Path(report_path), render_report(report, "markdown", info))
+            markdown = render_report(report, "markdown", info)
+            write_report(Path(report_path), escape_surrogates(markdown, "markdown"))
         except OSError as err:
             print(f"gpu2tpu: error: cannot write {report_path}: {err.strerror or err}", file=stderr)
             return 2
     print_summary(report, stderr if mode is Mode.DIFF else stdout, info)
+    withheld = withheld_line(sum(len(o.withheld) for o in report.files))
+    if withheld:
+        print(withheld, file=stderr)
+        return max(exit_code(report), 1)
     return exit_code(report)
+
+
+def withheld_line(count: int) -> str:
+    """The closing line when the safety net held fixes back (net.py), or ""."""
+    if not count:
+        return ""
+    fixes = f"{count} fix{'es' * (count != 1)}"
+    return (
+        f"gpu2tpu: {fixes} withheld: with {'them' if count != 1 else 'it'} the code would not "
+        "have been valid Python (see `fix withheld` above); the rest was rewritten."
+    )
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape_surrogates(text: str, fmt: str = "text") -> str:
+    """File names that are not UTF-8 reach Python as lone surrogates (`surrogateescape`);
+    written out they would make a report invalid UTF-8. Each such byte becomes `\\xNN`
+    (Python's `backslashreplace`), as docs/json-schema.md says; inside JSON (json, sarif) the
+    backslash itself is escaped."""
+    if not _SURROGATE.search(text):
+        return text
+    byte = "\\\\x%02x" if fmt in ("json", "sarif") else "\\x%02x"
+    return _SURROGATE.sub(lambda m: _escaped(m[0], byte), text)
+
+
+def _escaped(char: str, byte: str) -> str:
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:
+        return byte % (code - 0xDC00)  # noqa: UP031 (the pattern is chosen above)
+    return f"\\u{code:04x}"
 
 
 def force_exclude(paths: list[str], config: Config) -> list[str]:
@@ -185,37 +226,71 @@ def _run_stdin(
     stdout: TextIO,
     stderr: TextIO,
 ) -> int:
-    """`gpu2tpu rewrite -`: text in, rewritten text out (for editors and pipes)."""
+    """`gpu2tpu rewrite -`: text in, rewritten text out (for editors and pipes).
+
+    The output keeps the input's encoding (a PEP 263 declaration such as latin-1) and BOM. On
+    an error the input goes out unchanged, byte for byte, with one error line on stderr.
+    """
     from .source import SourceError, rewrite_source
     from .torch_target import rewrite_for_target
 
     name = args.stdin_filename or "-"
     data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
     try:
-        text = decode_source(data).text
-        result = rewrite_for_target(rewrite_source, text, config.options)
-    except SourceError as err:
-        print(f"error: {name}: {err.reason}", file=stderr)
+        decoded = decode_source(data)
+        result = rewrite_for_target(rewrite_source, decoded.text, config.options)
+    except (SourceError, ValueError, RecursionError) as err:
+        reason = getattr(err, "reason", None) or str(err) or "too deeply nested to parse"
+        line = getattr(err, "line", None)
+        where = f" (line {line})" if line else ""
+        print(f"error: {name}: {reason}{where}; left as it is", file=stderr)
         if mode is Mode.WRITE:
-            stdout.write(data.decode("utf-8", "replace"))
+            _write_bytes(stdout, data)
         return 2
-    except ValueError as err:
-        print(f"error: {name}: {err}", file=stderr)
-        return 2
+    text = decoded.text
     if mode is Mode.CHECK:
         for item in result.all:
             print(finding_line(name, item), file=stdout)
         return int(bool(result.all))
+    code = int(result.new_text != text)
     if mode is Mode.WRITE:
-        stdout.write(result.new_text)
+        try:
+            out = _encode(result.new_text, decoded.encoding)
+        except UnicodeEncodeError as err:
+            print(f"error: {name}: cannot encode the result as {err.encoding}", file=stderr)
+            _write_bytes(stdout, data)
+            return 2
+        _write_bytes(stdout, out)
         for item in result.findings:
             print(finding_line(name, item, show_fix=False), file=stderr)
-        return int(bool(result.findings))
-    if mode is Mode.DIFF:
+        code = int(bool(result.findings))
+    elif mode is Mode.DIFF:
         from .engine import unified_diff
 
-        stdout.write(unified_diff(name, text, result.new_text))
-    return int(result.new_text != text)
+        diff = unified_diff(name, text, result.new_text)
+        _write_bytes(stdout, diff.encode(decoded.encoding.removesuffix("-sig"), "replace"))
+        for item in result.withheld:
+            print(finding_line(name, item, show_fix=False), file=stderr)
+    if result.withheld:
+        print(withheld_line(len(result.withheld)), file=stderr)
+        code = max(code, 1)
+    return code
+
+
+def _encode(text: str, encoding: str) -> bytes:
+    """`text` in the input's encoding, with its BOM when the input had one."""
+    if encoding == "utf-8-sig":
+        return b"\xef\xbb\xbf" + text.encode("utf-8")
+    return text.encode(encoding)
+
+
+def _write_bytes(stdout: TextIO, data: bytes) -> None:
+    if hasattr(stdout, "buffer"):
+        stdout.flush()
+        stdout.buffer.write(data)
+        stdout.buffer.flush()
+    else:
+        stdout.write(data.decode("utf-8", "surrogateescape"))
 
 
 if __name__ == "__main__":  # pragma: no cover

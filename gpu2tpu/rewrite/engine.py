@@ -16,9 +16,9 @@ import os
 import re
 import stat
 import tempfile
+import time
 import tokenize
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -75,6 +75,12 @@ class Config:
     max_bytes: int = DEFAULT_MAX_BYTES
     jobs: int = 0  # 0: all cores
     root: Path | None = None  # where `exclude` patterns are anchored
+    # Process files in worker processes (also with one job), so that a crash in native code
+    # costs one file, not the run (pool.py). Off only for callers that need one process.
+    isolate: bool = True
+    # The given paths, resolved (set by `run`): a symbolic link is written through to its
+    # target only when the target lies inside one of them.
+    roots: tuple[str, ...] = ()
 
 
 @dataclass
@@ -86,6 +92,9 @@ class FileOutcome:
     error: str | None = None
     cell_errors: list[str] = field(default_factory=list)
     diff: str = ""
+    # Findings (also in `findings`) whose fix the safety net withheld: the text with it did
+    # not verify (net.py).
+    withheld: list[CellFinding | Finding] = field(default_factory=list)
 
     @property
     def is_notebook(self) -> bool:
@@ -165,8 +174,15 @@ def _exclude_pattern(patterns: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{p})" for p in parts) or r"(?!x)x")
 
 
-def discover(paths: Iterable[str], config: Config) -> tuple[list[str], list[str]]:
-    """Source files under `paths` (explicit files are always taken), and one line per problem."""
+def discover(
+    paths: Iterable[str], config: Config, stale: list[str] | None = None
+) -> tuple[list[str], list[str]]:
+    """Source files under `paths` (explicit files are always taken), and one line per problem.
+
+    A symbolic link to a file that is found anyway (its target is under the given paths too)
+    is dropped, so that the file is rewritten once. `stale` collects the temporary files an
+    interrupted write left beside the files found (`.NAME.PID.XXXXXXXX.gpu2tpu`).
+    """
     files: list[str] = []
     errors: list[str] = []
     seen: set[str] = set()
@@ -209,11 +225,34 @@ def discover(paths: Iterable[str], config: Config) -> tuple[list[str], list[str]
                 for pat in patterns
                 if not any(_excluded(part, Path(part).name, (pat,)) for part in _prefixes(rel))
             )
-            for found in _walk(p, active, rel_of, errors):
+            for found in _walk(p, active, rel_of, errors, stale):
                 add(found)
         else:
             add(raw)
-    return files, errors
+            if stale is not None:
+                stale.extend(_temporaries_of(p))
+    return _without_duplicate_links(files), errors
+
+
+def _without_duplicate_links(files: list[str]) -> list[str]:
+    """Drop a symbolic link whose target is itself among `files` (it is rewritten as itself),
+    and all but the first of several links to one target: each file is written once."""
+    links = [f for f in files if f != "-" and os.path.islink(f)]
+    if not links:
+        return files
+    seen = {os.path.realpath(f) for f in files if f != "-" and not os.path.islink(f)}
+    drop = set()
+    for link in links:
+        target = os.path.realpath(link)
+        if target in seen:
+            drop.add(link)
+        seen.add(target)
+    return [f for f in files if f not in drop]
+
+
+def inside(path: str, roots: Iterable[str]) -> bool:
+    """Whether the resolved `path` is one of `roots` or lies below one of them."""
+    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 
 
 def _prefixes(rel: str) -> list[str]:
@@ -222,7 +261,9 @@ def _prefixes(rel: str) -> list[str]:
     return ["/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-def _walk(top: Path, patterns: tuple[str, ...], rel_of, errors: list[str]) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def _walk(  # type: ignore[no-untyped-def]
+    top: Path, patterns: tuple[str, ...], rel_of, errors: list[str], stale: list[str] | None
+) -> Iterator[str]:
     def onerror(err: OSError) -> None:
         errors.append(f"{err.filename}: {_os_reason(err)}")
 
@@ -230,12 +271,69 @@ def _walk(top: Path, patterns: tuple[str, ...], rel_of, errors: list[str]) -> It
         base = Path(folder)
         dirnames[:] = sorted(d for d in dirnames if not _excluded(rel_of(base / d), d, patterns))
         for name in sorted(filenames):
+            if stale is not None and _TEMPORARY.match(name):
+                stale.append(str(base / name))
             if not name.endswith(SOURCE_SUFFIXES + CUDA_SOURCE_SUFFIXES):
                 continue
             path = base / name
             if _excluded(rel_of(path), name, patterns):
                 continue
             yield str(path)
+
+
+# `write_atomic`'s temporary files: `.NAME.PID.XXXXXXXX.gpu2tpu` (older runs: no PID).
+_TEMPORARY = re.compile(r"^\.(?P<name>.+?)\.(?:(?P<pid>\d+)\.)?[A-Za-z0-9_]{8}\.gpu2tpu$")
+STALE_AFTER_S = 60.0  # a write takes milliseconds; a temporary this old was left behind
+
+
+def _temporaries_of(path: Path) -> list[str]:
+    prefix = f".{path.name}."
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return []
+    return [
+        str(path.parent / n)
+        for n in names
+        if n.startswith(prefix) and (m := _TEMPORARY.match(n)) and m["name"] == path.name
+    ]
+
+
+def remove_stale_temporaries(candidates: Iterable[str]) -> list[str]:
+    """Delete the temporary files a killed run left: older than a minute, and written by a
+    process that is gone (another run's temporary, in its write window, is left alone)."""
+    removed = []
+    now = time.time()
+    for path in dict.fromkeys(candidates):
+        match = _TEMPORARY.match(os.path.basename(path))
+        if match is None:
+            continue
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < STALE_AFTER_S:
+            continue
+        if match["pid"] and _alive(int(match["pid"])):
+            continue
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OverflowError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _os_reason(err: OSError) -> str:
@@ -277,6 +375,22 @@ def decode_source(data: bytes) -> _Decoded:
 
 def process_file(path: str, config: Config, mode: Mode, tokens: tuple[bytes, ...]) -> FileOutcome:
     """Rewrite or check one file; every problem becomes `FileOutcome.error`."""
+    try:
+        return _process_file(path, config, mode, tokens)
+    except RecursionError:
+        return FileOutcome(
+            path, Status.ERROR, error="too deeply nested to parse; file left as it is"
+        )
+    except Exception as err:  # a bug of ours must cost one file, not the run
+        return FileOutcome(
+            path,
+            Status.ERROR,
+            error=f"internal error ({type(err).__name__}: {err}); file left as it is "
+            "(please report it)",
+        )
+
+
+def _process_file(path: str, config: Config, mode: Mode, tokens: tuple[bytes, ...]) -> FileOutcome:
     from .source import SourceError
 
     try:
@@ -297,20 +411,21 @@ def process_file(path: str, config: Config, mode: Mode, tokens: tuple[bytes, ...
 
         result = rewrite_for_target(rewrite_source, decoded.text, config.options)
     except SourceError as err:
-        where = f" (line {err.line}, col {err.col})" if err.line else ""
+        where = f" (line {err.line}, col {err.col})" if err.line and err.col else ""
+        where = where or (f" (line {err.line})" if err.line else "")
         return FileOutcome(path, Status.ERROR, error=f"{err.reason}{where}; file left as it is")
     except ValueError as err:
         return FileOutcome(path, Status.ERROR, error=str(err))
-    except RecursionError:
-        return FileOutcome(
-            path, Status.ERROR, error="too deeply nested to parse; file left as it is"
-        )
     outcome = FileOutcome(
-        path, Status.UNCHANGED, edits=list(result.edits), findings=list(result.findings)
+        path,
+        Status.UNCHANGED,
+        edits=list(result.edits),
+        findings=list(result.findings),
+        withheld=list(result.withheld),
     )
     if result.new_text == decoded.text:
         return outcome
-    return _finish(outcome, path, decoded.text, result.new_text, decoded.encoding, mode)
+    return _finish(outcome, path, decoded.text, result.new_text, decoded.encoding, mode, config)
 
 
 @functools.lru_cache(maxsize=8)
@@ -365,13 +480,14 @@ def _process_notebook(path: str, data: bytes, config: Config, mode: Mode) -> Fil
         Status.UNCHANGED,
         edits=list(result.edits),
         findings=list(result.findings),
+        withheld=list(result.withheld),
         cell_errors=list(result.cell_errors),
     )
     if result.new_text == text:
         return outcome
     if mode is Mode.DIFF:
         outcome.diff = notebook_diff(path, text, result.new_text)
-    return _finish(outcome, path, text, result.new_text, "utf-8", mode, diff_done=True)
+    return _finish(outcome, path, text, result.new_text, "utf-8", mode, config, diff_done=True)
 
 
 def _finish(
@@ -381,8 +497,19 @@ def _finish(
     new: str,
     encoding: str,
     mode: Mode,
+    config: Config,
     diff_done: bool = False,
 ) -> FileOutcome:
+    if mode is not Mode.CHECK and os.path.islink(path) and config.roots:
+        target = os.path.realpath(path)
+        if not inside(target, config.roots):
+            outcome.status = Status.ERROR
+            outcome.diff = ""
+            outcome.error = (
+                f"symbolic link to {target}, outside the given paths; left as it is "
+                "(name the target to rewrite it)"
+            )
+            return outcome
     if mode is Mode.WRITE:
         try:
             write_atomic(path, new, encoding)
@@ -409,24 +536,46 @@ def unified_diff(path: str, old: str, new: str) -> str:
 
 
 def write_atomic(path: str, text: str, encoding: str) -> None:
-    """Replace `path` with `text` in one step, keeping encoding, BOM, newlines and mode."""
-    target = Path(path)
+    """Replace `path` with `text` in one step, keeping encoding, BOM, newlines, mode and owner.
+
+    A symbolic link is written through: its target is replaced, the link stays. The temporary
+    file is named `.NAME.PID.XXXXXXXX.gpu2tpu`, so that a later run can tell one a killed
+    run left behind (`remove_stale_temporaries`).
+    """
+    target = Path(os.path.realpath(path))
     data = text.encode(encoding)
     if encoding == "utf-8-sig" and not data.startswith(b"\xef\xbb\xbf"):
         data = b"\xef\xbb\xbf" + data
-    mode = stat.S_IMODE(target.stat().st_mode)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".gpu2tpu", dir=target.parent)
+    st = target.stat()
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{target.name}.{os.getpid()}.", suffix=".gpu2tpu", dir=target.parent
+    )
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        _keep_owner(tmp, st)
         os.replace(tmp, target)
     except BaseException:
         with _suppress():
             os.unlink(tmp)
         raise
+
+
+def _keep_owner(tmp: str, st: os.stat_result) -> None:
+    """Give the new file the old one's owner and group, as far as this process may (root may
+    set both; others may set a group they belong to; else the file is theirs, as with an
+    editor's save)."""
+    if not hasattr(os, "chown"):
+        return
+    for uid, gid in ((st.st_uid, st.st_gid), (-1, st.st_gid)):
+        try:
+            os.chown(tmp, uid, gid)
+            return
+        except OSError:
+            continue
 
 
 class _suppress:
@@ -440,37 +589,41 @@ class _suppress:
 # -- many files --------------------------------------------------------------------------------
 
 
-def _worker(args: tuple[list[str], Config, Mode, tuple[bytes, ...]]) -> list[FileOutcome]:
-    paths, config, mode, tokens = args
-    return [process_file(p, config, mode, tokens) for p in paths]
-
-
 def run(paths: Iterable[str], config: Config, mode: Mode) -> RunReport:
-    """Discover and process files, in parallel when there are enough of them."""
+    """Discover and process files, in worker processes (pool.py)."""
     from .source import prefilter_tokens
 
     if mode is Mode.CHECK and config.options.fix:
         # `check` only decides: the rules still say what is fixable, nothing is transformed.
         config = dataclasses.replace(config, options=dataclasses.replace(config.options, fix=False))
-    found, discovery_errors = discover(paths, config)
+    paths = list(paths)
+    roots = tuple(os.path.realpath(p) for p in paths if p != "-")
+    config = dataclasses.replace(config, roots=roots)
+    stale: list[str] = []
+    found, discovery_errors = discover(paths, config, stale if mode is Mode.WRITE else None)
+    if stale:
+        remove_stale_temporaries(stale)
     found = [f for f in found if f != "-"]
     files = [f for f in found if not f.endswith(CUDA_SOURCE_SUFFIXES)]
     tokens = prefilter_tokens(config.options)
     jobs = config.jobs or os.cpu_count() or 1
     jobs = max(1, min(jobs, len(files) // 8 or 1))
     outcomes: list[FileOutcome]
-    if jobs == 1:
+    if not files:
+        outcomes = []
+    elif not config.isolate:
         outcomes = [process_file(p, config, mode, tokens) for p in files]
     else:
-        chunks = _chunks(files, jobs * 4)
-        outcomes = []
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for part in pool.map(_worker, [(c, config, mode, tokens) for c in chunks]):
-                outcomes.extend(part)
-        order = {p: i for i, p in enumerate(files)}
-        outcomes.sort(key=lambda o: order[o.path])
+        from .pool import run_isolated
+
+        work = functools.partial(process_file, config=config, mode=mode, tokens=tokens)
+        outcomes = run_isolated(files, work, jobs, _crashed)
     outcomes.extend(_cuda_source_outcomes(found, config))
     return RunReport(outcomes, discovery_errors, mode)
+
+
+def _crashed(path: str, reason: str) -> FileOutcome:
+    return FileOutcome(path, Status.ERROR, error=f"{reason}; file left as it is")
 
 
 def _cuda_source_outcomes(found: list[str], config: Config) -> list[FileOutcome]:
@@ -483,8 +636,3 @@ def _cuda_source_outcomes(found: list[str], config: Config) -> list[FileOutcome]
         FileOutcome(str(path), Status.UNCHANGED, findings=[finding])
         for path, finding in cuda_sources_beside(found, config.options)
     ]
-
-
-def _chunks(items: list[str], n: int) -> list[list[str]]:
-    n = max(1, min(n, len(items)))
-    return [items[i::n] for i in range(n)]

@@ -69,6 +69,7 @@ class NotebookResult:
     cell_errors: tuple[str, ...] = ()
     device_name: str | None = None
     skipped: str = ""
+    withheld: tuple[CellFinding, ...] = ()  # findings whose fix the safety net held back
 
 
 def cell_label(index: int) -> str:
@@ -755,6 +756,7 @@ def _rewrite_masked(
         new_text=new,
         edits=tuple(replace(f, line=f.line - shift) for f in result.edits if f.line > shift),
         findings=tuple(replace(f, line=f.line - shift) for f in result.findings if f.line > shift),
+        withheld=tuple(replace(f, line=f.line - shift) for f in result.withheld if f.line > shift),
     )
 
 
@@ -777,6 +779,7 @@ def rewrite_notebook(text: str, options: Options) -> NotebookResult:
     planner = _Planner([c for c in cells if c.masked is not None and not c.error], options)
     edits: list[CellFinding] = []
     findings: list[CellFinding] = []
+    withheld: list[CellFinding] = []
     errors: list[str] = []
     new_sources: dict[int, str] = {}
     for cell in cells:
@@ -795,6 +798,9 @@ def rewrite_notebook(text: str, options: Options) -> NotebookResult:
             else:
                 cell_edits += [_shift(f, cell) for f in result.edits]
                 cell_findings += [_shift(f, cell) for f in result.findings]
+                withheld += [
+                    CellFinding(cell.index, cell.cell_id, _shift(f, cell)) for f in result.withheld
+                ]
                 new_source = cell.head + new_python
                 if new_source != cell.source:
                     new_sources[cell.index] = new_source
@@ -807,7 +813,14 @@ def rewrite_notebook(text: str, options: Options) -> NotebookResult:
     for f in meta_findings:
         (edits if f.fixed else findings).append(CellFinding(-1, None, f))
     new_text = _render(text, nb, new_sources, meta_changes) if new_sources or meta_changes else text
-    return NotebookResult(new_text, tuple(edits), tuple(findings), tuple(errors), planner.name)
+    return NotebookResult(
+        new_text,
+        tuple(edits),
+        tuple(findings),
+        tuple(errors),
+        planner.name,
+        withheld=tuple(withheld),
+    )
 
 
 @dataclass(frozen=True)
@@ -822,6 +835,7 @@ class CellRewrite:
     findings: tuple[Finding, ...] = ()
     error: str = ""
     device_name: str | None = None
+    withheld: tuple[Finding, ...] = ()  # findings whose fix the safety net held back
 
     @property
     def changed(self) -> bool:
@@ -867,6 +881,7 @@ def rewrite_cell(
             tuple(edits),
             tuple(sorted(findings, key=_order)),
             device_name=result.device_name,
+            withheld=tuple(sorted((_shift(f, cell) for f in result.withheld), key=_order)),
         )
     return CellRewrite(source, source, findings=tuple(sorted(findings, key=_order)), error=error)
 
