@@ -155,15 +155,13 @@ def run_rewrite_command(
             print(f"gpu2tpu: error: cannot write {report_path}: {err.strerror or err}", file=stderr)
             return 2
     print_summary(report, stderr if mode is Mode.DIFF else stdout, info)
-    withheld = withheld_line(sum(len(o.withheld) for o in report.files))
-    if withheld:
-        print(withheld, file=stderr)
+    if any(o.withheld for o in report.files):  # the summary's "Fixes withheld" line says so
         return max(exit_code(report), 1)
     return exit_code(report)
 
 
 def withheld_line(count: int) -> str:
-    """The closing line when the safety net held fixes back (net.py), or ""."""
+    """The closing line of `rewrite -` when the safety net held fixes back (net.py), or ""."""
     if not count:
         return ""
     fixes = f"{count} fix{'es' * (count != 1)}"
