@@ -343,13 +343,22 @@ def _usable_hbm(name: str, chip_config: str, host_bounds: tuple[int, int, int]) 
     return None
 
 
-def usable_hbm(topology: Topology) -> float | None:
+def usable_hbm(topology: Topology, cache: FigureCache | None = None) -> float | None:
     """HBM per device that libtpu lets a program use (e.g. 15.75 GiB of a 16 GiB v5e), or None.
 
     Read from the out-of-memory message of a deliberately oversized 4 TiB argument, which the
-    compiler rejects in milliseconds; None if the message has another form.
+    compiler rejects quickly; None if the message has another form. The figure depends only
+    on libtpu and the topology, so `cache` keeps it on disk.
     """
-    return _usable_hbm(topology.name, topology.chip_config, topology.host_bounds)
+    name = f"hbm-{cache.key('usable-hbm', topology)}" if cache is not None else ""
+    if cache is not None:
+        stored = cache.get_json(name)
+        if isinstance(stored, dict) and "usable" in stored:
+            return stored["usable"]
+    value = _usable_hbm(topology.name, topology.chip_config, topology.host_bounds)
+    if cache is not None and value is not None:
+        cache.put_json(name, {"usable": value})
+    return value
 
 
 def devices_per_chip(devices: Sequence[Any]) -> int:
@@ -420,7 +429,7 @@ class TrainingStep:
     layout: BatchLayout
     dtype: torch.dtype | None = None
     missing_ops: list[str] = field(default_factory=list)
-    _jitted: Any = None
+    _function: Any = None
     _names: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -527,26 +536,72 @@ class TrainingStep:
 
         return step
 
-    def lower(self, tx: Any, devices: Sequence[Any], batch: int) -> Any:
-        """Trace and lower the step for `devices` at batch size `batch` (data parallel)."""
+    def lower(self, tx: Any, devices: Sequence[Any], batch: int, sharding: str = "data") -> Any:
+        """Trace and lower the step for `devices` at batch size `batch`.
+
+        The batch is split over the devices. `sharding` "data" replicates weights and
+        optimizer state on every device (XLA adds the gradient all-reduce); "fsdp" shards
+        each weight, its gradient and its optimizer state over the devices along its largest
+        evenly divisible axis (XLA gathers the weights where they are used, and
+        reduce-scatters the gradients), as PyTorch's FSDP and ZeRO-3 do.
+        """
         import jax
         import numpy as np
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+        if sharding not in SHARDINGS:
+            raise ValueError(f"sharding must be one of {', '.join(SHARDINGS)}, not {sharding!r}.")
         mesh = Mesh(np.asarray(devices), ("data",))
         replicated = NamedSharding(mesh, PartitionSpec())
         batch_sharding = NamedSharding(mesh, PartitionSpec("data"))
-        trainable, frozen, buffers = self.state_shapes(replicated)
-        opt_state = jax.tree.map(
-            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=replicated),
-            jax.eval_shape(tx.init, trainable),
+
+        def state_sharding(shape: tuple[int, ...]) -> Any:
+            if sharding == "data":
+                return replicated
+            return NamedSharding(mesh, fsdp_spec(shape, len(devices)))
+
+        def place(a: Any) -> Any:
+            return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=state_sharding(tuple(a.shape)))
+
+        trainable, frozen, buffers = (
+            {n: place(a) for n, a in part.items()} for part in self.state_shapes(replicated)
         )
+        opt_state = jax.tree.map(place, jax.eval_shape(tx.init, trainable))
         batch_args = self.batch_shapes(batch, batch_sharding, replicated)
-        if self._jitted is None:
-            # Donate the state as a training loop does, so memory counts updates in place.
-            self._jitted = jax.jit(self.function(tx), donate_argnums=(0, 2, 3))
+
+        def shardings(tree: Any) -> Any:
+            return jax.tree.map(lambda a: a.sharding, tree)
+
+        if self._function is None:
+            self._function = self.function(tx)
+        # Donate the state as a training loop does, so memory counts updates in place; the
+        # new state keeps the old one's layout, so every donated buffer is reused.
+        jitted = jax.jit(
+            self._function,
+            donate_argnums=(0, 2, 3),
+            out_shardings=(
+                replicated,
+                shardings(trainable),
+                shardings(buffers),
+                shardings(opt_state),
+            ),
+        )
         with _traced_torch(self.model, self.missing_ops):
-            return self._jitted.lower(trainable, frozen, buffers, opt_state, batch_args)
+            return jitted.lower(trainable, frozen, buffers, opt_state, batch_args)
+
+
+SHARDINGS = ("data", "fsdp")
+
+
+def fsdp_spec(shape: tuple[int, ...], devices: int) -> Any:
+    """Shard along the largest axis that splits evenly over `devices` (else replicate)."""
+    from jax.sharding import PartitionSpec
+
+    candidates = [(size, axis) for axis, size in enumerate(shape) if size % devices == 0]
+    if devices == 1 or not candidates:
+        return PartitionSpec()
+    _, axis = max(candidates, key=lambda c: (c[0], -c[1]))
+    return PartitionSpec(*[("data" if a == axis else None) for a in range(len(shape))])
 
 
 def _jax_dtype(torch_dtype: torch.dtype) -> Any:
@@ -678,6 +733,7 @@ class CompileOutcome:
     status: str
     batch: int
     compile_seconds: float = 0.0
+    lower_seconds: float = 0.0
     cached: bool = False
     flops: float | None = None
     bytes_accessed: float | None = None
@@ -771,22 +827,34 @@ class FigureCache:
         return digest.hexdigest()
 
     def get(self, key: str) -> CompileOutcome | None:
-        if self.directory is None:
-            return None
+        data = self.get_json(key)
         try:
-            data = json.loads((self.directory / f"{key}.json").read_text())
-            return CompileOutcome(**data)
-        except (OSError, ValueError, TypeError):
+            return None if data is None else CompileOutcome(**data)
+        except TypeError:  # written by another format
             return None
 
     def put(self, key: str, outcome: CompileOutcome) -> None:
-        if self.directory is None or outcome.status == "error":
+        if outcome.status != "error":
+            self.put_json(key, outcome.to_dict())
+
+    def get_json(self, name: str) -> Any:
+        """A stored JSON value, or None when absent or unreadable."""
+        if self.directory is None:
+            return None
+        try:
+            return json.loads((self.directory / f"{name}.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def put_json(self, name: str, data: Any) -> None:
+        """Store atomically (a reader never sees half a file; an interrupted write leaves none)."""
+        if self.directory is None:
             return
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            tmp = self.directory / f".{key}.{os.getpid()}.tmp"
-            tmp.write_text(json.dumps(outcome.to_dict()))
-            tmp.replace(self.directory / f"{key}.json")
+            tmp = self.directory / f".{name}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(data))
+            tmp.replace(self.directory / f"{name}.json")
         except OSError:
             pass  # a read-only cache directory only costs a recompile next time
 

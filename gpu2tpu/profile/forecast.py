@@ -8,24 +8,33 @@ result.to_json()
 ```
 The whole step (forward, loss, gradients, optimizer update) is compiled by libtpu's own
 compiler for each target topology (`aot.py`), and the compiled program's FLOPs, bytes and
-memory become a fit verdict, the largest batch that fits, a roofline step time and a cost,
-beside GPUs costed from the same FLOPs and bytes. Needs the `forecast` extra; without it the
-call raises `ForecastUnavailable` with the command that installs it, and nothing else in
-gpu2tpu is affected (this module imports no JAX at import time).
+memory become a fit verdict, the largest batch that fits (`batchsearch.py`), a roofline step
+time and a cost, beside GPUs costed from the same FLOPs and bytes. Deep models are compiled
+at one and two periods of their block stack and extended to the full depth
+(`extrapolate.py`). The compiling runs in a forked child (`isolate.py`) that reports
+progress as it goes (`progress.py`); Ctrl-C stops it and keeps the targets already done.
+A forecast asked again is answered from a key of the model's structure and code
+(`fingerprint.py`) without starting JAX.
+
+Needs the `forecast` extra; without it the call raises `ForecastUnavailable` with the
+command that installs it, and nothing else in gpu2tpu is affected (this module imports no
+JAX at import time).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .aot import (
+    SHARDINGS,
+    BatchLayout,
     CompileOutcome,
     FigureCache,
     ForecastError,
@@ -41,9 +50,20 @@ from .aot import (
     topology_for,
     usable_hbm,
 )
+from .batchsearch import MAX_BATCH_FACTOR, MAX_SEARCH_COMPILES, BatchSearch
 from .compare import ComparisonExports
-from .isolate import can_fork, run_in_child
-from .optimizers import UnsupportedOptimizer, plan_optimizer, to_optax
+from .extrapolate import (
+    AUTO_MIN_DEPTH,
+    BlockStack,
+    describe_extrapolation,
+    exceeds,
+    extrapolate_outcome,
+    find_block_stack,
+    with_depth,
+)
+from .isolate import can_fork, run_streaming
+from .optimizers import OptimizerPlan, UnsupportedOptimizer, plan_optimizer, to_optax
+from .progress import ForecastProgress, format_clock
 
 if TYPE_CHECKING:
     import torch
@@ -66,12 +86,10 @@ __all__ = [
 
 DEFAULT_FORECAST_TARGETS = ("v5e", "v6e", "v5p", "tpu7x")
 DEFAULT_FORECAST_GPUS = ("a100-80gb", "h100")
-# The batch search stops after this many extra compiles even with time left...
-MAX_SEARCH_COMPILES = 8
-# ...and never tries more than this many times the given batch (a lower bound is enough there).
-MAX_BATCH_FACTOR = 256
 # Without a compiler figure for usable HBM, predict the largest batch against this share of it.
 _HBM_USABLE = 0.98
+# Bumped when what a cached target holds changes.
+_RESULT_FORMAT = 1
 
 
 def default_loss(output: Any, targets: Any) -> Any:
@@ -103,13 +121,18 @@ class TargetForecast:
     """One TPU target: did the step compile, does it fit, how fast and how dear would it be.
 
     `status` is "compiled" (fits at the given batch), "does not fit", "unsupported" (ops
-    without a lowering, listed in `unsupported_ops`) or "error" (`message` says why).
+    without a lowering, listed in `unsupported_ops`), "error" (`message` says why) or
+    "interrupted" (Ctrl-C came first).
     FLOPs and bytes are for one step of the whole slice; memory is per chip, as libtpu
     placed it: arguments + outputs - donated buffers + temporaries. `step_seconds` is the
     roofline on the catalogue's peaks; `compiler_seconds` is libtpu's own estimate, kept only
     when it is valid (it can be negative). `max_batch` is the largest batch found to fit, and
     `max_batch_exact` says whether the next size up was shown not to fit (False: a lower bound,
-    the search ran out of time or compiles).
+    the search ran out of time or compiles); `search_compiles` and `search_seconds` are what
+    the search cost, `search_method` how it ended ("line": the affine prediction confirmed;
+    "bisection": the fall-back). `extrapolation` is None for a full compile, else where the
+    figures came from (the block stack, its depth and the depths compiled). `phases` splits
+    the target's wall time: describing the topology, tracing and lowering, compiling, search.
     """
 
     target: str
@@ -142,6 +165,11 @@ class TargetForecast:
     unsupported_ops: list[str] = field(default_factory=list)
     message: str = ""
     search: list[dict[str, Any]] = field(default_factory=list)
+    search_compiles: int = 0
+    search_method: str = ""
+    sharding: str = "data"
+    extrapolation: dict[str, Any] | None = None
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -151,6 +179,18 @@ class TargetForecast:
     def capacity_per_chip(self) -> float | None:
         """HBM a step may use per chip: libtpu's usable figure, else the catalogue's."""
         return self.available_per_chip or self.hbm_per_chip
+
+    @property
+    def extrapolated(self) -> bool:
+        return self.extrapolation is not None
+
+    @property
+    def memory_fraction(self) -> float | None:
+        """Memory per chip as a share of the usable HBM (above 1: does not fit)."""
+        capacity = self.capacity_per_chip
+        if self.memory_per_chip is None or not capacity:
+            return None
+        return self.memory_per_chip / capacity
 
     @property
     def bound(self) -> str | None:
@@ -167,6 +207,8 @@ class TargetForecast:
             return f"does not compile: no TPU lowering for {', '.join(self.unsupported_ops)}"
         if self.status == "error":
             return f"error: {self.message}"
+        if self.status == "interrupted":
+            return "interrupted before it finished"
         memory = f"{format_bytes(self.memory_per_chip)} of {format_bytes(self.capacity_per_chip)} per chip"
         if self.status == "does not fit":
             text = f"does not fit at batch {self.batch}: needs {memory}"
@@ -181,12 +223,23 @@ class TargetForecast:
             text += f"; largest batch that fits: {self.max_batch}" + (
                 "" if self.max_batch_exact else "+"
             )
+        if self.extrapolation:
+            k, k2 = self.extrapolation["compiled_depths"]
+            text += f" (extrapolated from {k} and {k2} of {self.extrapolation['depth']} blocks)"
         return text
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["bound"] = self.bound
+        data["extrapolated"] = self.extrapolated
+        data["memory_fraction"] = self.memory_fraction
         return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TargetForecast:
+        """The inverse of `to_dict` (derived entries are dropped)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 @dataclass
@@ -195,6 +248,9 @@ class Forecast(ComparisonExports):
 
     `comparison` is the profiler's `Comparison` (rows with source "compiled" for TPUs and
     "estimated" for GPUs), so it renders and exports the same way as a profile.
+    `interrupted` is True when Ctrl-C stopped the forecast: the targets finished before it
+    are complete, the others have status "interrupted". `phases` splits the wall time
+    (preparing, starting the child and importing JAX, the targets).
     """
 
     model: str
@@ -211,6 +267,9 @@ class Forecast(ComparisonExports):
     wall_seconds: float
     cache_dir: str | None
     notes: list[str] = field(default_factory=list)
+    sharding: str = "data"
+    interrupted: bool = False
+    phases: dict[str, float] = field(default_factory=dict)
 
     def target(self, key: str) -> TargetForecast:
         """The result for a target key ("v5e") or topology ("v5e:2x2")."""
@@ -240,6 +299,16 @@ class Forecast(ComparisonExports):
             "compiled with libtpu for each topology on this CPU; step time is the roofline "
             "max(FLOPs / peak, bytes / HBM bandwidth) on the catalogue's figures"
         )
+        extrapolated = next((t.extrapolation for t in self.targets if t.extrapolation), None)
+        if extrapolated:
+            k, k2 = extrapolated["compiled_depths"]
+            d["Extrapolated"] = (
+                f"compiled with {k} and {k2} of the {extrapolated['depth']} blocks in "
+                f"`{extrapolated['stack']}`; FLOPs, bytes and memory extended linearly to the "
+                "full depth (forecast(..., extrapolate=False) compiles the whole model)"
+            )
+        if self.sharding != "data":
+            d["Sharding"] = "FSDP: weights, gradients and optimizer state sharded over the chips"
         d["Prices"] = self.comparison.prices_summary()
         for i, note in enumerate(self.notes, 1):
             d[f"Note {i}"] = note
@@ -260,17 +329,50 @@ class Forecast(ComparisonExports):
             "wall_seconds": self.wall_seconds,
             "cache_dir": self.cache_dir,
             "notes": self.notes,
+            "sharding": self.sharding,
+            "interrupted": self.interrupted,
+            "phases": self.phases,
             "comparison": self.comparison.to_dict(),
         }
 
+    def summary_rows(self) -> list[dict[str, Any]]:
+        """Per target, what a view shows: memory against usable HBM, the largest batch, the
+        bound, the compile time, and whether the figures were extrapolated or searched."""
+        return [
+            {
+                "label": t.label,
+                "target": t.target,
+                "name": t.name,
+                "status": t.status,
+                "fits": t.fits,
+                "memory_per_chip": t.memory_per_chip,
+                "usable_hbm_per_chip": t.capacity_per_chip,
+                "memory_fraction": t.memory_fraction,
+                "max_batch": t.max_batch,
+                "max_batch_exact": t.max_batch_exact,
+                "bound": t.bound,
+                "step_seconds": t.step_seconds,
+                "compile_seconds": t.compile_seconds,
+                "cached": t.cached,
+                "extrapolated": t.extrapolated,
+                "extrapolation": t.extrapolation,
+                "search_compiles": t.search_compiles,
+                "search_seconds": t.search_seconds,
+                "sharding": t.sharding,
+            }
+            for t in self.targets
+        ]
+
     def to_html(self) -> str:
-        return self.comparison.to_html(details=self.details())
+        from gpu2tpu.widgets import forecast_html
+
+        return forecast_html(self)
 
     def widget(self) -> Any:
-        """The notebook view: the profiler's comparison view with the forecast's details."""
-        from gpu2tpu.widgets import comparison_view
+        """The notebook view: per target memory, fit, largest batch, bound, compile time; costs."""
+        from gpu2tpu.widgets import forecast_view
 
-        return comparison_view(self.comparison, details=self.details())
+        return forecast_view(self)
 
     def table_cells(self) -> tuple[list[str], list[list[str]]]:
         """Per-target figures as text: headers and one row per target."""
@@ -287,6 +389,8 @@ class Forecast(ComparisonExports):
                 "—" if t.max_batch is None else f"{t.max_batch}{'' if t.max_batch_exact else '+'}"
             )
             compile_text = "cached" if t.cached else f"{t.compile_seconds:.1f} s"
+            if t.extrapolated and not t.cached:
+                compile_text += " (extrapolated)"
             rows.append(
                 [
                     t.label,
@@ -341,6 +445,7 @@ class Forecast(ComparisonExports):
             "does not fit": "yellow",
             "unsupported": "red",
             "error": "red",
+            "interrupted": "dim",
         }
         for t, cells in zip(self.targets, body, strict=True):
             table.add_row(*cells, style=styles.get(t.status))
@@ -355,172 +460,6 @@ class Forecast(ComparisonExports):
         from .compare import mimebundle
 
         return mimebundle(self, repr(self), self.to_html, self.widget)
-
-
-# -- progress -----------------------------------------------------------------------------------
-
-
-class _Progress:
-    """Per-target progress: a live rich display in a terminal, one plain line per target otherwise."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.live = enabled and _is_terminal()
-        self._rich: Any = None
-        self._tasks: dict[str, Any] = {}
-
-    @contextmanager
-    def running(self) -> Iterator[_Progress]:
-        if not self.live:
-            yield self
-            return
-        from rich.console import Console
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        self._rich = Progress(
-            SpinnerColumn(finished_text="[green]✓[/green]"),
-            TextColumn("{task.description}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-        )
-        with self._rich:
-            yield self
-
-    def update(self, label: str, text: str) -> None:
-        if self._rich is None:
-            return
-        from rich.markup import escape
-
-        text = f"[bold]{escape(label)}[/bold] {escape(text)}"
-        task = self._tasks.get(label)
-        if task is None:
-            self._tasks[label] = self._rich.add_task(text, total=1)
-        else:
-            self._rich.update(task, description=text)
-
-    def done(self, result: TargetForecast, seconds: float) -> None:
-        if not self.enabled:
-            return
-        text = result.summary() + (" (cached)" if result.cached else "")
-        if self._rich is not None:
-            self.update(result.label, text)
-            self._rich.update(self._tasks[result.label], completed=1)
-        else:
-            print(f"forecast {result.label}: {text} [{seconds:.1f} s]", file=sys.stderr, flush=True)
-
-
-def _is_terminal() -> bool:
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-# -- the search for the largest batch -------------------------------------------------------
-
-
-@dataclass
-class _Search:
-    """Compiles at several batch sizes to find the largest that fits in HBM.
-
-    A safeguarded secant search on memory against batch size: predict where memory meets
-    the capacity from the points compiled so far, and bisect (or double, with no upper
-    bound yet) whenever two predictions in a row land on the same side, or once a batch
-    the line said would not fit does fit: near the capacity XLA rematerialises activations
-    to fit, memory stops growing with the batch, and the secant would only creep. Batch
-    sizes are multiples of `granularity` (the devices the batch is split over); the search
-    stops when the bracket is one granularity wide, or within `rel_tol` of the largest
-    fitting batch, or at `ceiling`, or out of compiles or time.
-    """
-
-    compile_at: Callable[[int], CompileOutcome]
-    granularity: int
-    capacity: float  # usable HBM per device, bytes
-    deadline: float
-    max_compiles: int = MAX_SEARCH_COMPILES
-    ceiling: int | None = None
-    rel_tol: float = 1 / 64
-    points: dict[int, CompileOutcome] = field(default_factory=dict)
-    _sides: list[bool] = field(default_factory=list)  # fits? for each search compile
-    _creeping: bool = False  # a batch the line said would not fit did fit
-    _pinned: bool = False  # the line said the last candidate would not fit
-
-    def run(self, first: CompileOutcome) -> tuple[int | None, int | None]:
-        """(largest batch that fits, smallest that does not), either None when not found."""
-        self.points[first.batch] = first
-        compiles = 0
-        while compiles < self.max_compiles and time.perf_counter() < self.deadline:
-            candidate = self._next()
-            if candidate is None:
-                break
-            outcome = self.compile_at(candidate)
-            compiles += 1
-            self.points[candidate] = outcome
-            if outcome.status == "error":
-                break
-            self._sides.append(outcome.status == "compiled")
-            self._creeping |= self._pinned and outcome.status == "compiled"
-            if outcome.status == "oom" and outcome.available_bytes:
-                self.capacity = outcome.available_bytes
-        return self.bounds()
-
-    def bounds(self) -> tuple[int | None, int | None]:
-        fitting = [b for b, o in self.points.items() if o.status == "compiled"]
-        failing = [b for b, o in self.points.items() if o.status == "oom"]
-        return (max(fitting) if fitting else None), (min(failing) if failing else None)
-
-    def _round(self, batch: float) -> int:
-        g = self.granularity
-        return max(g, int(batch // g) * g)
-
-    def _predict(self, lo: int | None, hi: int | None) -> float | None:
-        """The batch at which memory reaches capacity, on a line through compiled points."""
-        memory = {b: o.memory_bytes for b, o in self.points.items() if o.memory_bytes}
-        if lo in memory and hi in memory:
-            line = [(lo, memory[lo]), (hi, memory[hi])]  # regula falsi inside the bracket
-        else:
-            line = sorted(memory.items())[-2:]
-        if len(line) == 2:
-            (b1, m1), (b2, m2) = line
-            slope = (m2 - m1) / (b2 - b1)
-            return None if slope <= 0 else b2 + (self.capacity - m2) / slope
-        if not line:
-            return None
-        batch, _ = line[0]
-        outcome = self.points[batch]
-        if outcome.status != "compiled" or not outcome.temp_bytes:
-            return None
-        # One point: the state (arguments, outputs) stays, the temporaries grow with the batch.
-        fixed = outcome.memory_bytes - outcome.temp_bytes  # type: ignore[operator]
-        return batch * (self.capacity - fixed) / outcome.temp_bytes
-
-    def _next(self) -> int | None:
-        lo, hi = self.bounds()
-        g = self.granularity
-        if lo is None:  # nothing fits yet: at least halve, towards the smallest batch
-            assert hi is not None
-            guess = self._predict(lo, hi)
-            candidate = self._round(min(hi / 2, guess) if guess and guess > 0 else hi / 2)
-            return candidate if candidate < hi and candidate not in self.points else None
-        if hi is not None and hi - lo <= max(g, self._round(lo * self.rel_tol)):
-            return None
-        guess = self._predict(lo, hi)
-        stalled = len(self._sides) >= 2 and self._sides[-1] == self._sides[-2]
-        if hi is not None and (guess is None or stalled or self._creeping):
-            guess = (lo + hi) / 2
-        elif guess is None or self._creeping:
-            guess = lo * 2
-        if hi is None and self.ceiling is not None:
-            if lo >= self.ceiling:
-                return None
-            upper = min(lo * 64, self._round(self.ceiling))
-        else:
-            upper = hi - g if hi is not None else lo * 64
-        candidate = self._round(min(max(guess, lo + g), upper))
-        if candidate <= lo or candidate in self.points:
-            return None
-        self._pinned = guess < lo + g  # the line says even one step up would not fit
-        return candidate
 
 
 # -- the forecast ----------------------------------------------------------------------------
@@ -560,6 +499,10 @@ def _split_targets(
     return tpus, gpus
 
 
+def _label(topology: Topology) -> str:
+    return topology.name if topology.chips > 1 else topology.target
+
+
 def forecast(
     model: torch.nn.Module,
     example_batch: Any,
@@ -569,7 +512,7 @@ def forecast(
     chips: int = 1,
     dtype: Any = None,
     tokens_per_step: float | None = None,
-    batch_search: bool = True,
+    batch_search: bool = False,
     time_budget_s: float = 90.0,
     *,
     isolate: bool = True,
@@ -581,7 +524,8 @@ def forecast(
     fork): it needs torchax, and importing torchax makes "jax" torch's accelerator for the
     rest of the process, which would move the user's device-agnostic code onto torchax. The
     user's session stays as it was; the result comes back. `isolate=False` compiles here.
-    Keyword `options`: `gpus`, `price`, `catalogue`, `cache`, `progress` (see below).
+    Keyword `options`: `gpus`, `price`, `catalogue`, `cache`, `progress`, `sharding`,
+    `extrapolate` (see below).
 
     `example_batch` is `(inputs, targets)`: the model is called as `model(inputs)` (a tuple
     is unpacked into positional arguments, a dict into keyword arguments) and the loss as
@@ -592,30 +536,41 @@ def forecast(
     "adamw", "rmsprop"); it is mapped to the matching optax update. `targets` are TPU
     generations ("v5e", "v6e", "v5p", "tpu7x", "v4") or explicit slices ("v5e:2x4"), and may
     name GPUs too; `chips` is the number of chips per TPU target (a power of two): the batch
-    is split across them (data parallel) and figures are per step of the whole slice.
-    `dtype` (e.g. torch.bfloat16) casts floating weights and inputs; None keeps the model's.
-    `tokens_per_step` defaults to the number of token ids in the batch when the first input
-    is an integer tensor. `batch_search` compiles further batch sizes, for at most
-    `time_budget_s` seconds per target, to find the largest batch that fits. GPU rows in
-    `gpus` are rooflines on the FLOPs and bytes of the first compiled target (one with one
-    device per chip first), for as many GPUs as that slice has chips. Compile figures are
-    cached on disk (`cache`: True for the user cache directory, a path, or False), so the
-    same forecast again returns in seconds.
+    is split across them and figures are per step of the whole slice. `sharding="data"`
+    (default) replicates weights and optimizer state on every chip; `"fsdp"` shards them
+    over the chips. `dtype` (e.g. torch.bfloat16) casts floating weights and inputs; None
+    keeps the model's. `tokens_per_step` defaults to the number of token ids in the batch
+    when the first input is an integer tensor.
+
+    `batch_search=True` also finds the largest batch that fits: two compiles give memory's
+    line in the batch size, a third and fourth confirm the predicted batch and the one above
+    it (a bisection takes over when they disagree), for at most `time_budget_s` seconds per
+    target. `extrapolate` (None: automatic for stacks of 16 blocks or more; True; False)
+    compiles a model with a stack of identical blocks at one and two periods of the stack
+    and extends FLOPs, bytes and memory linearly to the full depth. GPU rows in `gpus` are
+    rooflines on the FLOPs and bytes of the first compiled target (one with one device per
+    chip first), for as many GPUs as that slice has chips. Figures are cached on disk
+    (`cache`: True for the user cache directory, a path, or False), so the same forecast
+    again returns at once. `progress` (default True) shows a live line per target: a
+    display in a notebook, rich's live view in a terminal, a line per target elsewhere.
+    Ctrl-C stops the compiling, prints one line and returns the targets finished so far.
     """
-    forecast_versions(import_torchax=False)  # a missing extra: one sentence, from here
-    arguments = (model, example_batch, loss_fn, optimizer, targets, chips, dtype,
-                 tokens_per_step, batch_search, time_budget_s)  # fmt: skip
-    if isolate and can_fork() and "torchax" not in sys.modules:
-        if not _jax_started():
-            return run_in_child(_forecast_here, *arguments, **options)
-        # A fork after JAX started its thread pools deadlocks in the child.
+    started = time.perf_counter()
+    versions = forecast_versions(import_torchax=False)  # a missing extra: one sentence, here
+    job = _prepare(
+        model, example_batch, loss_fn, optimizer, targets, chips, dtype, tokens_per_step,
+        batch_search, time_budget_s, versions, **options,
+    )  # fmt: skip
+    in_child = isolate and can_fork() and "torchax" not in sys.modules
+    if in_child and _jax_started():
+        in_child = False  # a fork after JAX started its thread pools deadlocks in the child
         warnings.warn(
             "gpu2tpu.forecast: JAX is already running in this process, so the forecast compiles "
             "here; torchax then makes 'jax' torch's accelerator for the rest of this session "
             "(restart the kernel before training on another device).",
             stacklevel=2,
         )
-    return _forecast_here(*arguments, **options)
+    return _run(job, in_child, started)
 
 
 def _jax_started() -> bool:
@@ -627,108 +582,319 @@ def _jax_started() -> bool:
     return True if backends is None else bool(backends)
 
 
-def _forecast_here(
+@dataclass
+class _Job:
+    """Everything a forecast needs, checked in the user's process before any compile."""
+
+    model: torch.nn.Module
+    example_batch: Any
+    loss_fn: Callable[[Any, Any], Any] | None
+    plan: OptimizerPlan
+    layout: BatchLayout
+    dtype: torch.dtype | None
+    tpu_targets: list[tuple[Topology, Chip]]
+    gpu_targets: list[Chip]
+    catalogue: HardwareCatalogue
+    price: str
+    tokens_per_step: float | None
+    batch_search: bool
+    time_budget_s: float
+    sharding: str
+    stack: BlockStack | None
+    cache_dir: Path | None
+    versions: dict[str, str]
+    progress: bool | str
+    keys: dict[str, str] = field(default_factory=dict)  # label -> quick cache key
+
+    @property
+    def labels(self) -> list[str]:
+        return [_label(t) for t, _ in self.tpu_targets]
+
+
+def _prepare(
     model: torch.nn.Module,
     example_batch: Any,
-    loss_fn: Callable[[Any, Any], Any] | None = None,
-    optimizer: Any = "adamw",
-    targets: str | Sequence[str] = DEFAULT_FORECAST_TARGETS,
-    chips: int = 1,
-    dtype: Any = None,
-    tokens_per_step: float | None = None,
-    batch_search: bool = True,
-    time_budget_s: float = 90.0,
+    loss_fn: Callable[[Any, Any], Any] | None,
+    optimizer: Any,
+    targets: str | Sequence[str],
+    chips: int,
+    dtype: Any,
+    tokens_per_step: float | None,
+    batch_search: bool,
+    time_budget_s: float,
+    versions: dict[str, str],
     *,
     gpus: Sequence[str] = DEFAULT_FORECAST_GPUS,
     price: str = "on_demand",
     catalogue: HardwareCatalogue | None = None,
     cache: bool | str | Path = True,
-    progress: bool = True,
-) -> Forecast:
-    """The compiling and costing of `forecast`, in this process."""
-    started = time.perf_counter()
-    versions = forecast_versions()
+    progress: bool | str = True,
+    sharding: str = "data",
+    extrapolate: bool | None = None,
+) -> _Job:
     import torch
 
     from .catalogue import HardwareCatalogue
-    from .compare import Comparison
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}.")
+    if sharding not in SHARDINGS:
+        raise ValueError(f"sharding must be one of {', '.join(SHARDINGS)}, not {sharding!r}.")
     catalogue = catalogue or HardwareCatalogue.load()
     torch_dtype = _torch_dtype(dtype)
     tpu_targets, gpu_targets = _split_targets(targets, chips, catalogue)
     gpu_targets += [catalogue.get(g) for g in gpus if catalogue.get(g) not in gpu_targets]
-
-    named = list(model.named_parameters())
-    plan = plan_optimizer(optimizer, named)
-    tx = to_optax(plan)
+    plan = plan_optimizer(optimizer, list(model.named_parameters()))
     layout = split_batch(example_batch)
-    step = TrainingStep(model, loss_fn or default_loss, plan, layout, torch_dtype)
     if tokens_per_step is None and layout.per_sample_tokens:
         tokens_per_step = layout.per_sample_tokens * layout.batch_size
+    stack = None
+    if extrapolate is not False:
+        stack = find_block_stack(model)
+        if stack is not None and extrapolate is None and stack.depth < AUTO_MIN_DEPTH:
+            stack = None
+        if extrapolate and stack is None:
+            raise ValueError(
+                "extrapolate=True needs a stack of identical blocks (a ModuleList or Sequential "
+                "of at least four modules with the same structure), and this model has none."
+            )
     cache_dir = None if cache is False else (default_cache_dir() if cache is True else Path(cache))
-    figure_cache = FigureCache(cache_dir, versions)
+    job = _Job(
+        model, example_batch, loss_fn, plan, layout, torch_dtype, tpu_targets, gpu_targets,
+        catalogue, price, tokens_per_step, batch_search, float(time_budget_s), sharding, stack,
+        cache_dir, versions, progress,
+    )  # fmt: skip
+    if cache_dir is not None:
+        job.keys = _quick_keys(job)
+    return job
 
-    results: list[TargetForecast] = []
-    reporter = _Progress(progress)
-    failure: TargetForecast | None = None  # trace failures are the same on every target
-    with reporter.running():
-        for topology, chip in tpu_targets:
+
+def _quick_keys(job: _Job) -> dict[str, str]:
+    """One fingerprint key per target (see `fingerprint.py`): the warm path's lookup."""
+    from .fingerprint import recipe_key
+
+    common = {
+        "format": _RESULT_FORMAT,
+        "python": sys.version,
+        "versions": job.versions,
+        "optimizer": (job.plan.rules, sorted(job.plan.labels.items())),
+        "dtype": str(job.dtype),
+        "sharding": job.sharding,
+        "search": (
+            job.batch_search,
+            job.time_budget_s if job.batch_search else None,
+            MAX_SEARCH_COMPILES,
+        ),  # fmt: skip
+        "stack": None if job.stack is None else asdict(job.stack),
+    }
+    base = recipe_key(job.model, job.example_batch, job.loss_fn, common)
+    keys = {}
+    for topology, _ in job.tpu_targets:
+        import hashlib
+
+        keys[_label(topology)] = hashlib.sha256(
+            f"{base}|{sorted(asdict(topology).items())}".encode()
+        ).hexdigest()
+    return keys
+
+
+def _run(job: _Job, in_child: bool, started: float) -> Forecast:
+    """Answer cached targets at once, compile the others (in a child), assemble the result."""
+    cache = FigureCache(job.cache_dir, job.versions)
+    results: dict[str, TargetForecast] = {}
+    for label, key in job.keys.items():
+        data = cache.get_json(f"target-{key}")
+        if isinstance(data, dict):
+            try:
+                hit = TargetForecast.from_dict(data)
+            except TypeError:
+                continue
+            hit.cached = True
+            hit.phases = {"cache": 0.0}
+            results[label] = hit
+    missing = [(t, c) for t, c in job.tpu_targets if _label(t) not in results]
+    mode = job.progress if isinstance(job.progress, str) else None
+    display = ForecastProgress(
+        job.labels,
+        mode=mode if job.progress else "off",
+        title=f"gpu2tpu forecast: {type(job.model).__name__}, batch {job.layout.batch_size}",
+    )
+    phases = {"prepare": time.perf_counter() - started}
+    partial: dict[str, TargetForecast] = {}
+    interrupted = False
+
+    def on_event(event: tuple) -> None:
+        kind = event[0]
+        if kind == "status":
+            display.status(event[1], event[2])
+        elif kind == "phase":
+            phases[event[1]] = event[2]
+        elif kind == "target":
+            _, label, result, final = event
+            if not final:
+                partial[label] = result
+                return
+            results[label] = result
+            partial.pop(label, None)
+            _price(result, chips[label], job.tokens_per_step, job.price)
+            display.finished(label, result.summary(), ok=result.status in _DONE_OK)
+            key = job.keys.get(label)
+            if key and result.status in ("compiled", "does not fit", "unsupported"):
+                cache.put_json(f"target-{key}", result.to_dict())
+
+    chips = {_label(t): c for t, c in job.tpu_targets}
+    with display.shown():
+        for label, result in results.items():
+            _price(result, chips[label], job.tokens_per_step, job.price)
+            display.finished(label, result.summary() + " (cached)", ok=result.status in _DONE_OK)
+        if missing:
             t0 = time.perf_counter()
-            if failure is not None:
-                result = _copy_failure(failure, topology, chip)
-            else:
-                result, traced = _forecast_target(
-                    step, tx, topology, chip, layout.batch_size, tokens_per_step,
-                    batch_search, time_budget_s, figure_cache, price, reporter,
-                )  # fmt: skip
-                if not traced:
-                    failure = result
-            results.append(result)
-            reporter.done(result, time.perf_counter() - t0)
+            work = _Work(job, missing)
+            try:
+                if in_child:
+                    returned = run_streaming(
+                        _compile_targets, (work, None), on_event=on_event, on_idle=display.tick
+                    )
+                else:
+                    returned = _compile_targets(work, on_event)
+                for result in returned:  # every result came as an event; this is a safety net
+                    results.setdefault(result.label, result)
+            except KeyboardInterrupt:
+                interrupted = True
+                display.interrupted(_interrupt_line(job, results, partial, display))
+            phases["targets"] = time.perf_counter() - t0
+    ordered = []
+    for topology, chip in job.tpu_targets:
+        label = _label(topology)
+        result = results.get(label)
+        if result is None:
+            result = _unfinished(partial.get(label), topology, chip, job)
+            _price(result, chip, job.tokens_per_step, job.price)
+        ordered.append(result)
+    return _assemble(job, ordered, time.perf_counter() - started, phases, interrupted)
 
+
+_DONE_OK = ("compiled", "does not fit")
+
+
+def _interrupt_line(
+    job: _Job,
+    results: Mapping[str, TargetForecast],
+    partial: Mapping[str, TargetForecast],
+    display: ForecastProgress,
+) -> str:
+    """One line: what was kept and what was stopped."""
+    done = [label for label in job.labels if label in results]
+    running = [
+        f"{line.label} ({line.text}, {format_clock(line.elapsed(time.monotonic()))})"
+        for line in display.lines.values()
+        if line.state == "running"
+    ]
+    text = "gpu2tpu: forecast interrupted"
+    text += f"; kept {', '.join(done)}" if done else "; no target had finished"
+    if running:
+        text += f"; stopped {', '.join(running)}"
+    searched = [label for label in partial if label not in results]
+    if searched:
+        text += f"; {', '.join(searched)} kept without its full batch search"
+    return text + "."
+
+
+def _unfinished(
+    partial: TargetForecast | None, topology: Topology, chip: Chip, job: _Job
+) -> TargetForecast:
+    """A target Ctrl-C stopped: its figures at the user's batch if it got that far."""
+    if partial is not None:
+        partial.message = (partial.message + " " if partial.message else "") + (
+            "The batch search was interrupted: the largest batch is a lower bound."
+        )
+        partial.max_batch_exact = False
+        return partial
+    return TargetForecast(
+        target=topology.target,
+        name=chip.name,
+        topology=topology.name,
+        chips=topology.chips,
+        devices_per_chip=1,
+        status="interrupted",
+        batch=job.layout.batch_size,
+        hbm_per_chip=float(chip.hbm_bytes),
+        sharding=job.sharding,
+        message="interrupted (Ctrl-C) before this target finished",
+    )
+
+
+def _assemble(
+    job: _Job,
+    results: list[TargetForecast],
+    wall_seconds: float,
+    phases: dict[str, float],
+    interrupted: bool,
+) -> Forecast:
+    """The Forecast: per-target figures, the comparison table, and notes."""
+    from .compare import Comparison
+
+    model = job.model
+    named = list(model.named_parameters())
     parameters = sum(p.numel() for _, p in named)
-    trainable = sum(p.numel() for n, p in named if n in plan.labels)
+    trainable = sum(p.numel() for n, p in named if n in job.plan.labels)
+    batch = job.layout.batch_size
     reference = _reference(results)
     rows = [
-        _tpu_row(r, chip, layout.batch_size, tokens_per_step, price)
-        for r, (_, chip) in zip(results, tpu_targets, strict=True)
+        _tpu_row(r, chip, batch, job.tokens_per_step, job.price)
+        for r, (_, chip) in zip(results, job.tpu_targets, strict=True)
     ]
     notes: list[str] = []
     if reference is not None:
-        for gpu in gpu_targets:
-            rows.append(_gpu_row(reference, gpu, layout.batch_size, tokens_per_step, price))
+        for gpu in job.gpu_targets:
+            rows.append(_gpu_row(reference, gpu, batch, job.tokens_per_step, job.price))
         notes.append(
             f"GPU rows are rooflines on the FLOPs and bytes libtpu compiled for {reference.label} "
             "(XLA's TPU fusion), so TPUs and GPUs compare on one basis; they are not CUDA measurements."
         )
-    if tokens_per_step is None:
+    if job.tokens_per_step is None:
         notes.append(
             "No tokens per step (the first input is not token ids): pass tokens_per_step for $/1M tokens."
         )
+    if any(r.extrapolated for r in results):
+        near = [
+            r.label
+            for r in results
+            if r.extrapolated and r.memory_fraction and 0.9 <= r.memory_fraction <= 1.1
+        ]
+        if near:
+            notes.append(
+                f"{', '.join(near)}: the extrapolated memory is within 10% of the usable HBM, "
+                "where XLA's rematerialisation decides; extrapolate=False compiles the whole "
+                "model for the compiler's own verdict."
+            )
+    if interrupted:
+        notes.append("Interrupted (Ctrl-C): targets marked 'interrupted' were not forecast.")
     comparison = Comparison.from_rows(
         rows,
-        catalogue=catalogue,
-        price=price,
-        workload={"samples_per_step": layout.batch_size, "tokens_per_step": tokens_per_step},
-        title=f"gpu2tpu forecast: {type(model).__name__}, batch {layout.batch_size}",
+        catalogue=job.catalogue,
+        price=job.price,
+        workload={"samples_per_step": batch, "tokens_per_step": job.tokens_per_step},
+        title=f"gpu2tpu forecast: {type(model).__name__}, batch {batch}",
     )
     return Forecast(
         model=type(model).__name__,
         parameters=parameters,
         trainable_parameters=trainable,
-        optimizer=plan.describe(),
-        dtype=str(torch_dtype or _model_dtype(model)).replace("torch.", ""),
-        batch=layout.batch_size,
-        tokens_per_step=tokens_per_step,
+        optimizer=job.plan.describe(),
+        dtype=str(job.dtype or _model_dtype(model)).replace("torch.", ""),
+        batch=batch,
+        tokens_per_step=job.tokens_per_step,
         targets=results,
         comparison=comparison,
         reference=reference.label if reference else None,
-        versions=versions,
-        wall_seconds=time.perf_counter() - started,
-        cache_dir=str(cache_dir) if cache_dir else None,
+        versions=job.versions,
+        wall_seconds=wall_seconds,
+        cache_dir=str(job.cache_dir) if job.cache_dir else None,
         notes=notes,
+        sharding=job.sharding,
+        interrupted=interrupted,
+        phases=phases,
     )
 
 
@@ -737,25 +903,95 @@ def _model_dtype(model: torch.nn.Module) -> Any:
     return next(iter(dtypes)) if len(dtypes) == 1 else "mixed dtypes"
 
 
+# -- the compiling (in the child) ------------------------------------------------------------
+
+
+@dataclass
+class _Work:
+    """What the child compiles: the job and the targets the cache did not answer."""
+
+    job: _Job
+    targets: list[tuple[Topology, Chip]]
+
+
+def _compile_targets(work: _Work, emit: Callable[[tuple], Any] | None) -> list[TargetForecast]:
+    """Forecast each target, reporting progress and results through `emit` as they come.
+
+    In the child `emit` is None and events go to the parent through `isolate.emit`.
+    """
+    if emit is None:
+        from .isolate import emit as send
+
+        emit = send
+    job = work.job
+    t0 = time.perf_counter()
+    forecast_versions()  # imports JAX and torchax (the child's first seconds)
+    emit(("phase", "imports", time.perf_counter() - t0))
+    steps = _Steps(job)
+    cache = FigureCache(job.cache_dir, job.versions)
+    results = []
+    failure: TargetForecast | None = None  # trace failures are the same on every target
+    for topology, chip in work.targets:
+        if failure is not None:
+            result = _copy_failure(failure, topology, chip)
+        else:
+            result, traced = _forecast_target(job, steps, topology, chip, cache, emit)
+            if not traced:
+                failure = result
+        emit(("target", _label(topology), result, True))
+        results.append(result)
+    return results
+
+
+class _Steps:
+    """The training steps a forecast compiles: the model's, and its shallow copies."""
+
+    def __init__(self, job: _Job) -> None:
+        self.job = job
+        self.loss_fn = job.loss_fn or default_loss
+        self.full = self._step(job.model, job.plan)
+        self.stack = job.stack
+        self.shallow: dict[int, tuple[TrainingStep, Any]] = {}
+        self.fallback_note = ""
+
+    def _step(self, model: torch.nn.Module, plan: OptimizerPlan) -> tuple[TrainingStep, Any]:
+        step = TrainingStep(model, self.loss_fn, plan, self.job.layout, self.job.dtype)
+        return step, to_optax(plan)
+
+    def at_depth(self, depth: int) -> tuple[TrainingStep, Any]:
+        if depth not in self.shallow:
+            assert self.stack is not None
+            model = with_depth(self.job.model, self.stack, depth)
+            names = {n for n, _ in model.named_parameters()}
+            plan = OptimizerPlan(
+                self.job.plan.rules,
+                {n: i for n, i in self.job.plan.labels.items() if n in names},
+            )
+            self.shallow[depth] = self._step(model, plan)
+        return self.shallow[depth]
+
+    def give_up_extrapolating(self, reason: str) -> None:
+        self.fallback_note = (
+            f"Could not compile the model with fewer blocks ({reason}); compiled the whole model."
+        )
+        self.stack = None
+
+
 def _forecast_target(
-    step: TrainingStep,
-    tx: Any,
+    job: _Job,
+    steps: _Steps,
     topology: Topology,
     chip: Chip,
-    batch: int,
-    tokens_per_step: float | None,
-    batch_search: bool,
-    time_budget_s: float,
     cache: FigureCache,
-    price: str,
-    reporter: _Progress,
+    emit: Callable[[tuple], Any],
 ) -> tuple[TargetForecast, bool]:
     """One target's forecast, and whether the step traced (a failed trace fails every target)."""
-    label = topology.name if topology.chips > 1 else topology.target
-    reporter.update(label, "describing the topology…")
+    label = _label(topology)
+    started = time.perf_counter()
+    emit(("status", label, "describing the topology"))
     devices = topology_devices(topology)
     per_chip = devices_per_chip(devices)
-    usable = usable_hbm(topology)
+    usable = usable_hbm(topology, cache)
     result = TargetForecast(
         target=topology.target,
         name=chip.name,
@@ -763,58 +999,129 @@ def _forecast_target(
         chips=topology.chips,
         devices_per_chip=per_chip,
         status="error",
-        batch=batch,
+        batch=job.layout.batch_size,
         hbm_per_chip=float(chip.hbm_bytes),
         available_per_chip=_scale(usable, per_chip),
+        sharding=job.sharding,
     )
+    result.phases["topology"] = time.perf_counter() - started
+    batch = job.layout.batch_size
     if batch % len(devices):
         result.message = (
             f"batch {batch} does not split evenly over the {len(devices)} TensorCores of "
             f"{topology.name}; use a multiple of {len(devices)}."
         )
         return result, True
+    capacity = usable or chip.hbm_bytes / per_chip * _HBM_USABLE
+    counts = {"compiles": 0, "lower": 0.0, "compile": 0.0, "cached": True}
 
-    def compile_at(size: int) -> CompileOutcome:
-        reporter.update(label, f"compiling the step at batch {size}…")
+    def compile_step(step: TrainingStep, tx: Any, size: int, what: str) -> CompileOutcome:
+        emit(("status", label, f"{what} at batch {size}"))
         t0 = time.perf_counter()
-        lowered = step.lower(tx, devices, size)
+        lowered = step.lower(tx, devices, size, job.sharding)
+        lowered_s = time.perf_counter() - t0
         if step.missing_ops:
             raise _Unsupported()
         outcome = compile_lowered(lowered, topology, size, cache)
-        outcome.compile_seconds = time.perf_counter() - t0  # tracing and lowering included
+        outcome.lower_seconds = lowered_s
+        counts["compiles"] += 1
+        counts["lower"] += lowered_s
+        counts["compile"] += outcome.compile_seconds
+        counts["cached"] = counts["cached"] and outcome.cached
         return outcome
 
+    def compile_at(size: int, prefix: str = "") -> CompileOutcome:
+        stack = steps.stack
+        if stack is None:
+            return compile_step(*steps.full, size, f"{prefix}compiling")
+        k, k2 = stack.shallow_depths
+        try:
+            shallow = compile_step(
+                *steps.at_depth(k), size, f"{prefix}compiling {k} of {stack.depth} blocks"
+            )
+            deeper = compile_step(
+                *steps.at_depth(k2), size, f"{prefix}compiling {k2} of {stack.depth} blocks"
+            )
+        except _Unsupported:
+            raise
+        except Exception as exc:  # the forward cannot run shallower: compile the whole model
+            steps.give_up_extrapolating(f"{type(exc).__name__}: {exc}")
+            return compile_at(size, prefix)
+        outcome = extrapolate_outcome(shallow, deeper, k, stack.depth)
+        if outcome.status == "compiled" and exceeds(outcome, capacity):
+            outcome = CompileOutcome(
+                "oom",
+                size,
+                required_bytes=outcome.memory_bytes,
+                available_bytes=capacity,
+                message=(
+                    f"extrapolated: needs {outcome.memory_bytes / 2**30:.2f} GiB per device, "
+                    f"{capacity / 2**30:.2f} GiB usable"
+                ),
+            )
+        outcome.compile_seconds = shallow.compile_seconds + deeper.compile_seconds
+        outcome.cached = shallow.cached and deeper.cached
+        return outcome
+
+    t0 = time.perf_counter()
     try:
         first = compile_at(batch)
     except Exception as exc:
-        result.status = "unsupported" if step.missing_ops else "error"
-        result.unsupported_ops = list(step.missing_ops)
+        missing = steps.full[0].missing_ops or [
+            op for step, _ in steps.shallow.values() for op in step.missing_ops
+        ]
+        result.status = "unsupported" if missing else "error"
+        result.unsupported_ops = list(dict.fromkeys(missing))
         if not isinstance(exc, _Unsupported):
             result.message = f"tracing the step failed: {type(exc).__name__}: {exc}"
         return result, False
-    result.compile_seconds = first.compile_seconds
-    result.cached = first.cached
-    search = _Search(
-        lambda size: _safe(compile_at, size),
-        granularity=len(devices),
-        capacity=(first.available_bytes or usable or chip.hbm_bytes / per_chip * _HBM_USABLE),
-        deadline=time.perf_counter() + time_budget_s,
-        ceiling=batch * MAX_BATCH_FACTOR,
-    )
+    result.compile_seconds = time.perf_counter() - t0
+    result.phases.update(lower=counts["lower"], compile=counts["compile"])
+    result.cached = counts["cached"]
+    if steps.stack is not None:
+        result.extrapolation = describe_extrapolation(steps.stack, steps.stack.shallow_depths)
+    if steps.fallback_note:
+        result.message = steps.fallback_note
     if first.status == "error":
         result.message = first.message
         return result, True
-    if batch_search:
-        t0 = time.perf_counter()
-        reporter.update(label, "searching for the largest batch that fits…")
-        lo, hi = search.run(first)
-        result.search_seconds = time.perf_counter() - t0
-        result.max_batch = (
-            lo if lo is not None else (0 if hi is not None and hi <= len(devices) else None)
+    _fill_figures(result, first, per_chip, len(devices))
+    if job.batch_search:
+        emit(("target", label, dataclasses.replace(result), False))
+        _search(
+            job, result, first, compile_at, counts, capacity, len(devices), per_chip, label, emit
         )
-        result.max_batch_exact = hi is not None and (lo or 0) + len(devices) >= hi
+    return result, True
+
+
+def _search(
+    job: _Job,
+    result: TargetForecast,
+    first: CompileOutcome,
+    compile_at: Callable[..., CompileOutcome],
+    counts: dict[str, Any],
+    capacity: float,
+    devices: int,
+    per_chip: int,
+    label: str,
+    emit: Callable[[tuple], Any],
+) -> None:
+    """The largest batch that fits, recorded in `result` (and sent after each compile)."""
+    t0 = time.perf_counter()
+    before = counts["compiles"]
+
+    def announce(n: int, size: int) -> None:
+        emit(("status", label, f"batch search {n}/{MAX_SEARCH_COMPILES}: batch {size}"))
+
+    def record() -> None:
+        lo, hi = search.bounds()
+        result.max_batch = (
+            lo if lo is not None else (0 if hi is not None and hi <= devices else None)
+        )
+        result.max_batch_exact = hi is not None and (lo or 0) + devices >= hi
         result.first_oom_batch = hi
-        result.cached = result.cached and all(o.cached for o in search.points.values())
+        result.search_compiles = counts["compiles"] - before
+        result.search_seconds = time.perf_counter() - t0
         result.search = [
             {
                 "batch": b,
@@ -824,8 +1131,25 @@ def _forecast_target(
             }
             for b, o in sorted(search.points.items())
         ]
-    _fill(result, first, chip, per_chip, len(devices), tokens_per_step, price)
-    return result, True
+
+    def report() -> None:
+        record()
+        emit(("target", label, dataclasses.replace(result), False))
+
+    search = BatchSearch(
+        lambda size: _safe(compile_at, size),
+        granularity=devices,
+        capacity=first.available_bytes or capacity,
+        deadline=time.perf_counter() + job.time_budget_s,
+        ceiling=first.batch * MAX_BATCH_FACTOR,
+        on_compile=announce,
+        on_result=report,
+    )
+    search.run(first)
+    record()
+    result.search_method = search.method
+    result.cached = result.cached and counts["cached"]
+    result.phases["search"] = result.search_seconds
 
 
 class _Unsupported(Exception):
@@ -844,25 +1168,17 @@ def _scale(value: float | None, factor: float) -> float | None:
     return None if value is None else value * factor
 
 
-def _fill(
-    result: TargetForecast,
-    outcome: CompileOutcome,
-    chip: Chip,
-    per_chip: int,
-    devices: int,
-    tokens_per_step: float | None,
-    price: str,
+def _fill_figures(
+    result: TargetForecast, outcome: CompileOutcome, per_chip: int, devices: int
 ) -> None:
-    """Turn one compile's per-device figures into per-chip and per-slice figures and costs."""
-    from .cost import cost_per_million_tokens, cost_per_step, roofline_seconds
-
+    """One compile's per-device figures as per-chip memory and per-slice FLOPs and bytes."""
     if outcome.available_bytes:
         result.available_per_chip = outcome.available_bytes * per_chip
     result.memory_per_chip = _scale(outcome.memory_bytes, per_chip)
     if outcome.status == "oom":
         result.status = "does not fit"
         result.fits = False
-        result.message = outcome.message
+        result.message = " ".join(filter(None, (outcome.message, result.message)))
         return
     result.status = "compiled"
     result.fits = True
@@ -876,8 +1192,20 @@ def _fill(
     result.transcendentals = _scale(outcome.transcendentals, devices)
     if outcome.optimal_seconds is not None and outcome.optimal_seconds > 0:
         result.compiler_seconds = outcome.optimal_seconds
+
+
+def _price(result: TargetForecast, chip: Chip, tokens_per_step: float | None, price: str) -> None:
+    """The roofline step time and the costs, on the catalogue's figures for `chip`."""
+    from .cost import cost_per_million_tokens, cost_per_step, roofline_seconds
+
+    result.step_seconds = result.compute_seconds = result.memory_seconds = None
+    result.cost_per_step = result.cost_per_1m_tokens = None
+    if result.status != "compiled":
+        return
     if result.flops is None or result.bytes_accessed is None or result.flops < 0:
-        result.message = "the compiler gave no FLOP or byte count, so no step time"
+        result.message = (
+            result.message or "the compiler gave no FLOP or byte count, so no step time"
+        )
         return
     flops_chip = max(0.0, result.flops / result.chips)
     bytes_chip = max(0.0, result.bytes_accessed / result.chips)
@@ -903,6 +1231,7 @@ def _copy_failure(failure: TargetForecast, topology: Topology, chip: Chip) -> Ta
         hbm_per_chip=float(chip.hbm_bytes),
         unsupported_ops=list(failure.unsupported_ops),
         message=failure.message,
+        sharding=failure.sharding,
     )
 
 

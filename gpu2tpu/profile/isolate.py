@@ -6,18 +6,34 @@ PyTorch's PrivateUse1 backend to "jax", so `torch.accelerator.current_accelerato
 child does the compiling instead; the user's session never imports torchax. Fork (not spawn)
 because the child must see the user's model as it is, including classes defined in a
 notebook, without pickling it. The result must pickle.
+
+While it works, the child can `emit` events (progress, finished targets) that the parent
+receives as they happen. Ctrl-C is the parent's business: the child ignores SIGINT (a
+terminal sends it to the whole process group) and the parent ends it with SIGKILL, the one
+signal libtpu cannot catch: its handlers print a stack dump for SIGTERM and SIGINT. Whatever
+the child writes to stdout or stderr (libtpu's log lines, warnings) is held in a file and
+shown only when the child fails, so a notebook shows no stray stderr.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import multiprocessing
 import os
+import signal
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+# The parent's end of the pipe, set in a forked child only (see `emit`).
+_channel: Any = None
+# What the child's output said, kept for an error message (the last characters).
+_OUTPUT_TAIL = 3000
 
 
 class ChildDied(RuntimeError):
@@ -28,42 +44,130 @@ def can_fork() -> bool:
     return hasattr(os, "fork") and "fork" in multiprocessing.get_all_start_methods()
 
 
-def _child(conn: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
-    try:
-        result = fn(*args, **kwargs)
-    except BaseException as exc:  # the parent re-raises it
+def in_child() -> bool:
+    """Whether this code runs inside `run_in_child` (events then reach the parent)."""
+    return _channel is not None
+
+
+def emit(event: Any) -> bool:
+    """Send `event` (picklable) to the parent's `on_event`; False outside a child."""
+    if _channel is None:
+        return False
+    _channel.send(("event", event, ""))
+    return True
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this child when its parent dies (a killed notebook kernel)."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
+
+
+@contextlib.contextmanager
+def _output_held() -> Any:
+    """Send the child's stdout and stderr (Python's and native code's) to a temporary file.
+
+    Yields a function that returns the tail of what was written.
+    """
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        saved_streams = sys.stdout, sys.stderr
+        text = io.TextIOWrapper(sink, encoding="utf-8", errors="replace", write_through=True)
+        with contextlib.suppress(Exception):
+            saved_streams[0].flush()
+            saved_streams[1].flush()
+        for fd in (1, 2):
+            with contextlib.suppress(OSError):
+                os.dup2(sink.fileno(), fd)
+        sys.stdout = sys.stderr = text
+
+        def tail() -> str:
+            with contextlib.suppress(Exception):
+                text.flush()
+                sink.seek(0, os.SEEK_END)
+                size = sink.tell()
+                sink.seek(max(0, size - _OUTPUT_TAIL))
+                return sink.read().decode("utf-8", "replace")
+            return ""
+
         try:
-            conn.send(("error", exc, traceback.format_exc()))
-        except Exception:  # an error that does not pickle: send its text
-            conn.send(
-                ("error", RuntimeError(f"{type(exc).__name__}: {exc}"), traceback.format_exc())
-            )
-    else:
-        conn.send(("ok", result, ""))
-    finally:
-        conn.close()
-        sys.stdout.flush()
-        sys.stderr.flush()
+            yield tail
+        finally:
+            sys.stdout, sys.stderr = saved_streams
+
+
+def _child(conn: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+    global _channel
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C means
+    _die_with_parent()
+    _channel = conn
+    with _output_held() as output:
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:  # the parent re-raises it
+            trace = traceback.format_exc()
+            said = output().strip()
+            if said and not type(exc).__module__.startswith("gpu2tpu"):
+                trace += "\nthe child process printed:\n" + said
+            try:
+                conn.send(("error", exc, trace))
+            except Exception:  # an error that does not pickle: send its text
+                conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}"), trace))
+        else:
+            conn.send(("ok", result, ""))
+        finally:
+            _channel = None
+            conn.close()
 
 
 def run_in_child(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """`fn(*args, **kwargs)` in a forked child; its exception is re-raised here."""
+    return run_streaming(fn, args, kwargs)
+
+
+def run_streaming(
+    fn: Callable[..., T],
+    args: tuple = (),
+    kwargs: dict | None = None,
+    *,
+    on_event: Callable[[Any], None] | None = None,
+    on_idle: Callable[[], None] | None = None,
+    idle_seconds: float = 0.5,
+) -> T:
+    """`fn(*args, **kwargs)` in a forked child, passing what it `emit`s to `on_event`.
+
+    `on_idle` runs every `idle_seconds` while the child works (a clock to refresh). A
+    KeyboardInterrupt here (Ctrl-C) kills the child at once and is re-raised; events
+    received before it have been handled, so the caller keeps what was finished.
+    """
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=_child, args=(send, fn, args, kwargs), daemon=True)
+    process = context.Process(target=_child, args=(send, fn, args, kwargs or {}), daemon=True)
     process.start()
     send.close()
     try:
-        status, value, text = receive.recv()
+        while True:
+            if not receive.poll(idle_seconds):
+                if on_idle is not None:
+                    on_idle()
+                continue
+            status, value, text = receive.recv()
+            if status != "event":
+                break
+            if on_event is not None:
+                on_event(value)
     except EOFError:
         process.join()
         raise ChildDied(
             f"the forecast's child process ended without a result (exit code {process.exitcode}); "
             "it may have run out of memory"
         ) from None
-    except BaseException:  # KeyboardInterrupt: stop the child too
-        process.terminate()
-        process.join()
+    except BaseException:  # KeyboardInterrupt: stop the child now, without its crash handlers
+        _kill(process)
         raise
     finally:
         receive.close()
@@ -75,3 +179,11 @@ def run_in_child(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
             value.add_note("in the forecast's child process:\n" + text.rstrip())
         raise value
     return value
+
+
+def _kill(process: Any) -> None:
+    """SIGKILL and reap: libtpu's signal handlers would print a stack dump for SIGTERM."""
+    with contextlib.suppress(Exception):
+        if process.is_alive():
+            process.kill()
+        process.join(10)
