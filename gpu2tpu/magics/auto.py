@@ -28,13 +28,11 @@ from typing import TYPE_CHECKING, Any
 from .cells import (
     PreparedCell,
     _leading_blank_lines,
-    _names,
     add_notes,
     cell_map,
     problem_lines,
     remap_positions,
     replace_stale_devices,
-    rewritten_lines,
     say,
 )
 
@@ -146,11 +144,9 @@ class AutoMode:
             to_cell = cell_map(pending.written, rewritten, pending.python, top)
             if to_cell is None:
                 ast.increment_lineno(tree, top)
-            else:
-                remap_positions(tree, to_cell, pending.python.splitlines(), raw.splitlines())
+            remap_positions(tree, to_cell, pending.python.splitlines(), raw.splitlines(), top)
             linecache.cache[filename] = (len(raw), None, raw.splitlines(keepends=True), filename)
-        loads, _binds = _names(tree)
-        say(replace_stale_devices(shell.user_ns, loads, self.backend))
+        say(replace_stale_devices(shell.user_ns, pending.python, self.backend))
         self.runner.remember(
             PreparedCell(
                 filename,
@@ -162,8 +158,6 @@ class AutoMode:
                 None,
                 rewrite=pending.rewrite,
                 header_lines=top,
-                loads=loads,
-                _ran_as=rewritten_lines(pending.written, rewritten, top),
             )
         )
 

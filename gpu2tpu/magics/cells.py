@@ -38,6 +38,7 @@ FALLBACK_DEVICE_VARIABLE = "tpu_device"
 # and skips the masking pass (IPython's tokenizer) in the rewrite.
 _IPYTHON_SYNTAX = re.compile(r"[%!?]|^[ \t]*[/,;]", re.MULTILINE)
 _CUDA_STRING = re.compile(r"cuda(:\d+)?")
+_DEVICE_NAME = re.compile(r"(?i)(\w*_)?dev(ice)?(_\w*)?")
 
 
 # -- which cell this is ----------------------------------------------------------------------------
@@ -69,9 +70,8 @@ def line_map(old: Sequence[str], new: Sequence[str]) -> list[int]:
     if list(old) == list(new):
         return list(range(len(new)))
     mapped: list[int | None] = [None] * len(new)
-    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
+    for tag, i1, i2, j1, j2 in _opcodes(old, new):
+        if tag == "equal" or tag == "replace" and i2 - i1 == j2 - j1:
             mapped[j1:j2] = range(i1, i2)
         elif tag == "replace":
             _pair_similar(old, new, i1, i2, j1, j2, mapped)
@@ -101,9 +101,63 @@ def _target(line: str) -> str | None:
     return hit.group(1).replace(" ", "") if hit else None
 
 
-# Line pairs less similar than this are not paired inside a replaced block; blocks larger
-# than this many line pairs are paired in order (the search is quadratic).
-_SIMILAR = 0.5
+# How far apart two equal lines may be for the quick alignment to pair them.
+_RESYNC = 12
+
+
+def _opcodes(old: Sequence[str], new: Sequence[str]) -> list[tuple[str, int, int, int, int]]:
+    """`SequenceMatcher.get_opcodes()` for a rewrite: most lines are kept, changes are local.
+
+    A linear walk pairs equal lines and, at a difference, resumes at the nearest pair of
+    equal lines within `_RESYNC` lines on each side; when it finds none (a cell rewritten
+    throughout), difflib's matcher does the whole alignment.
+    """
+    out: list[tuple[str, int, int, int, int]] = []
+    i = j = 0
+    while i < len(old) and j < len(new):
+        if old[i] == new[j]:
+            start_i, start_j = i, j
+            while i < len(old) and j < len(new) and old[i] == new[j]:
+                i += 1
+                j += 1
+            out.append(("equal", start_i, i, start_j, j))
+            continue
+        found = None
+        for distance in range(1, 2 * _RESYNC + 1):
+            for a in range(max(0, distance - _RESYNC), min(distance, _RESYNC) + 1):
+                b = distance - a
+                if i + a < len(old) and j + b < len(new) and old[i + a] == new[j + b]:
+                    found = (a, b)
+                    break
+            if found:
+                break
+        if found is None:
+            if len(old) - i > _RESYNC and len(new) - j > _RESYNC:
+                matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
+                return matcher.get_opcodes()
+            break
+        a, b = found
+        out.append(("replace" if a and b else ("insert" if b else "delete"), i, i + a, j, j + b))
+        i, j = i + a, j + b
+    if i < len(old) or j < len(new):
+        tag = (
+            "replace" if i < len(old) and j < len(new) else ("insert" if j < len(new) else "delete")
+        )
+        out.append((tag, i, len(old), j, len(new)))
+    return out
+
+
+_WORD = re.compile(r"\w+")
+
+
+def _words(line: str) -> frozenset[str]:
+    return frozenset(_WORD.findall(line))
+
+
+# Line pairs that share less than this share of their words are not paired inside a replaced
+# block; blocks larger than this many line pairs are paired in order (the search is
+# quadratic).
+_SIMILAR = 0.3
 _PAIRING_LIMIT = 4096
 
 
@@ -119,26 +173,26 @@ def _pair_similar(
     """Pair each line of new[j1:j2] with the most similar line of old[i1:i2], in order."""
     if i1 >= i2 or j1 >= j2:
         return
+    if i2 - i1 == 1:  # one line became several (a guard around a call): all come from it
+        mapped[j1:j2] = [i1] * (j2 - j1)
+        return
     if (i2 - i1) * (j2 - j1) > _PAIRING_LIMIT:
         for k in range(j2 - j1):
             mapped[j1 + k] = min(i1 + k, i2 - 1)
         return
     best, best_i, best_j = _SIMILAR, -1, -1
-    matcher = difflib.SequenceMatcher(autojunk=False)
+    olds = [(_target(old[i].strip()), _words(old[i])) for i in range(i1, i2)]
     for j in range(j1, j2):
-        line = new[j].strip()
-        target = _target(line)
-        matcher.set_seq2(line)
-        for i in range(i1, i2):
-            if target is not None and _target(old[i].strip()) == target:
+        target, words = _target(new[j].strip()), _words(new[j])
+        for k, (old_target, old_words) in enumerate(olds):
+            if target is not None and old_target == target:
                 score = 0.9  # the same variable assigned: `start = ...` stays `start = ...`
+            elif words and old_words:
+                score = len(words & old_words) / len(words | old_words)
             else:
-                matcher.set_seq1(old[i].strip())
-                if not (matcher.real_quick_ratio() > best and matcher.quick_ratio() > best):
-                    continue
-                score = matcher.ratio()
+                continue
             if score > best:
-                best, best_i, best_j = score, i, j
+                best, best_i, best_j = score, i1 + k, j
     if best_i < 0:
         return
     mapped[best_j] = best_i
@@ -155,41 +209,62 @@ def _utf8_len(text: str) -> int:
 
 
 def remap_positions(
-    tree: ast.AST, to_cell: Sequence[int], python: Sequence[str], cell: Sequence[str]
+    tree: ast.Module,
+    to_cell: Sequence[int] | None,
+    python: Sequence[str],
+    cell: Sequence[str],
+    offset: int = 0,
 ) -> None:
-    """Move every node of `tree` (parsed from `python`) to the cell line it came from.
+    """Move the nodes of `tree` (parsed from `python`) to the cell lines they came from.
 
-    `to_cell[i]` is the 1-based cell line of python line i+1. On a line whose text differs
-    from the cell's line (rewritten, or IPython syntax), a node's columns cover the cell's
-    line, so that carets never point past what the traceback shows.
+    `to_cell[i]` is the 1-based cell line of python line i+1; None when the lines only
+    shifted by `offset` (the tree was parsed with them already shifted). On a line whose
+    text differs from the cell's line (rewritten, or IPython syntax), a node's columns cover
+    the cell's line, so that carets never point past what the traceback shows. Statements
+    that need neither are not visited.
     """
+    count = len(python)
+    lines = list(to_cell) if to_cell is not None else [i + 1 + offset for i in range(count)]
+    shift = offset if to_cell is None else 0
 
-    def columns(py_line: int, cell_line: int) -> tuple[int, int] | None:
-        written = cell[cell_line - 1].rstrip("\r\n") if 0 < cell_line <= len(cell) else ""
-        ran = python[py_line - 1].rstrip("\r\n") if 0 < py_line <= len(python) else ""
-        if written == ran:
-            return None
-        return _utf8_len(written[: _indent(written)]), _utf8_len(written)
+    def written(cell_line: int) -> str:
+        return cell[cell_line - 1].rstrip("\r\n") if 0 < cell_line <= len(cell) else ""
 
-    last = len(to_cell)
-    for node in ast.walk(tree):
-        lineno = getattr(node, "lineno", None)
-        if lineno is None:
-            continue
-        end = getattr(node, "end_lineno", None) or lineno
-        start_line = to_cell[min(lineno, last) - 1]
-        end_line = max(to_cell[min(end, last) - 1], start_line)
-        node.lineno = start_line  # type: ignore[attr-defined]
-        node.end_lineno = end_line  # type: ignore[attr-defined]
-        start_cols = columns(lineno, start_line)
-        end_cols = columns(end, end_line)
-        if start_cols is not None:
-            node.col_offset = start_cols[0]  # type: ignore[attr-defined]
-        if end_cols is not None and getattr(node, "end_col_offset", None) is not None:
-            node.end_col_offset = end_cols[1]  # type: ignore[attr-defined]
-        end_col = getattr(node, "end_col_offset", None)
-        if end_col is not None and end_line == start_line and end_col < node.col_offset:  # type: ignore[attr-defined]
-            node.end_col_offset = node.col_offset  # type: ignore[attr-defined]
+    # per python line (1-based, unshifted): the cell line's (start, end) columns when changed
+    columns: dict[int, tuple[int, int]] = {}
+    for i, text in enumerate(python, 1):
+        target = lines[i - 1] if i <= len(lines) else lines[-1] if lines else 1
+        shown = written(target)
+        if text.rstrip("\r\n") != shown:
+            columns[i] = (_utf8_len(shown[: _indent(shown)]), _utf8_len(shown))
+    last = len(lines)
+    for stmt in tree.body:
+        first_line = stmt.lineno - shift
+        end_line = (stmt.end_lineno or stmt.lineno) - shift
+        if to_cell is None and not any(i in columns for i in range(first_line, end_line + 1)):
+            continue  # nothing moved, nothing rewritten: its positions are right already
+        for node in ast.walk(stmt):
+            lineno = getattr(node, "lineno", None)
+            if lineno is None:
+                continue
+            py_start = lineno - shift
+            py_end = (node.end_lineno or lineno) - shift  # type: ignore[attr-defined]
+            if to_cell is not None:
+                start = lines[min(max(py_start, 1), last) - 1]
+                node.lineno = start  # type: ignore[attr-defined]
+                node.end_lineno = max(lines[min(max(py_end, 1), last) - 1], start)  # type: ignore[attr-defined]
+            start_cols = columns.get(py_start)
+            end_cols = columns.get(py_end)
+            if start_cols is not None:
+                node.col_offset = start_cols[0]  # type: ignore[attr-defined]
+            if end_cols is not None and node.end_col_offset is not None:  # type: ignore[attr-defined]
+                node.end_col_offset = end_cols[1]  # type: ignore[attr-defined]
+            if (
+                node.end_col_offset is not None  # type: ignore[attr-defined]
+                and node.end_lineno == node.lineno  # type: ignore[attr-defined]
+                and node.end_col_offset < node.col_offset  # type: ignore[attr-defined]
+            ):
+                node.end_col_offset = node.col_offset  # type: ignore[attr-defined]
 
 
 # -- syntax errors that look like IPython's own ----------------------------------------------------
@@ -267,9 +342,7 @@ class PreparedCell:
     silent: bool = False
     rewrite: CellRewrite | None = None
     header_lines: int = 0
-    loads: frozenset[str] = frozenset()
-    binds: frozenset[str] = frozenset()
-    _ran_as: dict[int, list[str]] = field(default_factory=dict)
+    _ran_as: dict[int, list[str]] | None = field(default=None, repr=False)
 
     @property
     def changed(self) -> bool:
@@ -277,8 +350,19 @@ class PreparedCell:
 
     def ran_as(self, line: int) -> str | None:
         """What ran for cell line `line`, when the rewrite changed that line; else None."""
+        if self._ran_as is None:  # worked out when an error asks, not for every cell
+            self._ran_as = rewritten_lines(self.written, self.rewritten, self.header_lines)
         lines = self._ran_as.get(line)
         return "; ".join(lines) if lines else None
+
+    @functools.cached_property
+    def binds(self) -> frozenset[str]:
+        """Names the cell's top level binds (asked by `%%tpu --forecast` only)."""
+        try:
+            tree = ast.parse(self.python)
+        except (SyntaxError, ValueError, RecursionError):
+            return frozenset()
+        return frozenset(name for stmt in tree.body for name in _bound_by(stmt))
 
 
 def rewritten_lines(written: str, rewritten: str, header_lines: int) -> dict[int, list[str]]:
@@ -308,8 +392,8 @@ def _leading_blank_lines(cell: str, transformed: str) -> int:
 
 
 def cell_map(written: str, rewritten: str, python: str, offset: int) -> list[int] | None:
-    """For each line of `python`, the 1-based line of the cell it comes from; None when
-    `python` is `written` line for line (only the `offset` magic lines above it differ).
+    """For each line of `python`, the 1-based line of the cell it comes from; None when each
+    python line i comes from cell line i + `offset` (line counts kept).
 
     `python` is what IPython's transforms made of `rewritten`, which the codemod made of
     `written`; `offset` lines (the magic line, leading blank lines) sit above `written`.
@@ -317,19 +401,16 @@ def cell_map(written: str, rewritten: str, python: str, offset: int) -> list[int
     if python == rewritten == written:
         return None
     written_lines = written.splitlines()
-    rewritten_lines_ = rewritten.splitlines()
+    rewritten_text = rewritten.splitlines()
     python_lines = python.splitlines()
     drop = _leading_blank_lines(rewritten, python)
-    to_rewritten = line_map(rewritten_lines_[drop:], python_lines)
-    to_written = line_map(written_lines, rewritten_lines_)
+    to_rewritten = line_map(rewritten_text[drop:], python_lines)
+    to_written = line_map(written_lines, rewritten_text)
     last = len(to_written) - 1
-    to_cell = (
-        [to_written[min(r + drop, last)] + 1 + offset for r in to_rewritten] if last >= 0 else []
-    )
-    same = len(python_lines) == len(written_lines) and all(
-        p == w for p, w in zip(python_lines, written_lines, strict=True)
-    )
-    if same and not drop and to_cell == list(range(1 + offset, len(python_lines) + 1 + offset)):
+    if last < 0:
+        return [1 + offset] * len(python_lines)
+    to_cell = [to_written[min(r + drop, last)] + 1 + offset for r in to_rewritten]
+    if to_cell == list(range(1 + offset, len(python_lines) + 1 + offset)):
         return None
     return to_cell
 
@@ -361,7 +442,7 @@ def compile_cell(
     offset = len(header)
     to_cell = cell_map(written, rewritten, python, offset)
     try:
-        if to_cell is None:
+        if to_cell is None:  # lines in place: the parser shifts them below the header
             tree = shell.compile.ast_parse("\n" * offset + python, filename=filename)
         else:
             tree = shell.compile.ast_parse(python, filename=filename)
@@ -374,11 +455,9 @@ def compile_cell(
         cell_lines = shown.splitlines()
         text = cell_lines[cell_line - 1] if 0 < cell_line <= len(cell_lines) else ""
         raise cell_syntax_error(err, filename, cell_line, text) from None
-    identity = to_cell is None
-    silent = _ends_with_semicolon(tree, python_lines, 0 if not identity else offset)
-    if not identity:
-        remap_positions(tree, to_cell, python_lines, shown.splitlines())
-    loads, binds = _names(tree)
+    silent = _ends_with_semicolon(tree, python_lines, offset if to_cell is None else 0)
+    if to_cell is not None or python != written:
+        remap_positions(tree, to_cell, python_lines, shown.splitlines(), offset)
     tree = shell.transform_ast(tree)
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
@@ -395,9 +474,6 @@ def compile_cell(
         silent=silent,
         rewrite=rewrite,
         header_lines=offset,
-        loads=loads,
-        binds=binds,
-        _ran_as=rewritten_lines(written, rewritten, offset),
     )
 
 
@@ -411,19 +487,6 @@ def _ends_with_semicolon(tree: ast.Module, lines: Sequence[str], shift: int) -> 
         return False
     rest = lines[index].encode("utf-8", "surrogatepass")[node.end_col_offset or 0 :]
     return rest.decode("utf-8", "surrogatepass").lstrip().startswith(";")
-
-
-def _names(tree: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
-    """Names the cell reads anywhere, and names its top level binds."""
-    loads: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            loads.add(node.id)
-    binds: set[str] = set()
-    if isinstance(tree, ast.Module):
-        for stmt in tree.body:
-            binds.update(_bound_by(stmt))
-    return frozenset(loads), frozenset(binds)
 
 
 def _bound_by(stmt: ast.stmt) -> set[str]:
@@ -518,41 +581,41 @@ def say(lines: Iterable[str]) -> None:
         sys.stderr.flush()
 
 
-def stale_devices(
-    namespace: dict[str, Any], names: Iterable[str], backend: Backend
-) -> list[tuple[str, Any]]:
-    """Variables among `names` that hold a CUDA device on a machine without CUDA.
+def stale_devices(namespace: dict[str, Any], text: str, backend: Backend) -> list[tuple[str, Any]]:
+    """Variables the cell's `text` uses that hold a CUDA device on a machine without CUDA.
 
     A cell that ran without gpu2tpu (before `%tpu_auto on`, or outside `%%tpu`) may have set
     `device = torch.device("cuda")`; a rewritten cell that reads it would still go to CUDA.
-    Returns (name, the value to use instead): the backend's device, as a string where the
-    variable held a string.
+    A `torch.device` of type cuda counts under any name; a string ("cuda", "cuda:0") only
+    under a device-like name (`device`, `dev`, `*_device`), since other strings that say
+    "cuda" may mean something else. Returns (name, the value to use instead): the backend's
+    device, as a string where the variable held a string.
     """
-    if backend.name == "cuda" or "torch" not in sys.modules:
+    if backend.name == "cuda":
         return []
-    import torch
-
-    found: list[tuple[str, Any]] = []
-    for name in sorted(names):
-        value = namespace.get(name)
-        cuda = (isinstance(value, torch.device) and value.type == "cuda") or (
-            isinstance(value, str) and _CUDA_STRING.fullmatch(value) is not None
-        )
-        if not cuda:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return []
+    found = []
+    for name, value in list(namespace.items()):
+        if isinstance(value, torch.device):
+            cuda = value.type == "cuda"
+        elif isinstance(value, str) and _DEVICE_NAME.fullmatch(name):
+            cuda = _CUDA_STRING.fullmatch(value) is not None
+        else:
             continue
-        if torch.cuda.is_available():
-            return []
-        device = backend.device()
-        found.append((name, str(device) if isinstance(value, str) else device))
-    return found
+        if cuda and not name.startswith("_") and re.search(rf"\b{re.escape(name)}\b", text):
+            found.append((name, value))
+    if not found or torch.cuda.is_available():
+        return []
+    device = backend.device()
+    return [(n, str(device) if isinstance(v, str) else device) for n, v in sorted(found)]
 
 
-def replace_stale_devices(
-    namespace: dict[str, Any], names: Iterable[str], backend: Backend
-) -> list[str]:
+def replace_stale_devices(namespace: dict[str, Any], text: str, backend: Backend) -> list[str]:
     """Rebind stale CUDA device variables to the backend's device; one line each, to say."""
     out = []
-    for name, replacement in stale_devices(namespace, names, backend):
+    for name, replacement in stale_devices(namespace, text, backend):
         old = namespace[name]
         namespace[name] = replacement
         out.append(

@@ -146,7 +146,7 @@ class CellRunner:
             header=header,
             rewrite=result,
         )
-        say(replace_stale_devices(shell.user_ns, prepared.loads, backend))
+        say(replace_stale_devices(shell.user_ns, prepared.python, backend))
         self.remember(prepared)
         return prepared
 
@@ -477,17 +477,7 @@ class TPUMagics(Magics):
             sys.stdout.write(diff_text(cell, rewritten, label, backend))
         inner = split_cell_magic(rewritten)
         assert inner is not None
-        try:
-            import ast
-
-            names = {
-                n.id
-                for n in ast.walk(ast.parse(self.shell.transform_cell(inner.body)))
-                if isinstance(n, ast.Name)
-            }
-        except (SyntaxError, ValueError):
-            names = set()
-        say(replace_stale_devices(self.shell.user_ns, names, backend))
+        say(replace_stale_devices(self.shell.user_ns, inner.body, backend))
         try:
             with backend.activate():
                 return self.shell.run_cell_magic(inner.name, inner.args, inner.body)

@@ -70,6 +70,9 @@ PYTHON_LINE_MAGICS: dict[str, tuple[str, tuple[str, ...]]] = {
 Kind = Literal["line_magic", "shell", "shell_capture", "help", "autocall"]
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
+# Every piece of IPython syntax holds one of these: `%` (magics), `!` (shell), `?` (help),
+# or starts a line with an autocall escape (`/`, `,`, `;`). A cell without any is Python.
+_SPECIAL = re.compile(r"[%!?]|^[ \t]*[/,;]", re.MULTILINE)
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
 
@@ -286,6 +289,8 @@ def mask(source: str, *, python_magics: bool = True) -> MaskedCell:
     rewrite; otherwise those lines are masked whole like any other magic.
     """
     prefix = _token_prefix(source)
+    if _SPECIAL.search(source) is None:  # plain Python: nothing for IPython's tokenizer to find
+        return MaskedCell(source, source, (), prefix)
     original = split_lines(source)
     # IPython's finders expect "\n" (Jupyter sends nothing else); CRLF is put back at the end
     work = [_body(line) + ("\n" if line_ending(line) else "") for line in original]

@@ -502,7 +502,7 @@ class _CodeCell:
         return (line_ending(first[0]) if first else "") or "\n"
 
 
-def _prepare(index: int, cell: dict) -> _CodeCell:
+def _prepare(index: int, cell: dict, *, facts: bool = True) -> _CodeCell:
     source = _source_text(cell)
     cell_id = cell.get("id") if isinstance(cell.get("id"), str) else None
     if source is None:
@@ -533,7 +533,8 @@ def _prepare(index: int, cell: dict) -> _CodeCell:
     for escape in code.masked.escapes:
         for f in escape_findings(escape, lines):
             code.findings.append(replace(f, line=f.line + code.offset))
-    code.names, code.imports = _facts(code.masked.text, code.masked.token_prefix)
+    if facts:  # what the notebook planner needs about the other cells
+        code.names, code.imports = _facts(code.masked.text, code.masked.token_prefix)
     return code
 
 
@@ -855,7 +856,7 @@ def rewrite_cell(
     that `torch.cuda.synchronize()` in a cell that imports nothing is recognised; `reserved`
     are names a new device variable must not take. Pure: nothing is run or read.
     """
-    cell = _prepare(0, {"source": source})
+    cell = _prepare(0, {"source": source}, facts=False)
     findings = [f for f in cell.findings if options.enabled(f.code)]
     if cell.error or cell.masked is None:
         return CellRewrite(
