@@ -8,7 +8,7 @@ DEPS_STAMP := $(VENV)/.deps-$(LOCK_HASH)
 SRC_STAMP := $(VENV)/.src-$(shell printf '%s' "$(CURDIR)" | sha256sum | cut -c1-16)
 HTML_MANAGER := tests/browser/node_modules/@jupyter-widgets/html-manager/dist/embed.js
 
-.PHONY: install test lint demo browser-deps bench clean lock
+.PHONY: install test lint demo browser-deps bench clean lock corpus
 
 $(DEPS_STAMP): $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,11 +43,19 @@ $(HTML_MANAGER): tests/browser/package.json tests/browser/package-lock.json
 	cd tests/browser && npm ci --silent --no-audit --no-fund
 	@touch $@
 
+# The real-world regression corpus (tests/test_corpus.py): pinned PyPI sdists and what they
+# need to import, downloaded once into GPU2TPU_CORPUS_CACHE, outside the checkout.
+GPU2TPU_CORPUS_CACHE ?= $(HOME)/.cache/gpu2tpu-corpus
+export GPU2TPU_CORPUS_CACHE
+
+corpus: install
+	$(BIN)/python scripts/corpus.py fetch
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: install browser-deps lint tpu-env
+test: install browser-deps lint tpu-env corpus
 	$(BIN)/python -m pytest -q
 
 demo: install

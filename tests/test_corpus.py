@@ -1,0 +1,145 @@
+"""Real code nobody here wrote: five PyPI packages full of CUDA idioms, rewritten by the real
+`gpu2tpu rewrite`, must still compile, define every name they use, import, compute the same
+numbers in a smoke run and be left alone by a second rewrite (tests/corpus/harness.py).
+
+The sdists are pinned by sha256 in tests/corpus/manifest.toml and cached by `make corpus`
+(outside the checkout); a run without the cache downloads it first.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from corpus import harness
+
+from conftest import run_cli
+
+PACKAGES = harness.load_manifest()
+
+
+@pytest.fixture(scope="module")
+def corpus_cache() -> Path:
+    try:
+        return harness.prepare()
+    except harness.CorpusError as err:
+        pytest.fail(f"the corpus could not be prepared: {err}")
+
+
+@pytest.fixture(scope="module")
+def corpus_table(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """Collects each package's counts; prints the table when the module is done."""
+    results: list[harness.PackageResult] = []
+    yield results
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if results and reporter is not None:
+        reporter.write_sep("-", "gpu2tpu rewrite on the corpus")
+        reporter.write_line(harness.table(results))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("package", PACKAGES, ids=[p.name for p in PACKAGES])
+def test_rewritten_package_still_works(
+    package: harness.Package, corpus_cache: Path, tmp_path: Path, corpus_table: list
+) -> None:
+    result = harness.run_package(package, corpus_cache, tmp_path)
+    corpus_table.append(result)
+    assert result.files > 0 and result.rewritten > 0, "the corpus package was not rewritten"
+    assert not result.failures, (
+        f"{len(result.failures)} failure(s) after `gpu2tpu rewrite` of {package.name} "
+        f"{package.version}:\n\n{harness.failures_markdown([result])}"
+    )
+
+
+# The harness's own parts, so that a green corpus run means what it says.
+
+
+def test_manifest_pins_five_sdists_by_hash() -> None:
+    assert len(PACKAGES) >= 5
+    for pkg in PACKAGES:
+        assert len(pkg.sha256) == 64 and int(pkg.sha256, 16) >= 0, pkg
+        assert pkg.sdist.endswith(".tar.gz") and pkg.version in pkg.sdist, pkg
+        assert (harness.HERE / pkg.smoke).is_file(), pkg
+
+
+def test_verify_refuses_a_file_with_another_hash(tmp_path: Path) -> None:
+    path = tmp_path / "x.tar.gz"
+    path.write_bytes(b"not the release")
+    harness.verify(path, harness.sha256_of(path))
+    with pytest.raises(harness.CorpusError, match="does not match"):
+        harness.verify(path, "0" * 64)
+
+
+def test_compare_sees_a_changed_number_anywhere() -> None:
+    a = {"out": torch.ones(3), "nested": {"tokens": [1, 2, 3], "text": "hi"}}
+    assert (
+        harness.compare(a, {"out": torch.ones(3), "nested": {"tokens": [1, 2, 3], "text": "hi"}})
+        == []
+    )
+    changed = {
+        "out": torch.tensor([1.0, 1.0, 1.001]),
+        "nested": {"tokens": [1, 2, 4], "text": "hi"},
+    }
+    found = harness.compare(a, changed)
+    assert [m.split(":")[0] for m in found] == [".out", ".nested.tokens[2]"]
+
+
+def test_new_undefined_names_are_counted_per_file_and_name() -> None:
+    before = [{"path": "a.py", "line": 3, "message": "Undefined name `x`"}]
+    after = [
+        {"path": "a.py", "line": 4, "message": "Undefined name `x`"},  # moved, or ...
+        {"path": "a.py", "line": 9, "message": "Undefined name `x`"},  # ... new: one of the two
+        {"path": "b.py", "line": 1, "message": "Undefined name `device`"},
+    ]
+    new = harness.new_undefined(before, after)
+    assert [(d["path"], d["message"]) for d in new] == [
+        ("a.py", "Undefined name `x`"),
+        ("b.py", "Undefined name `device`"),
+    ]
+
+
+def test_ruff_finds_a_name_used_before_its_module_level_binding(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text("device = torch.device('cpu')\nimport torch\n")
+    assert [d["message"] for d in harness.undefined_names(tmp_path)] == ["Undefined name `torch`"]
+
+
+def test_the_summary_reader_reads_the_real_command(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(
+        "import torch\n\nmodel = torch.nn.Linear(2, 2).cuda()\ntorch.cuda.synchronize()\n"
+    )
+    proc = run_cli("rewrite", ".", cwd=tmp_path)
+    rewritten, edits, _ = harness.read_summary(proc.stdout + proc.stderr)
+    assert (rewritten, edits > 0) == (1, True), proc.stdout + proc.stderr
+
+
+def test_hunk_at_gives_the_lines_around_a_change() -> None:
+    before = "a\nb\nc\nd\n"
+    after = "a\nb\nX\nY\nd\n"
+    old, new, first, last = harness.hunk_at(before, after, 4)
+    assert (old, new, first, last) == ("b\nc\nd", "b\nX\nY\nd", 3, 3)
+
+
+def test_probe_imports_names_the_failing_module_and_line(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ok.py").write_text("X = 1\n")
+    (pkg / "sub" / "__init__.py").write_text("\n\nraise RuntimeError('boom')\n")
+    out = tmp_path / "imports.json"
+    env = harness.run_env([tmp_path], tmp_path)
+    probe = harness.HERE / "probe_imports.py"
+    subprocess.run(
+        [sys.executable, str(probe), str(tmp_path), "pkg", str(out)], env=env, check=True
+    )
+    result = json.loads(out.read_text())
+    assert result["pkg"] is None and result["pkg.ok"] is None
+    assert result["pkg.sub"] == {
+        "error": "RuntimeError: boom",
+        "file": "pkg/sub/__init__.py",
+        "line": 3,
+    }
