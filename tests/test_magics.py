@@ -242,6 +242,38 @@ def test_line_magics_inside_the_cell_are_rewritten(ip: InteractiveShell) -> None
     assert result.result == "cpu" and "Wall time" in cap.stdout
 
 
+def test_cuda_event_timing_keeps_every_statement_where_it_was(ip: InteractiveShell) -> None:
+    import time
+
+    cell = (
+        "%%tpu --backend cpu --show-diff\n"
+        "start = torch.cuda.Event(enable_timing=True)\n"
+        "end = torch.cuda.Event(enable_timing=True)\n"
+        "start.record()\n"
+        "w = torch.ones(2).cuda() * 2\n"
+        "end.record()\n"
+        "torch.cuda.synchronize()\n"
+        "ms = start.elapsed_time(end)\n"
+    )
+    ip.user_ns.pop("time", None)
+    result, cap = run(ip, cell)
+    assert result.success, result.error_in_exec
+    assert isinstance(ip.user_ns["ms"], float) and ip.user_ns["ms"] >= 0
+    assert ip.user_ns["time"] is time  # the import the rewrite needs ran before the cell
+    added = [line[1:] for line in cap.stdout.splitlines() if line.startswith("+")][1:]
+    assert "start = time.perf_counter()" in added  # at the top level, not under an `if`
+    assert not any(line.startswith(("import", "from")) for line in added)  # no line added
+    ip.user_ns.pop("time")
+
+
+def test_an_import_the_rewrite_needs_never_overwrites_a_variable(ip: InteractiveShell) -> None:
+    ip.user_ns["time"] = "the user's own"
+    result, cap = run(ip, "%%tpu --backend cpu\nstart = torch.cuda.Event(enable_timing=True)\n")
+    assert ip.user_ns["time"] == "the user's own"
+    assert re.search(r"gpu2tpu: line 2: .*\(G2T\d{3}\)", cap.stderr), cap.stderr  # said, not fixed
+    ip.user_ns.pop("time")
+
+
 @NO_GPU
 def test_a_stale_cuda_device_from_an_unwrapped_cell_is_replaced(ip: InteractiveShell) -> None:
     ip.user_ns["device"] = torch.device("cuda")  # as a cell run without gpu2tpu left it

@@ -170,6 +170,7 @@ class AutoMode:
         self._raw_cell = getattr(info, "raw_cell", None)
         if self._pending is not None:  # ipykernel transforms a cell twice: say it once, here
             say(problem_lines(self._pending.rewrite))
+            self.runner.run_imports(self._pending.rewrite)
         transformed = getattr(info, "transformed_cell", None)  # IPython 8.22+: what compiles
         if self._pending is not None and isinstance(transformed, str):
             self._pending.python = transformed

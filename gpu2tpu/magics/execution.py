@@ -11,10 +11,12 @@ with a note saying what a rewritten line really ran.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import functools
 import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from IPython.core import magic_arguments
@@ -65,13 +67,61 @@ _HISTORY_LIMIT = 256
 
 
 @functools.lru_cache(maxsize=256)
-def _rewrite(text: str, device_name: str, imports: tuple[str, ...]) -> CellRewrite:
-    """`rewrite_cell` for a cell the magics run, cached: running a cell again costs no rewrite."""
+def _rewrite(
+    text: str, device_name: str, imports: tuple[str, ...], taken: frozenset[str]
+) -> CellRewrite:
+    """`rewrite_cell` for a cell the magics run, cached: running a cell again costs no rewrite.
+
+    The cell gains no line (`insert_statements=False`): the device variable is bound in the
+    namespace beforehand, and the imports the rewrite needs (`required_imports`) are run
+    there before the cell, so every line stays where the user wrote it. `taken` are names
+    the namespace holds that those imports must not overwrite.
+    """
     from ..rewrite.model import Options
     from ..rewrite.notebook import rewrite_cell
 
-    options = Options(device_name=device_name, define_device=False)
-    return rewrite_cell(text, options, prior_imports=imports)
+    options = Options(
+        device_name=device_name,
+        define_device=False,
+        prior_imports=imports,
+        prior_names=taken,
+        insert_statements=False,
+    )
+    return rewrite_cell(text, options)
+
+
+def _bound_by_import(statement: str) -> list[tuple[str, str]]:
+    """(name bound, module or object path) for each name an import statement binds."""
+    try:
+        tree = ast.parse(statement)
+    except SyntaxError:
+        return []
+    out = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                bound = alias.asname or alias.name.split(".")[0]
+                out.append((bound, alias.name if alias.asname else alias.name.split(".")[0]))
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                out.append((alias.asname or alias.name, f"{node.module}.{alias.name}"))
+    return out
+
+
+def _taken(required: tuple[str, ...], namespace: dict[str, Any]) -> frozenset[str]:
+    """Names the required imports would bind that the namespace holds for something else."""
+    taken = set()
+    for statement in required:
+        for name, path in _bound_by_import(statement):
+            value = namespace.get(name)
+            if value is None:
+                continue
+            if isinstance(value, ModuleType) and value.__name__ == path:
+                continue
+            if sys.modules.get(path) is value:
+                continue
+            taken.add(name)
+    return frozenset(taken)
 
 
 class CellRunner:
@@ -107,13 +157,24 @@ class CellRunner:
     def rewrite(self, text: str, device_name: str) -> CellRewrite:
         """The cell rewritten as `gpu2tpu rewrite` rewrites a notebook cell, knowing what the
         cells that ran before imported."""
+        imports = prior_imports(self.shell)
         try:
-            return _rewrite(text, device_name, prior_imports(self.shell))
+            result = _rewrite(text, device_name, imports, frozenset())
+            taken = _taken(result.required_imports, self.shell.user_ns)
+            if taken:  # `import time` would overwrite the user's own `time`: ask again
+                result = _rewrite(text, device_name, imports, taken)
+            return result
         except Exception as err:  # a bug in the codemod must not stop the notebook: say it
             from ..rewrite.notebook import CellRewrite
 
             reason = f"the rewrite failed ({type(err).__name__}: {err}); please report it"
             return CellRewrite(text, text, error=reason)
+
+    def run_imports(self, result: CellRewrite | None) -> None:
+        """Run the imports the rewritten cell needs (`import time`) in the namespace."""
+        for statement in result.required_imports if result is not None else ():
+            exec(compile(statement, "<gpu2tpu: an import the rewritten cell needs>", "exec"),
+                 self.shell.user_ns)  # fmt: skip
 
     def prepare(
         self,
@@ -136,6 +197,7 @@ class CellRunner:
             result = self.rewrite(cell, device_name)
             rewritten = result.new_source
             say(problem_lines(result, len(header)))
+            self.run_imports(result)
         python = shell.transform_cell(rewritten)
         prepared = compile_cell(
             shell,
@@ -472,6 +534,7 @@ class TPUMagics(Magics):
             result = self.runner.rewrite(cell, device_name)
             rewritten = result.new_source
             say(problem_lines(result, len(header)))
+            self.runner.run_imports(result)
         if plan.show_diff:
             label = f"In[{number}]"
             sys.stdout.write(diff_text(cell, rewritten, label, backend))

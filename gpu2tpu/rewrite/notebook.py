@@ -563,11 +563,12 @@ _IDIOM_HINT = re.compile(
 )
 
 
-def _idiom(text: str, prelude: str) -> tuple[str, str] | None:
+def _idiom(text: str, imports: tuple[str, ...]) -> tuple[str, str] | None:
     """The device variable a cell builds with the `'cuda' if ... else 'cpu'` idiom, and whether
-    it holds a `torch.device` ("device") or a string ("str")."""
+    it holds a `torch.device` ("device") or a string ("str"); `imports` ran before it."""
     try:
-        result = rewrite_source(prelude + text, Options(select=("G2T103",), fix=False))
+        options = Options(select=("G2T103",), fix=False, prior_imports=imports)
+        result = rewrite_source(text, options)
     except SourceError:
         return None
     name = result.device_name
@@ -599,16 +600,13 @@ class _Imports:
     def add(self, imports: Iterable[str]) -> None:
         self.lines.update(dict.fromkeys(imports))
 
-    def prelude(self, newline: str) -> str:
-        return "".join(line + newline for line in self.lines)
-
 
 class _Planner:
     """Walks the code cells in order and keeps the notebook's one device variable.
 
-    Each cell is rewritten with the imports of the cells above it put in front (a prelude,
-    taken off again), so that `torch.cuda.synchronize()` in cell 5 is recognised through the
-    `import torch` of cell 1, as the kernel would resolve it.
+    Each cell is rewritten knowing the imports of the cells above it (`Options.prior_imports`),
+    so that `torch.cuda.synchronize()` in cell 5 is recognised through the `import torch` of
+    cell 1, as the kernel would resolve it.
     """
 
     def __init__(self, cells: list[_CodeCell], options: Options) -> None:
@@ -618,7 +616,7 @@ class _Planner:
         for cell in cells:
             assert cell.masked is not None
             if options.enabled("G2T103") and cell.persists and _IDIOM_HINT.search(cell.masked.text):
-                cell.idiom = _idiom(cell.masked.text, seen.prelude(cell.newline))
+                cell.idiom = _idiom(cell.masked.text, tuple(seen.lines))
             if cell.persists:
                 seen.add(cell.imports)
         self.first_idiom = next(((c.index, *c.idiom) for c in cells if c.idiom), None)
@@ -688,77 +686,29 @@ class _Planner:
 def _rewrite_python(
     cell: _CodeCell, opts: Options, prior_imports: tuple[str, ...], reserve: list[str]
 ) -> tuple[str, Result, MaskedCell]:
-    """Rewrite a cell's masked Python; if its line magics' Python does not parse in place,
-    mask those lines whole and try again. Returns the new masked text, the result (positions
-    in the cell's Python) and the mask that goes with the text."""
+    """`rewrite_source` on a cell's masked Python, told what the cells before it imported and
+    which names a new device variable must not take; if its line magics' Python does not
+    parse in place, those lines are masked whole and it is tried again. Returns the new
+    masked text, the result (positions in the cell's Python) and the mask that goes with it."""
     assert cell.masked is not None
+    opts = replace(
+        opts,
+        prior_imports=(*opts.prior_imports, *prior_imports),
+        reserved_names=opts.reserved_names | frozenset(reserve),
+    )
     try:
-        return (
-            *_with_prelude(cell.masked, cell.newline, opts, prior_imports, reserve),
-            cell.masked,
-        )
+        result = rewrite_source(cell.masked.text, opts)
+        return result.new_text, result, cell.masked
     except SourceError:
         if not any(e.python for e in cell.masked.escapes):
             raise
     masked = mask(cell.python or "", python_magics=False)
-    return (*_with_prelude(masked, cell.newline, opts, prior_imports, reserve), masked)
-
-
-def _with_prelude(
-    masked: MaskedCell,
-    newline: str,
-    opts: Options,
-    prior_imports: tuple[str, ...],
-    reserve: list[str],
-) -> tuple[str, Result]:
-    """Rewrite with the earlier cells' imports in front; without, should a fix touch them."""
-    prelude = "".join(line + newline for line in prior_imports)
-    try:
-        return _rewrite_masked(masked.text, opts, reserve, prelude, newline)
-    except (_PreludeChanged, SourceError):  # a syntax error is told in the cell's own lines
-        return _rewrite_masked(masked.text, opts, reserve, "", newline)
-
-
-class _PreludeChanged(Exception):
-    """A fix touched the imports put in front of a cell; the cell is rewritten without them."""
+    result = rewrite_source(masked.text, opts)
+    return result.new_text, result, masked
 
 
 def _type_uses(name: str, text: str) -> int:
     return len(re.findall(rf"\b{re.escape(name)}\.type\b", text))
-
-
-def _rewrite_masked(
-    text: str, opts: Options, reserve: list[str], prelude: str, newline: str
-) -> tuple[str, Result]:
-    """`rewrite_source` on a masked cell, with the earlier cells' imports in front and the
-    names other cells use kept off-limits by a line appended (a tuple of those names); both
-    are taken off again, and positions are given within the cell."""
-    appended = ""
-    if reserve:
-        line = "(" + ", ".join(reserve) + ",)"
-        appended = line + newline if text.endswith(("\n", "\r")) else newline + line
-    shift = len(split_lines(prelude))
-    result = rewrite_source(prelude + text + appended, opts)
-    new = result.new_text
-    if prelude:
-        if not new.startswith(prelude):
-            raise _PreludeChanged
-        new = new[len(prelude) :]
-        if new.startswith(newline) and not text.startswith(newline):
-            new = new[len(newline) :]  # the blank line set above a definition put first
-    if appended:
-        if not new.endswith(appended):
-            raise MaskError("the rewrite moved the end of the cell; the cell is left as it was")
-        new = new[: len(new) - len(appended)]
-    if new == text:
-        new = text
-    return new, replace(
-        result,
-        new_text=new,
-        edits=tuple(replace(f, line=f.line - shift) for f in result.edits if f.line > shift),
-        findings=tuple(replace(f, line=f.line - shift) for f in result.findings if f.line > shift),
-        withheld=tuple(replace(f, line=f.line - shift) for f in result.withheld if f.line > shift),
-    )
 
 
 def rewrite_notebook(text: str, options: Options) -> NotebookResult:
@@ -837,6 +787,9 @@ class CellRewrite:
     error: str = ""
     device_name: str | None = None
     withheld: tuple[Finding, ...] = ()  # findings whose fix the safety net held back
+    # With `Options.insert_statements=False`: the imports the new text needs, for the caller
+    # to run before it (the text itself gains no line).
+    required_imports: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -850,11 +803,14 @@ def rewrite_cell(
     prior_imports: Iterable[str] = (),
     reserved: Iterable[str] = (),
 ) -> CellRewrite:
-    """Rewrite one notebook cell (IPython syntax and cell magics included) on its own.
+    """Rewrite one notebook cell (IPython syntax and cell magics included) on its own, as
+    `rewrite_notebook` rewrites each cell.
 
     `prior_imports` are import statements that ran before (earlier cells), one per item, so
     that `torch.cuda.synchronize()` in a cell that imports nothing is recognised; `reserved`
-    are names a new device variable must not take. Pure: nothing is run or read.
+    are names a new device variable must not take. With `options.insert_statements` False
+    (the magics), the cell gains no line: what it needs imported is in `required_imports`.
+    Pure: nothing is run or read.
     """
     cell = _prepare(0, {"source": source}, facts=False)
     findings = [f for f in cell.findings if options.enabled(f.code)]
@@ -883,6 +839,7 @@ def rewrite_cell(
             tuple(sorted(findings, key=_order)),
             device_name=result.device_name,
             withheld=tuple(sorted((_shift(f, cell) for f in result.withheld), key=_order)),
+            required_imports=result.required_imports,
         )
     return CellRewrite(source, source, findings=tuple(sorted(findings, key=_order)), error=error)
 
