@@ -527,6 +527,40 @@ def test_profile_and_forecast_dispatch_to_the_profile_package(
         ip.run_cell_magic("tpu", "--backend cpu --forecast v5e", cell)
 
 
+def test_profile_of_a_forecast_model_uses_the_compiled_tpu_figures(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_widgets import make_forecast  # v5e and v6e compiled at batch 64
+
+    forecast = make_forecast()
+
+    def forecast_cell(run_cell, *, targets, backend, source, **options):  # type: ignore[no-untyped-def]
+        run_cell()
+        return forecast
+
+    monkeypatch.setattr(gpu2tpu.profile, "forecast_cell", forecast_cell, raising=False)
+    setup = (
+        "%%tpu --backend cpu --forecast v5e,v6e\nmodel = torch.nn.Linear(32, 32)\n"
+        "batch = (torch.randn(64, 32), torch.randn(64, 32))\n"
+    )
+    forecasted, _ = run(ip, setup)
+    assert forecasted.result is forecast, forecasted.error_in_exec
+    step = (
+        "%%tpu --backend cpu --profile --steps 3 --warmup 1 --samples-per-step 64\n"
+        "model(batch[0]).pow(2).mean().backward()\n"
+    )
+    result, cap = run(ip, step)
+    rows = {r.device_key: r for r in result.result.comparison.rows}
+    for key in ("v5e", "v6e"):
+        assert rows[key].source == "compiled"
+        assert rows[key].step_seconds == forecast.target(key).step_seconds
+        assert f"forecast of `model` in In[{forecasted.execution_count}]" in rows[key].note
+    assert rows["v5p"].source == "estimated"  # not forecast: still the roofline of this run
+    assert "the compiled figures of the forecast of `model`" in cap.stdout
+    for name in ("model", "batch"):
+        ip.user_ns.pop(name)
+
+
 def test_forecast_says_which_earlier_values_it_used(
     ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
 ) -> None:

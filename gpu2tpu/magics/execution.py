@@ -47,6 +47,7 @@ from .cells import (
     say,
     show_cell_syntax_error,
 )
+from .forecasts import ForecastMemory
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -274,6 +275,7 @@ class TPUMagics(Magics):
     def __init__(self, shell: InteractiveShell) -> None:
         super().__init__(shell)
         self.runner = CellRunner(shell)
+        self.forecasts = ForecastMemory()  # a later --profile of a forecast model uses them
         self.auto: AutoMode | None = None
         self._last_reason: str | None = None
         # A syntax error in a %%tpu cell is shown as IPython shows one in a plain cell (no
@@ -485,20 +487,26 @@ class TPUMagics(Magics):
                 raise UsageError(
                     "%%tpu --profile needs gpu2tpu.profile.cell_profile, which this install lacks"
                 )
-            return cell_profile(run, backend=backend, **plan.profile_options)
+            result = cell_profile(run, backend=backend, **plan.profile_options)
+            said = self.forecasts.apply(result, self.shell.user_ns.get("model"))
+            if said:
+                print(said)
+            return result
         forecast_cell = getattr(profile, "forecast_cell", None)
         if forecast_cell is None:
             raise UsageError(
                 "%%tpu --forecast needs gpu2tpu.profile.forecast_cell, which this install lacks"
             )
         self._say_forecast_inputs(prepared)
-        return forecast_cell(
+        result = forecast_cell(
             run,
             targets=list(plan.forecast),
             backend=backend,
             source=prepared.rewritten,
             **plan.forecast_options,
         )
+        self.forecasts.remember(self.shell.user_ns.get("model"), result, prepared.number)
+        return result
 
     def _say_forecast_inputs(self, prepared: PreparedCell) -> None:
         """The forecast reads `model` and `batch`: the cell should define them; if it does
