@@ -26,8 +26,8 @@ __all__ = [
 # name -> what the notebook walks a user through (shown by `gpu2tpu new --list`).
 TEMPLATES: dict[str, str] = {
     "tpu-quickstart": (
-        "install TorchTPU where a TPU is present, %tpu_info, a device-agnostic bfloat16 "
-        "training loop, then profile and forecast a step"
+        "install gpu2tpu on a fresh runtime (TorchTPU where a TPU is present), %tpu_info, a "
+        "device-agnostic bfloat16 training loop, then profile and forecast a step"
     ),
     "migrate": (
         "check a CUDA notebook or script, rewrite a copy, review the diff, run cells with "
