@@ -1,11 +1,24 @@
-"""`gpu2tpu.forecast` leaves the user's process as it was: no torchax, same accelerator."""
+"""The forecast from the user's side: a separate process, a terminal's Ctrl-C, a notebook.
+
+`gpu2tpu.forecast` leaves the user's process as it was (no torchax, same accelerator), shows
+a live status per target where the user looks, and stops cleanly on Ctrl-C keeping what it
+finished. These run real forecasts in real processes: a script in a subprocess that gets a
+real SIGINT, and a real Jupyter kernel driven by nbclient whose display messages are read.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = """
 import sys, torch, gpu2tpu
@@ -19,13 +32,139 @@ print("accelerator", torch.accelerator.current_accelerator(check_available=True)
 """
 
 
+def _env() -> dict[str, str]:
+    return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+
+
 @pytest.mark.slow
 def test_forecast_compiles_in_a_child_and_leaves_torch_alone() -> None:
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600, env=_env()
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert "compiled True True" in lines
     assert "torchax False" in lines
     assert "accelerator None" in lines
+
+
+INTERRUPTED = """
+import multiprocessing, sys, torch
+from gpu2tpu.profile.forecast import forecast
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+    torch.nn.Linear(1024, 16),
+)
+batch = (torch.randn(64, 512), torch.randint(0, 16, (64,)))
+result = forecast(model, batch, targets=["v5e", "v6e", "v5p"], cache=False)
+print("RESULT", result.interrupted, [(t.label, t.status) for t in result.targets], flush=True)
+print("CHILDREN", multiprocessing.active_children(), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_finished_targets_and_ends_the_child_quietly() -> None:
+    """A real SIGINT to the process group, as a terminal sends on Ctrl-C, once v5e is done."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        start_new_session=True,  # its own process group, like a shell job
+    )
+    lines = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("forecast v5e:"):
+                os.killpg(proc.pid, signal.SIGINT)
+                break
+        rest, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = "".join(lines) + rest
+    assert proc.returncode == 0, err[-3000:]
+    assert "forecast v5e: fits at batch 64" in out
+    [stop] = [line for line in out.splitlines() if "interrupted" in line and "gpu2tpu" in line]
+    assert stop.startswith("gpu2tpu: forecast interrupted; kept v5e; stopped v6e (")
+    assert (
+        "RESULT True [('v5e', 'compiled'), ('v6e', 'interrupted'), ('v5p', 'interrupted')]" in out
+    )
+    assert "CHILDREN []" in out  # the compiling child is gone
+    assert "SIGTERM" not in err and "Traceback" not in err and "*** " not in err
+
+
+NOTEBOOK_CELL = """
+import torch
+from gpu2tpu.profile.forecast import forecast
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+batch = (torch.randn(32, 64), torch.randint(0, 4, (32,)))
+result = forecast(model, batch, targets=["v5e", "v6e"], cache=False)
+print("statuses", [t.status for t in result.targets])
+"""
+
+
+@pytest.mark.slow
+def test_a_notebook_shows_a_live_status_per_target(tmp_path: Path) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    class Recording(NotebookClient):
+        """Keeps every display message the kernel sends, updates included."""
+
+        messages: list[dict]
+
+        def process_message(self, msg, cell, cell_index):  # type: ignore[no-untyped-def]
+            kind = msg["header"]["msg_type"]
+            if kind in ("display_data", "update_display_data", "stream"):
+                self.messages.append({"type": kind, **msg["content"]})
+            return super().process_message(msg, cell, cell_index)
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell(NOTEBOOK_CELL))
+    client = Recording(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
+    client.messages = []
+    client.execute(env=_env())
+
+    shown = [m for m in client.messages if m["type"] == "display_data"]
+    updates = [m for m in client.messages if m["type"] == "update_display_data"]
+    [first] = [m for m in shown if "gpu2tpu forecast" in m["data"].get("text/plain", "")]
+    handle = first["transient"]["display_id"]
+    assert all(u["transient"]["display_id"] == handle for u in updates)
+    texts = [u["data"]["text/plain"] for u in updates]
+    assert any(re.search(r"v5e\s+compiling at batch 32 \[0:\d\d\]", t) for t in texts)
+    assert any(re.search(r"v6e\s+compiling at batch 32", t) for t in texts)
+    final = texts[-1]
+    assert re.search(r"✓ v5e\s+fits at batch 32", final)
+    assert re.search(r"✓ v6e\s+fits at batch 32", final)
+    assert "<table" in updates[-1]["data"]["text/html"]
+    # Stdout has the cell's own print; nothing from the forecast lands on stderr (pink).
+    streams = [m for m in client.messages if m["type"] == "stream"]
+    assert [m["name"] for m in streams] == ["stdout"]
+    assert "statuses ['compiled', 'compiled']" in streams[0]["text"]
+    # The saved notebook keeps the final state of the display.
+    saved = [o for o in nb.cells[0].outputs if o.output_type == "display_data"]
+    assert any("✓ v6e" in o.data["text/plain"] for o in saved)
+
+
+def test_the_progress_lines_render_state_and_clock() -> None:
+    from gpu2tpu.profile.progress import ForecastProgress, format_clock
+
+    progress = ForecastProgress(["v5e", "v6e:2x4"], mode="off", title="gpu2tpu forecast: GPT")
+    progress.status("v5e", "compiling at batch 8")
+    progress.lines["v5e"].started = time.monotonic() - 42
+    text = progress.text()
+    assert "… v5e      compiling at batch 8 [0:42]" in text
+    assert "· v6e:2x4  waiting" in text
+    progress.finished("v5e", "fits at batch 8")
+    progress.status("v6e:2x4", "batch search 3/8: batch 24")
+    assert "✓ v5e" in progress.text() and "batch search 3/8: batch 24" in progress.text()
+    assert "<td style='padding-right:1em'>batch search 3/8: batch 24</td>" in progress.html()
+    assert format_clock(3725) == "1:02:05" and format_clock(5.9) == "0:05"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import time
 
 import pytest
 
-from gpu2tpu.profile.isolate import ChildDied, run_in_child
+from gpu2tpu.profile.isolate import ChildDied, emit, in_child, run_in_child, run_streaming
 
 
 class Local:
@@ -46,3 +48,80 @@ def _die() -> None:
 def test_a_child_that_dies_is_reported() -> None:
     with pytest.raises(ChildDied, match="exit code 3"):
         run_in_child(_die)
+
+
+def _chatty(steps: int) -> str:
+    for i in range(steps):
+        emit(("step", i, os.getpid()))
+    return f"done in child: {in_child()}"
+
+
+def test_events_arrive_in_order_before_the_result() -> None:
+    seen: list[tuple] = []
+    result = run_streaming(_chatty, (3,), on_event=seen.append)
+    assert result == "done in child: True"
+    assert [e[1] for e in seen] == [0, 1, 2]
+    assert {e[2] for e in seen} != {os.getpid()}
+    assert emit("nobody listens here") is False and not in_child()
+
+
+def _noisy() -> str:
+    print("a line on stdout from the child")
+    print("a line on stderr from the child", file=sys.stderr)
+    os.write(2, b"native code writing to fd 2\n")
+    return "quiet"
+
+
+def _noisy_failure() -> None:
+    os.write(2, b"libtpu said something useful\n")
+    raise RuntimeError("compile failed")
+
+
+def test_the_childs_output_is_held_and_shown_only_with_its_error(capfd) -> None:
+    assert run_in_child(_noisy) == "quiet"
+    out, err = capfd.readouterr()
+    assert "child" not in out + err and "native" not in out + err
+    with pytest.raises(RuntimeError, match="compile failed") as info:
+        run_in_child(_noisy_failure)
+    assert any("libtpu said something useful" in note for note in info.value.__notes__)
+
+
+def _slow(pid_file: str) -> None:
+    emit(("started", os.getpid()))
+    with open(pid_file, "w") as f:
+        f.write(str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGINT)  # a terminal's Ctrl-C reaches the child too: ignored
+    time.sleep(0.5)
+    emit(("still running", os.getpid()))
+    time.sleep(60)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_ctrl_c_in_the_parent_kills_the_child_and_keeps_the_events(tmp_path) -> None:
+    seen: list[tuple] = []
+
+    def on_event(event: tuple) -> None:
+        seen.append(event)
+        if event[0] == "still running":
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, delivered to the parent
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_streaming(_slow, (str(tmp_path / "pid"),), on_event=on_event)
+    assert time.monotonic() - started < 30  # not the child's 60 s
+    assert [e[0] for e in seen] == ["started", "still running"]  # SIGINT did not stop the child
+    child = int((tmp_path / "pid").read_text())
+    assert not _alive(child)
+
+
+def test_idle_callback_ticks_while_the_child_works() -> None:
+    ticks: list[float] = []
+    run_streaming(time.sleep, (1.0,), on_idle=lambda: ticks.append(1.0), idle_seconds=0.1)
+    assert len(ticks) >= 3

@@ -9,8 +9,10 @@ notebook, without pickling it. The result must pickle.
 
 While it works, the child can `emit` events (progress, finished targets) that the parent
 receives as they happen. Ctrl-C is the parent's business: the child ignores SIGINT (a
-terminal sends it to the whole process group) and the parent ends it with SIGKILL, the one
-signal libtpu cannot catch: its handlers print a stack dump for SIGTERM and SIGINT. Whatever
+terminal sends it to the whole process group, and a KeyboardInterrupt in the child would
+print a traceback from inside JAX) and the parent ends it with SIGKILL, which no handler can
+catch: libtpu's handler answers SIGTERM with a stack dump of the compiler (verified with
+libtpu 0.0.52: "*** SIGTERM received ... Remote crash gathering disabled"). Whatever
 the child writes to stdout or stderr (libtpu's log lines, warnings) is held in a file and
 shown only when the child fails, so a notebook shows no stray stderr.
 """
