@@ -671,3 +671,26 @@ def test_tpu_doctor_reports_the_cpu_environment_as_usable(ip: InteractiveShell) 
         ip.run_line_magic("tpu_doctor", "")
     assert "No problems found." in cap.stdout
     assert "CPU: PyTorch" in cap.stdout
+
+
+def test_problem_lines_count_lines_of_the_notebook_cell() -> None:
+    from gpu2tpu.magics.cells import problem_lines
+    from gpu2tpu.rewrite.model import Finding, Safety, Severity
+    from gpu2tpu.rewrite.notebook import CellRewrite
+
+    inside = Finding(
+        "G2T601",
+        "item-in-loop",
+        5,
+        12,
+        "`.item()` inside the training loop (the `for` loop at line 3) waits every step",
+        "",
+        Safety.REPORT,
+        Severity.WARNING,
+    )
+    said = problem_lines(CellRewrite("x", "x", findings=(inside, inside)), offset=1)
+    # one line per problem, the %%tpu line counted, in the message too
+    assert said == [
+        "gpu2tpu: line 6: `.item()` inside the training loop (the `for` loop at line 4) waits "
+        "every step (G2T601)"
+    ]

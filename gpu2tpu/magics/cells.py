@@ -38,6 +38,7 @@ FALLBACK_DEVICE_VARIABLE = "tpu_device"
 # and skips the masking pass (IPython's tokenizer) in the rewrite.
 _IPYTHON_SYNTAX = re.compile(r"[%!?]|^[ \t]*[/,;]", re.MULTILINE)
 _CUDA_STRING = re.compile(r"cuda(:\d+)?")
+_LINE_IN_MESSAGE = re.compile(r"\bline (\d+)\b")
 _DEVICE_NAME = re.compile(r"(?i)(\w*_)?dev(ice)?(_\w*)?")
 
 
@@ -565,7 +566,10 @@ def problem_lines(rewrite: CellRewrite | None, offset: int = 0) -> list[str]:
         return []
     out: list[str] = []
     for f in rewrite.findings:
-        text = f"gpu2tpu: line {f.line + offset}: {f.message} ({f.code})"
+        message = f.message
+        if offset:  # "the `for` loop at line 3" counts from the first line under the magic
+            message = _LINE_IN_MESSAGE.sub(lambda m: f"line {int(m[1]) + offset}", message)
+        text = f"gpu2tpu: line {f.line + offset}: {message} ({f.code})"
         if text not in out:
             out.append(text)
     if rewrite.error and not rewrite.error.startswith("syntax error"):
