@@ -117,10 +117,11 @@ def _quiet_experimental() -> Iterator[None]:
 class TorchTPUBackend(Backend):
     """TorchTPU: device "tpu", `torch.compile(backend="tpu")`, and its three eager modes.
 
-    `eager_mode` selects how TorchTPU runs eager ops for the block (`torch.tpu.EagerMode`):
-    None keeps the runtime's current mode, "defer_and_fuse" queues eager ops and runs them
-    fused, "defer_never" launches each op as it comes, and "defer_never_and_launch_blocking"
-    also waits for each op (for debugging).
+    `eager_mode` selects how TorchTPU runs eager ops for the block, by the name of a
+    `torch.tpu.EagerMode` member in lower case: None keeps the runtime's current mode
+    (`DEFER_NEVER` unless changed), "defer_and_fuse" defers eager ops and fuses them, and
+    "defer_never" / "defer_never_and_launch_blocking" run each op as it is issued, the latter
+    also blocking on each launch (as the names say; TorchTPU 0.2.0 documents no more).
     """
 
     name = "tpu"
