@@ -141,6 +141,23 @@ def test_withheld_per_statement_and_rule(broken: None) -> None:
     assert [w.line for w in result.withheld] == [7, 11]
 
 
+def test_a_device_line_above_its_import_is_withheld(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the rewrite used to put the device line above `import torch`; a placement that does so
+    # again must cost only the fixes that need the device variable
+    from gpu2tpu.rewrite import source
+
+    monkeypatch.setattr(source, "device_line_after", lambda tree: 0)
+    text = '"""A script."""\nimport torch\nx = torch.zeros(1).cuda()\ntorch.cuda.synchronize()\n'
+    result = rewrite_source(text)
+    assert _compiles(result.new_text)
+    assert "torch.accelerator.synchronize()" in result.new_text  # needs no device: kept
+    assert "x = torch.zeros(1).cuda()" in result.new_text and "device =" not in result.new_text
+    (withheld,) = result.withheld
+    assert withheld.line == 3 and withheld.message.endswith(
+        "(fix withheld: the result would use `torch` before the statement that binds it)"
+    )
+
+
 def test_nothing_verifies_gives_the_original_back(
     broken: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

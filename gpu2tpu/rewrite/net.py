@@ -24,6 +24,7 @@ from .model import Finding, Result
 from .verify import Facts, Problem, facts, new_problems, original_lines
 
 MAX_TRIES = 12  # reruns of the rules after a failed check, at most
+REFINE_UNITS = 4  # withheld together, each is tried again on its own when there are this few
 
 Span = tuple[int, int]  # first and last line of a top-level statement
 Unit = tuple[str, Span]  # one rule's fixes in one top-level statement
@@ -102,9 +103,10 @@ class _Net:
             good = self.bisect(current, problems)
         if good is None:
             return self.give_up(first, problems)
-        # 3. Give back each withheld unit that is innocent on its own (while tries are left).
-        if len(self.withheld) > 1:
-            for unit in list(self.withheld):
+        # 3. Give back each withheld unit that is innocent on its own: a few tries, when few
+        # were withheld together (many at once share one cause, such as the device line).
+        if 1 < len(self.withheld) <= REFINE_UNITS:
+            for unit in list(self.withheld)[:REFINE_UNITS]:
                 if self.tries >= MAX_TRIES:
                     break
                 problem = self.withheld.pop(unit)
