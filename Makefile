@@ -8,7 +8,7 @@ DEPS_STAMP := $(VENV)/.deps-$(LOCK_HASH)
 SRC_STAMP := $(VENV)/.src-$(shell printf '%s' "$(CURDIR)" | sha256sum | cut -c1-16)
 HTML_MANAGER := tests/browser/node_modules/@jupyter-widgets/html-manager/dist/embed.js
 
-.PHONY: install test lint demo browser-deps bench clean lock corpus
+.PHONY: install test lint demo browser-deps bench clean lock install-xla test-xla lock-xla corpus
 
 $(DEPS_STAMP): $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,37 @@ $(SRC_STAMP): $(DEPS_STAMP) pyproject.toml
 	@touch $@
 
 install: $(SRC_STAMP)
+
+# The PyTorch/XLA environment (requirements/xla-cpu.lock): real torch_xla on the CPU for the
+# tests marked `xla` (tests/xla). torch_xla pins torch exactly, so it is a venv of its own.
+XLA_VENV ?= .venv-xla
+XLA_BIN := $(XLA_VENV)/bin
+XLA_LOCK := requirements/xla-cpu.lock
+XLA_STAMP := $(XLA_VENV)/.deps-$(shell cat $(XLA_LOCK) | sha256sum | cut -c1-16)
+XLA_SRC_STAMP := $(XLA_VENV)/.src-$(shell printf '%s' "$(CURDIR)" | sha256sum | cut -c1-16)
+
+$(XLA_STAMP): $(XLA_LOCK)
+	@test -x $(XLA_BIN)/python || $(PYTHON) -m venv $(XLA_VENV)
+	$(XLA_BIN)/python -m pip install -q --upgrade pip
+	$(XLA_BIN)/python -m pip install -q -r $(XLA_LOCK)
+	@rm -f $(XLA_VENV)/.deps-*
+	@touch $@
+
+$(XLA_SRC_STAMP): $(XLA_STAMP) pyproject.toml
+	$(XLA_BIN)/python -m pip install -q --no-deps -e .
+	@rm -f $(XLA_VENV)/.src-*
+	@touch $@
+
+install-xla: $(XLA_SRC_STAMP)
+
+# Only the `xla` tests run here (the main run deselects them with -m "not xla").
+test-xla: install-xla
+	PJRT_DEVICE=CPU $(XLA_BIN)/python -m pytest -q -m xla tests/xla
+
+lock-xla:
+	rm -rf /tmp/gpu2tpu-lock-xla && $(PYTHON) -m venv /tmp/gpu2tpu-lock-xla
+	/tmp/gpu2tpu-lock-xla/bin/pip install -q -r requirements/xla-cpu.in
+	/tmp/gpu2tpu-lock-xla/bin/pip freeze --exclude gpu2tpu > $(XLA_LOCK)
 
 # The released TorchTPU for tests/test_torchtpu_contract.py (requirements/tpu.lock), in a
 # folder only those tests' subprocesses see: an installed torch_tpu loads at `import torch`.
@@ -55,7 +86,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: install browser-deps lint tpu-env corpus
+test: install browser-deps lint test-xla tpu-env corpus
 	$(BIN)/python -m pytest -q
 
 demo: install

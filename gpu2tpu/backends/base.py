@@ -270,6 +270,10 @@ class Backend:
         """How many graphs the runtime has compiled so far in this process; None if unknown."""
         return None
 
+    def compilation_seconds(self) -> float | None:
+        """Seconds the runtime has spent compiling so far in this process; None if unknown."""
+        return None
+
     def explain_failure(self, error: BaseException, source: str | None = None) -> str | None:
         """A sentence to add to an error raised by user code on this backend, if one helps."""
         return None

@@ -3,8 +3,9 @@
 XLA is not one of torch's accelerators, so `activate()` also makes the codemod's
 `torch.accelerator.current_accelerator(...)` answer the XLA device (see `Backend.activate`).
 `auto` picks it only where a TPU is present: torch_xla also runs on the CPU (PJRT_DEVICE=CPU),
-which an explicit `--backend xla` still allows. All calls into torch_xla are in this class; the
-tests drive it through a stand-in module.
+which an explicit `--backend xla` still allows. All calls into torch_xla are in this class;
+tests/xla drives it against the real torch_xla on the CPU, the other tests through a stand-in
+module (tests/standins/torch_xla, whose API tests/xla checks against the real one).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from .base import Backend, ChipInfo, MemoryInfo, chip_kind, has_module, tpu_chip
 
 if TYPE_CHECKING:
     import torch
+
+# The counter torch_xla bumps when Python reads a device value (`.item()`, `bool(t)`).
+_HOST_READ = "aten::_local_scalar_dense"
 
 
 class XLABackend(Backend):
@@ -62,7 +66,10 @@ class XLABackend(Backend):
     def memory(self) -> MemoryInfo | None:
         import torch_xla.core.xla_model as xm
 
-        info = xm.get_memory_info(self.device())
+        try:
+            info = xm.get_memory_info(self.device())
+        except RuntimeError:  # "UNIMPLEMENTED: GetAllocatorStats" on PJRT's CPU client
+            return None
         if "bytes_used" in info:
             return MemoryInfo(
                 in_use_bytes=info.get("bytes_used"),
@@ -101,8 +108,40 @@ class XLABackend(Backend):
         return torch.compile(fn_or_module, backend="openxla")
 
     def compilation_count(self) -> int | None:
-        """Graphs XLA compiled: the sample count of its CompileTime metric."""
+        """Graphs XLA compiled: the sample count of its CompileTime metric.
+
+        Each sample is one real compilation (torch_xla's `UncachedCompile`); a graph found in
+        the compile cache adds none.
+        """
         import torch_xla.debug.metrics as met
 
         data = met.metric_data("CompileTime")
         return int(data[0]) if data else 0
+
+    def compilation_seconds(self) -> float | None:
+        """Seconds XLA spent compiling: the CompileTime metric's accumulator (nanoseconds)."""
+        import torch_xla.debug.metrics as met
+
+        data = met.metric_data("CompileTime")
+        return float(data[1]) / 1e9 if data else 0.0
+
+    def fallback_ops(self) -> dict[str, int]:
+        """Ops that ran on the CPU for want of an XLA lowering, with how often, so far.
+
+        torch_xla counts each in a counter named after the op (`aten::nonzero`);
+        `aten::_local_scalar_dense` is not a fallback but a host read (`.item()`), so it is
+        left out here and reported by `host_reads()`.
+        """
+        import torch_xla.debug.metrics as met
+
+        return {
+            name: int(met.counter_value(name) or 0)
+            for name in met.counter_names()
+            if name.startswith("aten::") and name != _HOST_READ
+        }
+
+    def host_reads(self) -> int:
+        """How many times Python read a scalar from the device so far (`.item()`, `if t:`)."""
+        import torch_xla.debug.metrics as met
+
+        return int(met.counter_value(_HOST_READ) or 0)

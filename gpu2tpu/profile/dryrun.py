@@ -4,12 +4,21 @@ A `TorchDispatchMode` sees every ATen op the code runs. It records, against the 
 user's code that caused it:
 
 - host synchronisations: `.item()` and Python scalars from tensors (`_local_scalar_dense`),
-  `nonzero`, boolean-mask indexing, and (through small wrappers on `torch.Tensor`, because on
-  the CPU they run no ATen op) `.cpu()`, `.tolist()`, `.numpy()` and printing a tensor;
-- float64 work (TPUs have no fast float64);
-- ops whose output shape depends on the data (`unique`, `masked_select`, ...);
-- shape changes: the same line running an op on new input shapes, within one run or between
-  repeated runs of the same code (each new shape is a recompilation on XLA).
+  and (through small wrappers on `torch.Tensor`, because on the CPU they run no ATen op)
+  `.cpu()`, `.tolist()`, `.numpy()` and printing a tensor. Reads that stay on the host on a
+  TPU too are left out: an optimizer's step counter (a CPU tensor unless `capturable` or
+  `fused`) and the DataLoader sampler's indices;
+- float64 work (TPUs have no fast float64); a float64 scalar (0-d) is left out;
+- ops whose output shape depends on the data (`nonzero`, boolean-mask indexing `x[mask]`,
+  `unique`, `masked_select`, ...): PyTorch/XLA runs them on the CPU, reading the data;
+- recompilations: the same line running an op on new shapes after its first run, within one
+  run or between repeated runs of the same code; a line whose op count changes from one run
+  to the next (a Python loop whose count changes unrolls into a new graph); and a changing
+  Python exponent in a differentiated `x ** p` (pow's backward bakes it into the graph);
+- a GradScaler under bfloat16 autocast, which bfloat16 does not need.
+
+What PyTorch/XLA does with the same steps is the yardstick: benchmarks/dryrun_accuracy.py
+scores these predictions against torch_xla's own metrics on the CPU.
 
 It also counts every ATen op with the lines that ran it, so a report can later say which ops
 have no XLA lowering. `dry_run(fn, *args, **kwargs)` runs a function this way and returns a
@@ -20,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import linecache
+import os
 import sys
 import time
 from collections import Counter
@@ -47,6 +57,7 @@ class HazardKind(StrEnum):
     FLOAT64 = "float64"
     DYNAMIC_SHAPE = "data-dependent shape"
     SHAPE_CHANGE = "shape change"
+    GRAD_SCALER = "unneeded GradScaler"
 
 
 # Why each kind hurts on a TPU, and the one-line fix.
@@ -55,6 +66,10 @@ WHY: dict[HazardKind, str] = {
     HazardKind.FLOAT64: "TPUs have no fast float64: it is emulated, many times slower",
     HazardKind.DYNAMIC_SHAPE: "the output shape depends on the data, so XLA cannot compile it ahead",
     HazardKind.SHAPE_CHANGE: "each new input shape is a new XLA compilation",
+    HazardKind.GRAD_SCALER: (
+        "bfloat16 has float32's range, so loss scaling protects nothing; the scaler only adds "
+        "a host sync (found_inf is read every step) and its own ops"
+    ),
 }
 FIX: dict[HazardKind, str] = {
     HazardKind.HOST_SYNC: (
@@ -71,7 +86,11 @@ FIX: dict[HazardKind, str] = {
     ),
     HazardKind.SHAPE_CHANGE: (
         "pad or bucket inputs to a few fixed shapes (DataLoader(drop_last=True), pad the "
-        "last batch, fixed sequence lengths)"
+        "last batch, fixed sequence lengths); keep Python loop counts fixed"
+    ),
+    HazardKind.GRAD_SCALER: (
+        "drop the GradScaler with bfloat16 autocast: call loss.backward() and "
+        "optimizer.step() directly, without scaler.scale/step/update"
     ),
 }
 
@@ -81,9 +100,22 @@ _DATA_DEPENDENT = torch.Tag.data_dependent_output
 # Ops that read tensor data on the host, named as a user wrote them.
 _SYNC_OPS = {
     "aten._local_scalar_dense": ".item() / Python scalar from a tensor",
-    "aten.nonzero": "nonzero / torch.where(mask)",
 }
+_DYNAMIC_CAUSES = {"aten.nonzero": "nonzero / torch.where(mask)"}
 _MASK_DTYPES = (torch.bool, torch.uint8)
+# Library code whose host reads stay on the host on a TPU too: optimizers keep their step
+# counter on the CPU (unless capturable/fused), and the DataLoader's sampler draws indices there.
+_HOST_SIDE_PATHS = (
+    f"{os.sep}torch{os.sep}optim{os.sep}",
+    f"{os.sep}torch{os.sep}utils{os.sep}data{os.sep}",
+)
+_GRAD_SCALER_FILE = f"{os.sep}torch{os.sep}amp{os.sep}grad_scaler.py"
+# GradScaler's own ops; under bfloat16 autocast the advice is to drop the scaler instead.
+_SCALER_OPS = ("aten._amp_foreach_non_finite_check_and_unscale_", "aten._amp_update_scale_")
+# Ops whose Python-number arguments PyTorch/XLA bakes into the graph when they are
+# differentiated (measured on torch_xla 2.9: a changing `x ** p` recompiles every step in
+# training, while changing scalars in mul, add, clamp, leaky_relu, elu or softplus do not).
+_BAKED_SCALAR_OPS = frozenset({"aten.pow.Tensor_Scalar"})
 
 # What an op is, decided once per op overload for the whole process: its packet name
 # ("aten.mul"), its full name ("aten.mul.Tensor") and a hazard class from its tags.
@@ -137,11 +169,22 @@ class ShapeHistory:
     """
 
     def __init__(self) -> None:
-        # (line, op name, occurrence since the line was entered) -> input shape signatures
-        self.shapes: dict[tuple[int, str, int], set[tuple[Any, ...]]] = {}
+        # (line, op name) -> input shape signatures seen, and those first seen after the
+        # line's first run: each of those is a new graph on XLA
+        self.shapes: dict[tuple[int, str], set[tuple[Any, ...]]] = {}
+        self.new_shapes: dict[tuple[int, str], list[tuple[Any, ...]]] = {}
+        # line -> how many times it has been entered (a run of ops from that line)
+        self.entries: Counter[int] = Counter()
+        # line -> the op counts of its latest run, and (before, after) totals of runs that differed
+        self.op_counts: dict[int, Counter[str]] = {}
+        self.count_changes: dict[int, list[tuple[int, int]]] = {}
+        # (line, op) -> Python scalars seen, and those first seen after the line's first run
+        self.scalars: dict[tuple[int, str], set[Any]] = {}
+        self.new_scalars: dict[tuple[int, str], list[Any]] = {}
 
-    def changed(self) -> dict[tuple[int, str, int], set[tuple[Any, ...]]]:
-        return {key: seen for key, seen in self.shapes.items() if len(seen) > 1}
+    def changed(self) -> dict[tuple[int, str], set[tuple[Any, ...]]]:
+        """(line, op) -> every signature seen, for the pairs that met a new one later."""
+        return {key: self.shapes[key] | set(new) for key, new in self.new_shapes.items() if new}
 
 
 @dataclass
@@ -189,6 +232,14 @@ class DryRunReport:
         from ..readiness.op_coverage import coverage_of_dry_run
 
         return coverage_of_dry_run(self)
+
+    @functools.cached_property
+    def xla_coverage(self) -> Any:
+        """The same ops marked against PyTorch/XLA's lowerings (what torch_xla runs on the
+        device and what it hands to the CPU), from the table shipped with gpu2tpu."""
+        from ..readiness.op_coverage import coverage_of_dry_run, shipped_torch_xla_table
+
+        return coverage_of_dry_run(self, table=shipped_torch_xla_table())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -285,7 +336,9 @@ class DryRunDetector(TorchDispatchMode):
         self._started = 0.0
         self.seconds = 0.0
         self._last_line: int | None = None
-        self._occurrence: dict[str, int] = {}
+        self._entry: Counter[str] = Counter()  # op counts of the current run of _last_line
+        self._bf16_autocast = False
+        self._scaler_syncs: dict[int | None, int] = {}
 
     # -- attribution -----------------------------------------------------------------------------
 
@@ -297,6 +350,31 @@ class DryRunDetector(TorchDispatchMode):
                 return frame.f_lineno
             frame = frame.f_back
         return None
+
+    def _host_read_origin(self) -> str | None:
+        """Where a host read comes from, if not from a device tensor: "host" for library code
+        whose tensors live on the CPU on a TPU too, "scaler" for GradScaler's found_inf."""
+        frame = sys._getframe(2)
+        names = self.filenames
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if filename in names:
+                return None
+            if any(part in filename for part in _HOST_SIDE_PATHS):
+                return "host"
+            if filename.endswith(_GRAD_SCALER_FILE):
+                return "scaler"
+            frame = frame.f_back
+        return None
+
+    def _record_sync(self, line: int | None, cause: str) -> None:
+        origin = self._host_read_origin()
+        if origin == "host":
+            return
+        if origin == "scaler":
+            self._scaler_syncs[line] = self._scaler_syncs.get(line, 0) + 1
+            cause = "GradScaler reads found_inf on the host"
+        self._record(HazardKind.HOST_SYNC, line, cause)
 
     def _record(self, kind: HazardKind, line: int | None, cause: str, detail: str = "") -> None:
         hazard = self.found.get((kind, line))
@@ -327,44 +405,90 @@ class DryRunDetector(TorchDispatchMode):
 
         if kind:
             if kind == _K_SYNC:
-                self._record(HazardKind.HOST_SYNC, line, _SYNC_OPS.get(name, name))
+                self._record_sync(line, _SYNC_OPS.get(name, name))
             elif kind == _K_DYNAMIC:
-                self._record(HazardKind.DYNAMIC_SHAPE, line, name)
+                self._record(HazardKind.DYNAMIC_SHAPE, line, _DYNAMIC_CAUSES.get(name, name))
             elif _has_mask_index(args):
-                self._record(HazardKind.HOST_SYNC, line, "boolean-mask indexing x[mask]")
+                self._record(HazardKind.DYNAMIC_SHAPE, line, "boolean-mask indexing x[mask]")
         if isinstance(out, torch.Tensor):
-            if out.dtype in _F64:
+            if out.dtype in _F64 and out.dim():
                 self._record(HazardKind.FLOAT64, line, name)
         elif isinstance(out, tuple | list):
             for item in out:
-                if isinstance(item, torch.Tensor) and item.dtype in _F64:
+                if isinstance(item, torch.Tensor) and item.dtype in _F64 and item.dim():
                     self._record(HazardKind.FLOAT64, line, name)
                     break
+        if not self._bf16_autocast and torch._C._is_any_autocast_enabled():
+            self._bf16_autocast = (
+                torch.is_autocast_enabled("cpu")
+                and torch.get_autocast_dtype("cpu") == torch.bfloat16
+            )
 
         if line is not None:
+            if line != self._last_line:
+                self._enter(line)
+            self._entry[name] += 1
             sig = tuple([a.shape for a in args if isinstance(a, torch.Tensor)])
+            if not sig and isinstance(out, torch.Tensor):
+                sig = (out.shape,)  # a factory (randn, zeros, arange): its output's shape
             if sig:
                 self._note_shapes(line, name, sig)
+            if overload in _BAKED_SCALAR_OPS and args and getattr(args[0], "requires_grad", False):
+                self._note_scalars(line, name, tuple(a for a in args[1:] if _is_number(a)))
         return out
 
-    def _note_shapes(self, line: int, name: str, sig: tuple[Any, ...]) -> None:
-        """Remember the input shapes of the k-th `name` op since `line` was last entered.
+    def _enter(self, line: int) -> None:
+        """A new run of ops from `line` starts: close the previous line's run first."""
+        self._close_entry()
+        self._last_line = line
+        self.history.entries[line] += 1
 
-        Keying by occurrence keeps two layers called from one line apart; restarting the
-        count whenever another line ran in between makes each loop iteration (or each run of
-        the cell) line up with the previous one, so a new batch shape shows as a change.
+    def _close_entry(self) -> None:
+        """Compare the run that ends with the line's previous run, from its second run on.
+
+        A line's first run is its warm-up (an optimizer creates its state there, XLA compiles
+        the first steps anyway); after that, a run with other op counts is a new graph.
         """
-        if line != self._last_line:
-            self._last_line = line
-            self._occurrence = {}
-        k = self._occurrence.get(name, 0)
-        self._occurrence[name] = k + 1
-        key = (line, name, k)
-        seen = self.history.shapes.get(key)
+        line, counts = self._last_line, self._entry
+        self._entry = Counter()
+        if line is None or not counts:
+            return
+        history = self.history
+        before = history.op_counts.get(line)
+        history.op_counts[line] = counts
+        if before is not None and history.entries[line] > 2 and before != counts:
+            changes = history.count_changes.setdefault(line, [])
+            changes.append((sum(before.values()), sum(counts.values())))
+
+    def _note_shapes(self, line: int, name: str, sig: tuple[Any, ...]) -> None:
+        """Remember the input shapes `name` ran on from `line`.
+
+        Shapes seen in the line's first run are its set (two layers of different widths on
+        one line are no change); a shape first seen in a later run (a loop iteration, or a
+        run of the cell) is a new graph, as the DataLoader's short last batch is. An op the
+        line first runs later (an optimizer's state updates after its first step) starts
+        its own set.
+        """
+        key = (line, name)
+        history = self.history
+        seen = history.shapes.get(key)
         if seen is None:
-            self.history.shapes[key] = {sig}
+            history.shapes[key] = {sig}
         elif sig not in seen:
             seen.add(sig)
+            if history.entries[line] > 1:
+                history.new_shapes.setdefault(key, []).append(sig)
+
+    def _note_scalars(self, line: int, name: str, values: tuple[Any, ...]) -> None:
+        key = (line, name)
+        history = self.history
+        seen = history.scalars.get(key)
+        if seen is None:
+            history.scalars[key] = {values}
+        elif values not in seen:
+            seen.add(values)
+            if history.entries[line] > 1:
+                history.new_scalars.setdefault(key, []).append(values)
 
     # -- host transfers that run no ATen op on the CPU -------------------------------------------
 
@@ -391,7 +515,7 @@ class DryRunDetector(TorchDispatchMode):
             def hooked(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
                 if detector._quiet:
                     return original(self, *args, **kwargs)
-                detector._record(HazardKind.HOST_SYNC, detector._user_line(), label)
+                detector._record_sync(detector._user_line(), label)
                 detector._quiet += 1
                 try:
                     return original(self, *args, **kwargs)
@@ -437,19 +561,51 @@ class DryRunDetector(TorchDispatchMode):
     # -- results -----------------------------------------------------------------------------------
 
     def report(self, error: BaseException | None = None) -> DryRunReport:
+        self._close_entry()
+        self._last_line = None
         hazards = list(self.found.values())
         filename = next(iter(self.filenames), None)
-        for (line, name, _k), seen in self.history.changed().items():
-            shapes = sorted(seen, key=str)
-            hazard = Hazard(
-                HazardKind.SHAPE_CHANGE,
-                line,
-                count=len(seen) - 1,
-                causes=Counter({name: len(seen) - 1}),
-                detail=f"{len(seen)} input shapes, e.g. {_fmt(shapes[0])} and {_fmt(shapes[-1])}",
+        history = self.history
+        for (line, name), seen in history.changed().items():
+            fresh = history.new_shapes[(line, name)]
+            before = _closest(history.shapes[(line, name)] - set(fresh), fresh[0])
+            hazards.append(
+                Hazard(
+                    HazardKind.SHAPE_CHANGE,
+                    line,
+                    count=len(set(fresh)),
+                    causes=Counter({name: len(set(fresh))}),
+                    detail=f"{len(seen)} input shapes, e.g. {_fmt(before)} and then "
+                    f"{_fmt(fresh[0])}",
+                )
             )
-            hazards.append(hazard)
+        for line, changes in history.count_changes.items():
+            sizes = sorted({n for pair in changes for n in pair})
+            hazards.append(
+                Hazard(
+                    HazardKind.SHAPE_CHANGE,
+                    line,
+                    count=len(changes),
+                    causes=Counter({"the number of ops changes from run to run": len(changes)}),
+                    detail=f"runs of {', '.join(map(str, sizes))} ops: a Python loop count or "
+                    "branch that changes unrolls into a new graph",
+                )
+            )
+        for (line, name), values in history.new_scalars.items():
+            shown = ", ".join(str(v[0] if len(v) == 1 else v) for v in values[:3])
+            hazards.append(
+                Hazard(
+                    HazardKind.SHAPE_CHANGE,
+                    line,
+                    count=len(values),
+                    causes=Counter({f"{name} with a changing Python exponent": len(values)}),
+                    detail=f"new exponents {shown}: pass the exponent as a tensor",
+                )
+            )
         hazards = _merge_shape_changes(hazards)
+        ops, overloads = self.ops, Counter(self.overloads)
+        if self._bf16_autocast:
+            hazards, ops, overloads = self._drop_scaler(hazards, ops, overloads)
         for hazard in hazards:
             if hazard.line is not None and filename is not None:
                 hazard.code = linecache.getline(filename, hazard.line).strip()
@@ -459,10 +615,69 @@ class DryRunDetector(TorchDispatchMode):
             filename=filename,
             seconds=self.seconds,
             hazards=hazards,
-            ops=self.ops,
-            overloads=Counter(self.overloads),
+            ops=ops,
+            overloads=overloads,
             error=f"{type(error).__name__}: {error}" if error is not None else None,
         )
+
+    def _drop_scaler(
+        self,
+        hazards: list[Hazard],
+        ops: dict[str, Counter[int | None]],
+        overloads: Counter[str],
+    ) -> tuple[list[Hazard], dict[str, Counter[int | None]], Counter[str]]:
+        """Under bfloat16 autocast a GradScaler is advice to drop, not a list of its ops.
+
+        Its found_inf reads leave the host syncs, its own ops the op list (and so the
+        coverage's "not lowered"), and one "unneeded GradScaler" entry per line that ran
+        them says to drop it.
+        """
+        lines: Counter[int | None] = Counter()
+        for name in _SCALER_OPS:
+            lines.update(ops.get(name, Counter()))
+        for line, n in self._scaler_syncs.items():
+            lines[line] += n
+        if not lines:
+            return hazards, ops, overloads
+        kept = []
+        cause = "GradScaler reads found_inf on the host"
+        for hazard in hazards:
+            if hazard.kind is HazardKind.HOST_SYNC and cause in hazard.causes:
+                hazard.count -= hazard.causes.pop(cause)
+                if hazard.count <= 0:
+                    continue
+            kept.append(hazard)
+        for line, n in lines.items():
+            kept.append(
+                Hazard(
+                    HazardKind.GRAD_SCALER,
+                    line,
+                    count=n,
+                    causes=Counter({"GradScaler with bfloat16 autocast": n}),
+                )
+            )
+        ops = {name: c for name, c in ops.items() if name not in _SCALER_OPS}
+        overloads = Counter({k: v for k, v in overloads.items() if not k.startswith(_SCALER_OPS)})
+        return kept, ops, overloads
+
+
+def _closest(seen: set[tuple[Any, ...]], sig: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The signature in `seen` most like `sig` (fewest differing sizes), to show beside it."""
+
+    def distance(other: tuple[Any, ...]) -> tuple[int, str]:
+        if len(other) != len(sig):
+            return (10**6, str(other))
+        diff = sum(
+            len(a) != len(b) or sum(x != y for x, y in zip(a, b, strict=False))
+            for a, b in zip(other, sig, strict=True)
+        )
+        return (diff, str(other))
+
+    return min(seen, key=distance) if seen else sig
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _has_mask_index(args: tuple[Any, ...]) -> bool:

@@ -180,6 +180,9 @@ class ProfileResult(ComparisonExports):
     comparison: Comparison
     notes: list[str] = field(default_factory=list)
     created: str = ""
+    # What the runtime reports compiling (XLA's CompileTime), None where it keeps no record.
+    compile_seconds_warmup: float | None = None
+    compile_seconds_timed: float | None = None
 
     # -- numbers --------------------------------------------------------------------------
 
@@ -218,8 +221,17 @@ class ProfileResult(ComparisonExports):
         return achieved / self.peak_flops if achieved and self.peak_flops else None
 
     @property
+    def compile_seconds_measured(self) -> bool:
+        """Whether compile time comes from the runtime's own compile events (XLA)."""
+        return self.compile_seconds_warmup is not None
+
+    @property
     def compile_seconds(self) -> float | None:
-        """Time the warm-up spent beyond steady steps: compilation and first-touch costs."""
+        """Seconds spent compiling in warm-up: the runtime's own figure where it keeps one
+        (XLA's CompileTime), else the warm-up's time beyond steady steps (compilation and
+        first-touch costs together)."""
+        if self.compile_seconds_warmup is not None:
+            return self.compile_seconds_warmup
         if not self.warmup_times:
             return None
         return max(0.0, sum(self.warmup_times) - len(self.warmup_times) * self.median)
@@ -284,7 +296,12 @@ class ProfileResult(ComparisonExports):
             f"median {format_seconds(self.median)}, p10 {format_seconds(self.p10)}, "
             f"p90 {format_seconds(self.p90)}, spread {self.spread:.1%}"
         )
-        if self.warmup_times:
+        if self.warmup_times and self.compile_seconds_measured:
+            d["Warm-up"] = (
+                f"first step {format_seconds(self.warmup_times[0])}; "
+                f"compiling {format_seconds(self.compile_seconds)} (the runtime's compile events)"
+            )
+        elif self.warmup_times:
             d["Warm-up"] = (
                 f"first step {format_seconds(self.warmup_times[0])}; "
                 f"compile and first-touch time about {format_seconds(self.compile_seconds)}"
@@ -309,6 +326,17 @@ class ProfileResult(ComparisonExports):
             f"warm-up {_or_unknown(self.compilations_warmup)}, "
             f"timed steps {_or_unknown(self.compilations_timed)}"
         )
+        if self.compilations_timed:
+            spent = (
+                f", {format_seconds(self.compile_seconds_timed)} of compiling"
+                if self.compile_seconds_timed is not None
+                else ""
+            )
+            d["Recompiled in timed steps"] = (
+                f"{self.compilations_timed} new graph(s){spent}: the step's shapes or Python "
+                "values changed after warm-up, so its step times include compilation "
+                "(run %%tpu --dry-run to see which line)"
+            )
         if self.host_syncs_per_step is not None:
             ops = ", ".join(f"{n} {op}" for op, n in self.sync_ops) or "none"
             d["Host syncs per step"] = f"{self.host_syncs_per_step} ({ops})"
@@ -335,6 +363,8 @@ class ProfileResult(ComparisonExports):
             "warmup_times": self.warmup_times,
             "step_times": self.step_times,
             "compile_seconds": self.compile_seconds,
+            "compile_seconds_measured": self.compile_seconds_measured,
+            "compile_seconds_timed": self.compile_seconds_timed,
             "timed_wall_seconds": self.timed_wall_seconds,
             "timer_floor": self.timer_floor,
             "samples_per_step": self.samples_per_step,
@@ -668,6 +698,8 @@ def build_result(record: RunRecord, costing: Costing) -> ProfileResult:
         comparison=comparison,
         notes=notes,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
+        compile_seconds_warmup=record.compile_seconds_warmup,
+        compile_seconds_timed=record.compile_seconds_timed,
     )
 
 

@@ -185,7 +185,15 @@ def _count(backend: Backend) -> int | None:
         return None
 
 
-def _diff(after: int | None, before: int | None) -> int | None:
+def _compile_seconds(backend: Backend) -> float | None:
+    """Seconds the runtime has spent compiling so far (XLA's CompileTime), if it keeps that."""
+    try:
+        return backend.compilation_seconds()
+    except Exception:  # a runtime that cannot tell must not stop the measurement
+        return None
+
+
+def _diff(after: Any, before: Any) -> Any:
     return None if after is None or before is None else after - before
 
 
@@ -222,6 +230,9 @@ class RunRecord:
     memory_kind: str
     notes: list[str]
     host_syncs_timed: int | None = None
+    # Seconds the runtime itself reports compiling (XLA's CompileTime), None where unknown.
+    compile_seconds_warmup: float | None = None
+    compile_seconds_timed: float | None = None
 
 
 @dataclass(frozen=True)
@@ -372,7 +383,7 @@ def measure(
     timer = StepTimer(backend.synchronize)
     notes: list[str] = []
     _reset_peak(backend)
-    c0 = _count(backend)
+    c0, s0 = _count(backend), _compile_seconds(backend)
 
     timer.start()
     for _ in range(warmup):
@@ -386,7 +397,7 @@ def measure(
         if why:
             notes.append(why)
         backend.synchronize()
-    c1 = _count(backend)
+    c1, s1 = _count(backend), _compile_seconds(backend)
 
     floor = timer.reading_cost()
     sync_counter = None
@@ -429,7 +440,7 @@ def measure(
             f"({floor * 1e6:.2f} µs per synchronize and clock reading), so each time is the mean "
             f"of a group of {group} steps ({samples} groups, {group * samples} steps timed)."
         )
-    c2 = _count(backend)
+    c2, s2 = _count(backend), _compile_seconds(backend)
     memory_peak, memory_kind = _memory_peak(backend)
     return RunRecord(
         backend=backend,
@@ -445,6 +456,8 @@ def measure(
         memory_kind=memory_kind,
         notes=notes,
         host_syncs_timed=None if sync_counter is None else sync_counter.count,
+        compile_seconds_warmup=_diff(s1, s0),
+        compile_seconds_timed=_diff(s2, s1),
     )
 
 
@@ -535,6 +548,8 @@ class Profiler:
         _reset_peak(self.backend)
         self._c0 = _count(self.backend)
         self._c1: int | None = None
+        self._s0 = _compile_seconds(self.backend)
+        self._s1: float | None = None
         self._floor = StepTimer(self._sync).reading_cost(32)
         self._active = True
         if self.warmup == 0:
@@ -560,7 +575,7 @@ class Profiler:
                 self._after_warmup()
         elif self._counter is not None:
             self._finish_count()
-            self._c1 = _count(self.backend)
+            self._c1, self._s1 = _count(self.backend), _compile_seconds(self.backend)
         else:
             self._times.append(elapsed)
         self._last = self._clock()
@@ -572,7 +587,7 @@ class Profiler:
             self._counter = StepCounter()
             self._counter.__enter__()
         else:
-            self._c1 = _count(self.backend)
+            self._c1, self._s1 = _count(self.backend), _compile_seconds(self.backend)
 
     def _finish_count(self) -> None:
         counter, self._counter = self._counter, None
@@ -598,7 +613,7 @@ class Profiler:
             )
             raise self._failed
         if self._c1 is None:
-            self._c1 = _count(self.backend)
+            self._c1, self._s1 = _count(self.backend), _compile_seconds(self.backend)
         memory_peak, memory_kind = _memory_peak(self.backend)
         record = RunRecord(
             backend=self.backend,
@@ -613,6 +628,8 @@ class Profiler:
             memory_peak_bytes=memory_peak,
             memory_kind=memory_kind,
             notes=self._notes,
+            compile_seconds_warmup=_diff(self._s1, self._s0),
+            compile_seconds_timed=_diff(_compile_seconds(self.backend), self._s1),
         )
         median = statistics.median(self._times)
         if median < max(RESOLUTION_FACTOR * self._floor, MIN_TRUSTED_STEP_S):

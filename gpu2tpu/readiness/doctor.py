@@ -470,7 +470,56 @@ def diagnose(
                 f"run: {tpu_status.reason}."
             )
         )
+    xla_note = _xla_tpu_vm_note(installed, env_vars, tpu_present)
+    if xla_note is not None:
+        report.notes.append(xla_note)
     return report
+
+
+# -- PyTorch/XLA -----------------------------------------------------------------------------
+
+# PyTorch/XLA's install line on a TPU VM (its README): the [tpu] extra brings libtpu.
+XLA_TPU_INSTALL = "pip install torch=={v} 'torch_xla[tpu]=={v}'"
+
+
+def _xla_tpu_vm_note(
+    installed: Mapping[str, InstalledDistribution],
+    environ: Mapping[str, str],
+    tpu_present: bool,
+) -> Note | None:
+    """Where torch_xla runs on the CPU: what the same code needs on a TPU VM instead."""
+    if "torch-xla" not in installed or tpu_present:
+        return None
+    version = installed["torch-xla"].version
+    torch = installed["torch"].version if "torch" in installed else None
+    if torch is None:
+        paired = "without torch"
+    elif _minor_of(torch) == _minor_of(version):
+        paired = f"paired with torch {torch}, the release it was built for"
+    else:
+        paired = f"with torch {torch}, not its release (see the problem above)"
+    pjrt = environ.get("PJRT_DEVICE", "")
+    device = (
+        f"PJRT_DEVICE={pjrt}"
+        if pjrt
+        else "PJRT_DEVICE is unset, so torch_xla falls back to the CPU without chips"
+    )
+    has_libtpu = "libtpu" in installed
+    return Note(
+        message=(
+            f"PyTorch/XLA {version} ({paired}) runs here on the CPU ({device}): the same "
+            "graphs, compiles and CPU fallbacks as on a TPU, but no TPU. On a TPU VM it needs "
+            "torch_xla's [tpu] extra, which brings libtpu"
+            f"{' (installed here, unused without chips)' if has_libtpu else ''}, and "
+            "PJRT_DEVICE=TPU."
+        ),
+        fix=XLA_TPU_INSTALL.format(v=version) + " && export PJRT_DEVICE=TPU",
+        source="PyTorch/XLA README (install) and docs (_pjrt.md: PJRT_DEVICE)",
+    )
+
+
+def _minor_of(version: str) -> tuple[str, ...]:
+    return tuple(version.split("+")[0].split(".")[:2])
 
 
 # -- front ends ------------------------------------------------------------------------------

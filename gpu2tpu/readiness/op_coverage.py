@@ -57,6 +57,8 @@ __all__ = [
     "lowering_table",
     "op_coverage",
     "shipped_lowering_table",
+    "shipped_torch_xla_table",
+    "TorchXLATable",
 ]
 
 SHIPPED_TABLE = Path(__file__).with_name("xla_ops.json")
@@ -453,7 +455,7 @@ def _tensor_overloads(op: OpName) -> set[str] | None:
 
 # -- the tables --------------------------------------------------------------------------------
 
-_CACHE: dict[str, LoweringTable] = {}
+_CACHE: dict[str, Any] = {}
 
 
 def shipped_lowering_table(path: Path = SHIPPED_TABLE) -> LoweringTable:
@@ -532,6 +534,152 @@ def lowering_table(live: bool | None = None) -> LoweringTable:
         except Exception:  # the registry moved or torchax fails to import: keep the table
             return shipped
     return shipped
+
+
+# -- PyTorch/XLA -------------------------------------------------------------------------------
+
+TORCH_XLA_TABLE = Path(__file__).with_name("torch_xla_ops.json")
+TORCH_XLA_TABLE_FORMAT = 1
+# Dispatch keys whose kernel serves an op on an XLA tensor without a CPU fallback: torch_xla's
+# own lowering, or a composite kernel that decomposes into ops that have one.
+TORCH_XLA_KEYS = (
+    "XLA",
+    "CompositeImplicitAutograd",
+    "CompositeExplicitAutograd",
+    "CompositeExplicitAutogradNonFunctional",
+)
+# Ops torch_xla registers a kernel for that still runs on the CPU for these inputs (measured
+# with torch_xla 2.9 on the CPU through its `aten::<op>` fallback counters; tests/xla checks
+# each): the data-dependent shapes, and embedding_bag's forward-only variant.
+TORCH_XLA_KERNEL_FALLS_BACK = frozenset(
+    {"aten::nonzero", "aten::masked_select", "aten::_embedding_bag_forward_only"}
+)
+
+
+@dataclass(frozen=True)
+class TorchXLATable:
+    """Which ATen ops PyTorch/XLA runs on the device and which it hands to the CPU.
+
+    An op with a torch_xla kernel or a composite kernel (`TORCH_XLA_KEYS`) in torch's
+    dispatcher runs on the device; any other ATen op goes through torch_xla's CPU fallback
+    (a counter `aten::<op>` in torch_xla's metrics), as do `TORCH_XLA_KERNEL_FALLS_BACK`.
+    `scripts/regenerate_op_table.py --torch-xla`, run where torch_xla is installed
+    (.venv-xla), writes it from the dispatcher; tests/xla checks it against real runs.
+    """
+
+    torch_xla_version: str | None
+    torch_version: str | None
+    lowered: frozenset[str]
+    not_lowered: frozenset[str]
+    falls_back: frozenset[str] = TORCH_XLA_KERNEL_FALLS_BACK
+
+    @property
+    def label(self) -> str:
+        return f"PyTorch/XLA {self.torch_xla_version or '?'} (torch {self.torch_version or '?'})"
+
+    @classmethod
+    def from_dispatcher(cls) -> TorchXLATable:
+        """Read torch's dispatcher with torch_xla imported (registers its XLA kernels)."""
+        import torch_xla  # noqa: F401  (importing registers the XLA kernels)
+
+        from ..backends.base import package_version
+
+        has = torch._C._dispatch_has_kernel_for_dispatch_key
+        lowered, missing = set(), set()
+        for name in torch._C._dispatch_get_all_op_names():
+            if not name.startswith("aten::"):
+                continue
+            (lowered if any(has(name, key) for key in TORCH_XLA_KEYS) else missing).add(name)
+        return cls(
+            package_version("torch-xla"),
+            torch.__version__.split("+")[0],
+            frozenset(lowered),
+            frozenset(missing),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": TORCH_XLA_TABLE_FORMAT,
+            "source": "torch's dispatcher with torch_xla imported: kernels for "
+            + ", ".join(TORCH_XLA_KEYS),
+            "generator": "scripts/regenerate_op_table.py --torch-xla",
+            "torch_xla_version": self.torch_xla_version,
+            "torch_version": self.torch_version,
+            "kernel_falls_back": sorted(self.falls_back),
+            "lowered": sorted(self.lowered),
+            "not_lowered": sorted(self.not_lowered),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TorchXLATable:
+        if data.get("format") != TORCH_XLA_TABLE_FORMAT:
+            raise ValueError(
+                f"the PyTorch/XLA op table has format {data.get('format')!r}; this gpu2tpu "
+                f"reads format {TORCH_XLA_TABLE_FORMAT}: regenerate it with "
+                "scripts/regenerate_op_table.py --torch-xla"
+            )
+        return cls(
+            data.get("torch_xla_version"),
+            data.get("torch_version"),
+            frozenset(data["lowered"]),
+            frozenset(data["not_lowered"]),
+            frozenset(data.get("kernel_falls_back", TORCH_XLA_KERNEL_FALLS_BACK)),
+        )
+
+    def resolve(self, op: str | OpName, backward: bool = False) -> Resolution:
+        """The status of one op on PyTorch/XLA (backward ops run on the device too)."""
+        name = op if isinstance(op, OpName) else OpName.parse(op)
+        if name.namespace in HOST_NAMESPACES:
+            return Resolution(Status.NOT_NEEDED, "runs on the host and touches no tensor data")
+        if name.namespace != "aten":
+            return Resolution(
+                Status.UNKNOWN, f"PyTorch/XLA lowers aten:: ops; {name.packet} is not one"
+            )
+        if _CPU_ONLY.search(name.name):
+            return Resolution(
+                Status.NOT_NEEDED,
+                "a CPU-only kernel that torch picks for CPU tensors; on XLA torch runs the "
+                "op's generic form instead",
+            )
+        if name.packet in self.falls_back or name.qualified in self.falls_back:
+            return Resolution(
+                Status.NOT_LOWERED, "PyTorch/XLA has a kernel but runs it on the CPU (fallback)"
+            )
+        candidates = (
+            [f"{name.packet}.{name.overload}" if name.overload != "default" else name.packet]
+            if name.overload
+            else [n for n in self.lowered | self.not_lowered if n.split(".")[0] == name.packet]
+        )
+        if any(c in self.lowered for c in candidates):
+            if all(c in self.lowered for c in candidates):
+                return Resolution(
+                    Status.LOWERED, "lowered by PyTorch/XLA (or a composite of lowered ops)"
+                )
+            return Resolution(
+                Status.UNKNOWN,
+                "PyTorch/XLA lowers some overloads of this op; the recording does not say which ran",
+            )
+        if any(c in self.not_lowered for c in candidates):
+            return Resolution(
+                Status.NOT_LOWERED, "no PyTorch/XLA lowering: runs on the CPU (fallback)"
+            )
+        return Resolution(Status.UNKNOWN, f"not in the PyTorch/XLA table ({self.label})")
+
+
+def shipped_torch_xla_table(path: Path = TORCH_XLA_TABLE) -> TorchXLATable:
+    """The PyTorch/XLA table shipped with gpu2tpu (generated from torch_xla's dispatcher)."""
+    if "torch_xla" in _CACHE:
+        return _CACHE["torch_xla"]  # type: ignore[return-value]
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise RuntimeError(
+            f"cannot read the PyTorch/XLA op table {path} ({err}); regenerate it with "
+            "scripts/regenerate_op_table.py --torch-xla"
+        ) from err
+    table = TorchXLATable.from_dict(data)
+    _CACHE["torch_xla"] = table  # type: ignore[assignment]
+    return table
 
 
 # -- coverage ------------------------------------------------------------------------------------
@@ -659,7 +807,7 @@ def coverage(
     lines: Mapping[str, Iterable[int | None]] | None = None,
     *,
     backward: Iterable[str] = (),
-    table: LoweringTable | None = None,
+    table: LoweringTable | TorchXLATable | None = None,
     filename: str | None = None,
 ) -> CoverageReport:
     """Mark each op lowered, not needed, not lowered or unknown, with a replacement if known.
@@ -696,7 +844,9 @@ def coverage(
     return CoverageReport(entries, use.label, filename)
 
 
-def coverage_of_dry_run(report: Any, table: LoweringTable | None = None) -> CoverageReport:
+def coverage_of_dry_run(
+    report: Any, table: LoweringTable | TorchXLATable | None = None
+) -> CoverageReport:
     """Coverage of the ops a `gpu2tpu.profile.dryrun.DryRunReport` recorded.
 
     The dry run records ops by packet ('aten.mul'), so an op lowered for only some of its
