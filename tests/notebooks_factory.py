@@ -246,3 +246,64 @@ FOREIGN_CELL_MAGICS: dict[str, str] = {
     "javascript": "%%javascript\nconsole.log('x.cuda()')",
     "script_python": "%%script python\nprint(x.cuda())",
 }
+
+
+# A realistic Colab notebook as people bring it: written for a T4 runtime, every CUDA idiom of
+# a small training notebook in the cells people put them in (the magic tests run it as is).
+COLAB_TRAINING_CELLS: list[tuple[str, str]] = [
+    ("markdown", "# Train a small classifier on a Colab GPU\nRuntime → Change runtime type → T4."),
+    ("code", "!nvidia-smi"),
+    (
+        "code",
+        "import time\n"
+        "\n"
+        "import torch\n"
+        "import torch.nn as nn\n"
+        "import torch.nn.functional as F\n"
+        "\n"
+        "torch.manual_seed(0)\n"
+        "torch.backends.cudnn.benchmark = True\n"
+        "torch.backends.cudnn.deterministic = False\n"
+        'print("GPU:", torch.cuda.get_device_name(0))',
+    ),
+    ("code", 'device = torch.device("cuda")'),
+    (
+        "code",
+        "model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)).to(device)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "scaler = torch.cuda.amp.GradScaler()\n"
+        "x = torch.randn(256, 32, device=device)\n"
+        "y = (x[:, :4] * 2).argmax(dim=1).cuda()\n"
+        'print(f"{sum(p.numel() for p in model.parameters()):,} parameters")',
+    ),
+    (
+        "code",
+        "start = torch.cuda.Event(enable_timing=True)\n"
+        "end = torch.cuda.Event(enable_timing=True)\n"
+        "start.record()\n"
+        "for step in range(8):\n"
+        "    optimizer.zero_grad(set_to_none=True)\n"
+        "    with torch.cuda.amp.autocast():\n"
+        "        loss = F.cross_entropy(model(x), y)\n"
+        "    scaler.scale(loss).backward()\n"
+        "    scaler.step(optimizer)\n"
+        "    scaler.update()\n"
+        '    print(f"step {step} loss {loss.item():.5f}")\n'
+        "end.record()\n"
+        "torch.cuda.synchronize()\n"
+        'print(f"8 steps in {start.elapsed_time(end):.1f} ms")',
+    ),
+    ("code", "%time logits = model(x.cuda())"),
+    (
+        "code",
+        "accuracy = (logits.argmax(dim=1) == y).float().mean().item()\n"
+        'print(f"train accuracy {accuracy:.3f}")\n'
+        'print(f"peak memory {torch.cuda.max_memory_allocated() / 2**20:.1f} MiB")',
+    ),
+]
+
+
+def colab_training_notebook() -> dict[str, Any]:
+    """`COLAB_TRAINING_CELLS` as Colab saves a notebook (GPU runtime metadata included)."""
+    cells = [code(t) if kind == "code" else markdown(t) for kind, t in COLAB_TRAINING_CELLS]
+    return colab_notebook(cells)

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from .cells import (
     PreparedCell,
-    _leading_blank_lines,
     add_notes,
     cell_map,
+    leading_blank_lines,
     problem_lines,
     remap_positions,
     replace_stale_devices,
@@ -139,7 +139,7 @@ class AutoMode:
         raw = self._raw_cell if self._raw_cell is not None else pending.written
         filename = shell.compile.get_code_name(raw, pending.python, pending.number)
         rewritten = pending.rewrite.new_source if pending.rewrite is not None else pending.written
-        top = _leading_blank_lines(raw, pending.written)
+        top = leading_blank_lines(raw, pending.written)
         if pending.rewrite is not None and pending.rewrite.changed and filename in linecache.cache:
             to_cell = cell_map(pending.written, rewritten, pending.python, top)
             if to_cell is None:

@@ -34,9 +34,6 @@ if TYPE_CHECKING:
 # their own that is not a device.
 DEVICE_VARIABLE = "device"
 FALLBACK_DEVICE_VARIABLE = "tpu_device"
-# IPython's special syntax needs one of these characters; a cell without any is plain Python
-# and skips the masking pass (IPython's tokenizer) in the rewrite.
-_IPYTHON_SYNTAX = re.compile(r"[%!?]|^[ \t]*[/,;]", re.MULTILINE)
 _CUDA_STRING = re.compile(r"cuda(:\d+)?")
 _LINE_IN_MESSAGE = re.compile(r"\bline (\d+)\b")
 _DEVICE_NAME = re.compile(r"(?i)(\w*_)?dev(ice)?(_\w*)?")
@@ -379,7 +376,7 @@ def rewritten_lines(written: str, rewritten: str, header_lines: int) -> dict[int
     return out
 
 
-def _leading_blank_lines(cell: str, transformed: str) -> int:
+def leading_blank_lines(cell: str, transformed: str) -> int:
     """Blank lines IPython's transforms dropped from the top of the cell (they shift lines)."""
     raw = cell.splitlines()
     blank = 0
@@ -404,7 +401,7 @@ def cell_map(written: str, rewritten: str, python: str, offset: int) -> list[int
     written_lines = written.splitlines()
     rewritten_text = rewritten.splitlines()
     python_lines = python.splitlines()
-    drop = _leading_blank_lines(rewritten, python)
+    drop = leading_blank_lines(rewritten, python)
     to_rewritten = line_map(rewritten_text[drop:], python_lines)
     to_written = line_map(written_lines, rewritten_text)
     last = len(to_written) - 1
@@ -668,8 +665,3 @@ def _top_level_imports(text: str) -> tuple[str, ...]:
         if isinstance(node, ast.Import | ast.ImportFrom)
         and not (isinstance(node, ast.ImportFrom) and node.module == "__future__")
     )
-
-
-def has_ipython_syntax(text: str) -> bool:
-    """Whether the text may hold IPython syntax (a `%`, `!` or `?`, or an autocall line)."""
-    return _IPYTHON_SYNTAX.search(text) is not None
