@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from .model import Finding, Result
-from .verify import Facts, Problem, facts, new_problems, original_lines
+from .verify import Facts, Problem, facts, new_problems, original_lines, python_lines
 
 MAX_TRIES = 12  # reruns of the rules after a failed check, at most
 REFINE_UNITS = 4  # withheld together, each is tried again on its own when there are this few
@@ -141,7 +141,7 @@ class _Net:
         """The units whose fixes the problems come from, as far as the texts tell."""
         edits = attempt.result.edits
         found: dict[Unit, Problem] = {}
-        new_lines = attempt.text.splitlines()
+        new_lines = python_lines(attempt.text)
         device = attempt.result.device_name
         for problem in problems:
             if attempt.culprit is not None and problem is attempt.problem:

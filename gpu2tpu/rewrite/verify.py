@@ -372,13 +372,22 @@ def _names(target: ast.expr) -> Iterator[str]:
 # -- where in the original a problem of the new text comes from ---------------------------------
 
 
+_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+
+
+def python_lines(text: str) -> list[str]:
+    """The lines of `text` as Python numbers them (`str.splitlines` also splits at form feeds
+    and other separators Python's line numbers do not count)."""
+    return _LINES.findall(text)
+
+
 def original_lines(old: str, new: str, line: int) -> tuple[int, int] | None:
     """The original lines (first, last; 1-based) that became `line` of the new text, or None
     when that line is unchanged. An inserted line maps to the lines around the insertion."""
     if line <= 0:
         return None
-    old_lines = old.splitlines(keepends=True)
-    new_lines = new.splitlines(keepends=True)
+    old_lines = python_lines(old)
+    new_lines = python_lines(new)
     matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if not j1 < line <= max(j2, j1 + 1):
