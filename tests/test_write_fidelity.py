@@ -188,6 +188,14 @@ def test_json_and_csv_are_utf8_for_a_file_name_that_is_not(tmp_path: Path) -> No
         capture_output=True, timeout=300,
     )  # fmt: skip
     assert "\ncaf\\xe9.py,,2,5,G2T101," in proc.stdout.decode("utf-8")
+    # the text output, on a terminal whose encoding is strict, prints the name's own bytes
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpu2tpu", "check", "."], cwd=tmp_path, capture_output=True,
+        timeout=300, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.startswith(b"caf\xe9.py:2:5: G2T101")
 
 
 def _children(pid: int) -> set[int]:

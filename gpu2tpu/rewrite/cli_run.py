@@ -92,6 +92,8 @@ def _check_codes(config: Config) -> str | None:
 def run_rewrite_command(
     args: argparse.Namespace, cwd: Path, stdin: TextIO, stdout: TextIO, stderr: TextIO
 ) -> int:
+    for stream in (stdout, stderr):
+        _pass_file_names_through(stream)
     try:
         config, info = build_config_and_info(args, cwd)
     except ConfigError as err:
@@ -169,6 +171,16 @@ def withheld_line(count: int) -> str:
         f"gpu2tpu: {fixes} withheld: with {'them' if count != 1 else 'it'} the code would not "
         "have been valid Python (see `fix withheld` above); the rest was rewritten."
     )
+
+
+def _pass_file_names_through(stream: TextIO) -> None:
+    """A file name that is not UTF-8 is printed as its own bytes, as `ls` does, instead of
+    raising UnicodeEncodeError on a terminal whose encoding is strict (the reports, which must
+    be UTF-8, escape it instead: `escape_surrogates`)."""
+    if getattr(stream, "errors", None) != "strict":
+        return
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        stream.reconfigure(errors="surrogateescape")  # type: ignore[attr-defined]
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
