@@ -172,3 +172,122 @@ def test_the_dry_run_lists_ops_without_a_lowering_at_the_users_line() -> None:
     assert report.to_dict()["coverage"]["fully_covered"] is False
     plain = dry_run(lambda x: (x @ x).relu().sum(), torch.randn(4, 4))
     assert plain.coverage.fully_covered and "every op has an XLA lowering" in str(plain)
+
+
+# -- what a TPU user should do (issue 14 §6) ---------------------------------------------------
+
+
+def adamw_steps(model: torch.nn.Module, loader) -> None:  # type: ignore[no-untyped-def]
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1)
+    ada = torch.optim.Adagrad(model.parameters(), lr=1e-3)
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        ada.step()
+        sched.step()
+        opt.zero_grad()
+
+
+def test_optimizer_step_counters_and_the_samplers_indices_are_not_host_syncs() -> None:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 2))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    report = dry_run(adamw_steps, torch.nn.Linear(4, 2), loader)
+    # AdamW and Adagrad read their CPU step counters with .item(), the sampler calls
+    # .tolist() on CPU indices: none of it touches the device on a TPU.
+    assert report.by_kind(HazardKind.HOST_SYNC) == []
+    assert report.ops["aten._local_scalar_dense"]  # the reads did run
+    # The same read of a model value is one.
+    synced = dry_run(lambda m, x: m(x).sum().item(), torch.nn.Linear(4, 2), torch.randn(2, 4))
+    assert [h.count for h in synced.by_kind(HazardKind.HOST_SYNC)] == [1]
+
+
+def scaled_bf16_steps(model: torch.nn.Module, steps: int) -> None:
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    for _ in range(steps):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(torch.randn(4, 8)).float().pow(2).mean()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+
+
+def test_a_grad_scaler_with_bfloat16_autocast_is_advice_to_drop_it() -> None:
+    report = dry_run(scaled_bf16_steps, torch.nn.Linear(8, 2), 3)
+    [advice] = report.by_kind(HazardKind.GRAD_SCALER)
+    assert advice.line == line_of(scaled_bf16_steps, "scaler.step(opt)")
+    assert "drop the GradScaler" in str(report)
+    # Not a list of the scaler's internals: no host sync, no float64, no unlowered _amp_ op.
+    assert report.by_kind(HazardKind.HOST_SYNC) == [] and report.by_kind("float64") == []
+    assert not any(op.startswith("aten._amp_") for op in report.ops)
+    assert not any("_amp_" in entry.op for entry in report.coverage.not_lowered)
+
+
+def test_a_grad_scaler_without_autocast_keeps_its_host_sync() -> None:
+    def steps(model: torch.nn.Module) -> None:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu")
+        for _ in range(2):
+            scaler.scale(model(torch.randn(4, 8)).sum()).backward()
+            scaler.step(opt)
+            scaler.update()
+
+    report = dry_run(steps, torch.nn.Linear(8, 2))
+    assert report.by_kind(HazardKind.GRAD_SCALER) == []
+    [sync] = report.by_kind(HazardKind.HOST_SYNC)
+    assert sync.causes == {"GradScaler reads found_inf on the host": 2}
+
+
+def shapes_from_the_loop(model: torch.nn.Module) -> None:
+    for i in range(4):
+        x = torch.randn(i + 1, 4)
+        model(x).sum()
+
+
+def test_a_shape_made_from_the_loop_counter_is_reported_at_its_line() -> None:
+    report = dry_run(shapes_from_the_loop, torch.nn.Linear(4, 2))
+    changes = {h.line: h for h in report.by_kind(HazardKind.SHAPE_CHANGE)}
+    made = changes[line_of(shapes_from_the_loop, "torch.randn(i + 1, 4)")]
+    used = changes[line_of(shapes_from_the_loop, "model(x).sum()")]
+    # Reported as the DataLoader's short last batch is: input shapes, the first and a new one.
+    assert made.detail.startswith("4 input shapes, e.g. [1, 4] and then [2, 4]")
+    assert used.count == 3 and "[1, 4]" in used.detail
+
+
+def loop_count_changes(x: torch.Tensor) -> None:
+    for i in range(5):
+        h = x * 2
+        for _ in range(i % 2 + 1):
+            h = h.tanh()
+
+
+def test_a_python_loop_whose_count_changes_is_a_recompilation() -> None:
+    report = dry_run(loop_count_changes, torch.randn(3))
+    [change] = report.by_kind(HazardKind.SHAPE_CHANGE)
+    assert change.line == line_of(loop_count_changes, "h = h.tanh()")
+    assert "the number of ops changes from run to run" in change.causes
+    # A fixed count is no change.
+    steady = dry_run(lambda x: [(x * 2, x.tanh().tanh()) for _ in range(4)], torch.randn(3))
+    assert steady.by_kind(HazardKind.SHAPE_CHANGE) == []
+
+
+def changing_exponent(w: torch.Tensor) -> None:
+    for i in range(4):
+        loss = (w ** (1.5 + 0.1 * i)).sum()
+        loss.backward()
+
+
+def test_a_changing_exponent_in_a_differentiated_power_is_a_recompilation() -> None:
+    report = dry_run(changing_exponent, torch.randn(3, requires_grad=True))
+    lines = report.lines(HazardKind.SHAPE_CHANGE)
+    assert line_of(changing_exponent, "w ** (1.5") in lines
+    # The same power without autograd keeps its exponent as data on XLA: no change.
+    plain = dry_run(
+        lambda w: [(w * 2, (w ** (1.5 + 0.1 * i)).sum()) for i in range(4)], torch.randn(3)
+    )
+    assert plain.by_kind(HazardKind.SHAPE_CHANGE) == []

@@ -109,6 +109,7 @@ _HOST_SIDE_PATHS = (
     f"{os.sep}torch{os.sep}optim{os.sep}",
     f"{os.sep}torch{os.sep}utils{os.sep}data{os.sep}",
 )
+_DATA_PATH = f"{os.sep}torch{os.sep}utils{os.sep}data{os.sep}"
 _GRAD_SCALER_FILE = f"{os.sep}torch{os.sep}amp{os.sep}grad_scaler.py"
 # GradScaler's own ops; under bfloat16 autocast the advice is to drop the scaler instead.
 _SCALER_OPS = ("aten._amp_foreach_non_finite_check_and_unscale_", "aten._amp_update_scale_")
@@ -173,6 +174,8 @@ class ShapeHistory:
         # line's first run: each of those is a new graph on XLA
         self.shapes: dict[tuple[int, str], set[tuple[Any, ...]]] = {}
         self.new_shapes: dict[tuple[int, str], list[tuple[Any, ...]]] = {}
+        # (line, op) -> the run of the line in which the op first ran there
+        self.first_run: dict[tuple[int, str], int] = {}
         # line -> how many times it has been entered (a run of ops from that line)
         self.entries: Counter[int] = Counter()
         # line -> the op counts of its latest run, and (before, after) totals of runs that differed
@@ -351,6 +354,21 @@ class DryRunDetector(TorchDispatchMode):
             frame = frame.f_back
         return None
 
+    def _attribute(self) -> tuple[int | None, bool]:
+        """The user's line for the op being dispatched, and whether the DataLoader ran it
+        (its collate and sampler work on the host, on a TPU too: no graph, no shape)."""
+        frame = sys._getframe(2)
+        names = self.filenames
+        loader = False
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if filename in names:
+                return frame.f_lineno, loader
+            if not loader and _DATA_PATH in filename:
+                loader = True
+            frame = frame.f_back
+        return None, loader
+
     def _host_read_origin(self) -> str | None:
         """Where a host read comes from, if not from a device tensor: "host" for library code
         whose tensors live on the CPU on a TPU too, "scaler" for GradScaler's found_inf."""
@@ -397,7 +415,7 @@ class DryRunDetector(TorchDispatchMode):
         name, overload, kind = info
         overloads = self.overloads
         overloads[overload] = overloads.get(overload, 0) + 1
-        line = self._user_line()
+        line, host_side = self._attribute()
         lines = self.ops.get(name)
         if lines is None:
             lines = self.ops[name] = Counter()
@@ -418,13 +436,16 @@ class DryRunDetector(TorchDispatchMode):
                 if isinstance(item, torch.Tensor) and item.dtype in _F64 and item.dim():
                     self._record(HazardKind.FLOAT64, line, name)
                     break
-        if not self._bf16_autocast and torch._C._is_any_autocast_enabled():
-            self._bf16_autocast = (
-                torch.is_autocast_enabled("cpu")
-                and torch.get_autocast_dtype("cpu") == torch.bfloat16
-            )
+        if (
+            not self._bf16_autocast
+            and isinstance(out, torch.Tensor)
+            and out.dtype is torch.bfloat16
+        ):
+            # bfloat16 compute (autocast casts inputs with _to_copy; inside a dispatch mode
+            # autocast's own flag reads False, so the dtypes are the evidence).
+            self._bf16_autocast = True
 
-        if line is not None:
+        if line is not None and not host_side:
             if line != self._last_line:
                 self._enter(line)
             self._entry[name] += 1
@@ -474,20 +495,22 @@ class DryRunDetector(TorchDispatchMode):
         seen = history.shapes.get(key)
         if seen is None:
             history.shapes[key] = {sig}
+            history.first_run[key] = history.entries[line]
         elif sig not in seen:
             seen.add(sig)
-            if history.entries[line] > 1:
+            if history.entries[line] > history.first_run[key]:
                 history.new_shapes.setdefault(key, []).append(sig)
 
     def _note_scalars(self, line: int, name: str, values: tuple[Any, ...]) -> None:
-        key = (line, name)
+        key = (line, "scalars of " + name)
         history = self.history
         seen = history.scalars.get(key)
         if seen is None:
             history.scalars[key] = {values}
+            history.first_run[key] = history.entries[line]
         elif values not in seen:
             seen.add(values)
-            if history.entries[line] > 1:
+            if history.entries[line] > history.first_run[key]:
                 history.new_scalars.setdefault(key, []).append(values)
 
     # -- host transfers that run no ATen op on the CPU -------------------------------------------
@@ -591,7 +614,8 @@ class DryRunDetector(TorchDispatchMode):
                     "branch that changes unrolls into a new graph",
                 )
             )
-        for (line, name), values in history.new_scalars.items():
+        for (line, label), values in history.new_scalars.items():
+            name = label.removeprefix("scalars of ")
             shown = ", ".join(str(v[0] if len(v) == 1 else v) for v in values[:3])
             hazards.append(
                 Hazard(
@@ -629,8 +653,8 @@ class DryRunDetector(TorchDispatchMode):
         """Under bfloat16 autocast a GradScaler is advice to drop, not a list of its ops.
 
         Its found_inf reads leave the host syncs, its own ops the op list (and so the
-        coverage's "not lowered"), and one "unneeded GradScaler" entry per line that ran
-        them says to drop it.
+        coverage's "not lowered"), and one "unneeded GradScaler" entry for the lines that ran
+        them, at the first of its lines, says to drop it.
         """
         lines: Counter[int | None] = Counter()
         for name in _SCALER_OPS:
@@ -647,15 +671,18 @@ class DryRunDetector(TorchDispatchMode):
                 if hazard.count <= 0:
                     continue
             kept.append(hazard)
-        for line, n in lines.items():
-            kept.append(
-                Hazard(
-                    HazardKind.GRAD_SCALER,
-                    line,
-                    count=n,
-                    causes=Counter({"GradScaler with bfloat16 autocast": n}),
-                )
+        where = sorted(lines, key=lambda n: -1 if n is None else n)
+        first = next((n for n in where if n is not None), None)
+        others = [str(n) for n in where if n is not None and n != first]
+        kept.append(
+            Hazard(
+                HazardKind.GRAD_SCALER,
+                first,
+                count=sum(lines.values()),
+                causes=Counter({"GradScaler with bfloat16": sum(lines.values())}),
+                detail=f"also line {', '.join(others)}" if others else "",
             )
+        )
         ops = {name: c for name, c in ops.items() if name not in _SCALER_OPS}
         overloads = Counter({k: v for k, v in overloads.items() if not k.startswith(_SCALER_OPS)})
         return kept, ops, overloads

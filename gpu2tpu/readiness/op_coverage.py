@@ -541,18 +541,21 @@ def lowering_table(live: bool | None = None) -> LoweringTable:
 TORCH_XLA_TABLE = Path(__file__).with_name("torch_xla_ops.json")
 TORCH_XLA_TABLE_FORMAT = 1
 # Dispatch keys whose kernel serves an op on an XLA tensor without a CPU fallback: torch_xla's
-# own lowering, or a composite kernel that decomposes into ops that have one.
-TORCH_XLA_KEYS = (
-    "XLA",
-    "CompositeImplicitAutograd",
-    "CompositeExplicitAutograd",
-    "CompositeExplicitAutogradNonFunctional",
-)
-# Ops torch_xla registers a kernel for that still runs on the CPU for these inputs (measured
-# with torch_xla 2.9 on the CPU through its `aten::<op>` fallback counters; tests/xla checks
-# each): the data-dependent shapes, and embedding_bag's forward-only variant.
+# own lowering, or a composite kernel that decomposes into ops that have one. Not
+# CompositeExplicitAutogradNonFunctional: a structured op's functional form there calls its
+# out= kernel, which falls back (fractional_max_pool2d has only that one, and falls back).
+TORCH_XLA_KEYS = ("XLA", "CompositeImplicitAutograd", "CompositeExplicitAutograd")
+# Ops with a kernel in the dispatcher that torch_xla still runs on the CPU (measured with
+# torch_xla 2.9 on the CPU through its `aten::<op>` fallback counters; tests/xla checks each):
+# the data-dependent shapes, embedding_bag's forward-only variant, and rrelu's training form
+# (its composite kernel calls an in-place variant that has no lowering).
 TORCH_XLA_KERNEL_FALLS_BACK = frozenset(
-    {"aten::nonzero", "aten::masked_select", "aten::_embedding_bag_forward_only"}
+    {
+        "aten::nonzero",
+        "aten::masked_select",
+        "aten::_embedding_bag_forward_only",
+        "aten::rrelu_with_noise",
+    }
 )
 
 
