@@ -171,6 +171,8 @@ def test_every_emitted_call_binds_to_the_installed_torchs_signature() -> None:
             try:
                 signature.bind(*args, **kwargs)
             except TypeError as err:
-                raise AssertionError(f"{out.name}:{call.lineno}: {name}{signature}: {err}") from None
+                raise AssertionError(
+                    f"{out.name}:{call.lineno}: {name}{signature}: {err}"
+                ) from None
             checked += 1
     assert checked >= 40, checked  # the fixtures emit many such calls: the test sees them

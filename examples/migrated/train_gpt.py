@@ -27,6 +27,8 @@ from torch.distributed import destroy_process_group, init_process_group
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+accel_device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")
+
 # -----------------------------------------------------------------------------
 # model
 
@@ -195,7 +197,7 @@ gradient_accumulation_steps = 2
 seed = 1337
 backend = "nccl"  # 'nccl', 'gloo', etc.
 device = (torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")).type  # 'cpu', 'cuda', 'cuda:0', 'cuda:1' etc.
-dtype = "bfloat16" if torch.accelerator.is_available() and torch.cuda.is_bf16_supported() else "float16"
+dtype = "bfloat16" if torch.accelerator.is_available() and (torch.cuda.is_bf16_supported() if accel_device.type == "cuda" else accel_device.type != "cpu") else "float16"
 compile = True  # use PyTorch 2.0 to compile the model to be faster
 # -----------------------------------------------------------------------------
 
@@ -234,7 +236,8 @@ def main():
         ddp_local_rank = int(os.environ["LOCAL_RANK"])
         ddp_world_size = int(os.environ["WORLD_SIZE"])
         device = f"cuda:{ddp_local_rank}"
-        if torch.accelerator.is_available(): torch.accelerator.set_device_index(device)
+        if accel_device.type == "cuda":
+            torch.accelerator.set_device_index(device)
         master_process = ddp_rank == 0  # this process will do logging, checkpointing etc.
         seed_offset = ddp_rank  # each process gets a different seed
     else:
@@ -252,7 +255,7 @@ def main():
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
         dtype
     ]
-    ctx = torch.amp.autocast(device_type=device, enabled=dtype != "float32", dtype=ptdtype)
+    ctx = torch.amp.autocast(device_type=accel_device.type, enabled=dtype != "float32", dtype=ptdtype)
 
     data = make_corpus(20_000, vocab_size)
     n = int(0.9 * len(data))
@@ -285,7 +288,7 @@ def main():
         print(f"number of parameters: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M")
 
     # initialize a GradScaler. If enabled=False scaler is a no-op
-    scaler = torch.amp.GradScaler(device, enabled=(dtype == "float16"))
+    scaler = torch.amp.GradScaler(accel_device.type, enabled=(dtype == "float16"))
     optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2))
 
     if compile:
@@ -339,7 +342,8 @@ def main():
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
 
-        if torch.accelerator.is_available(): torch.accelerator.synchronize()
+        if torch.accelerator.is_available():
+            torch.accelerator.synchronize()
         t1 = time.time()
         dt, t0 = t1 - t0, t1
         if iter_num % log_interval == 0 and master_process:

@@ -35,6 +35,9 @@ CUDA_ONLY_TORCH = (
     "torch.cuda.get_device_properties",
     "torch.cuda.get_device_capability",
     "torch.cuda.get_arch_list",
+    "torch.cuda.get_gencode_flags",
+    "torch.cuda.is_bf16_supported",
+    "torch.cuda.is_tf32_supported",
     "torch.cuda.Stream",
     "torch.cuda.stream",
     "torch.cuda.current_stream",
@@ -242,17 +245,28 @@ def _following(ctx: RuleContext, stmt: cst.CSTNode) -> list[cst.CSTNode]:
     return body[index + 1 :]
 
 
-def cuda_only_use(ctx: RuleContext, region: list[cst.CSTNode]) -> str | None:
+def cuda_only_use(
+    ctx: RuleContext, region: list[cst.CSTNode], *, after_fixes: bool = False
+) -> str | None:
     """The first thing in `region` that only CUDA can run, named for a message: a name from
     a CUDA-only package (Triton, apex, bitsandbytes, ...), a CUDA API no rule rewrites, a
-    function of this module decorated `@triton.jit`; None if there is none."""
+    function of this module decorated `@triton.jit`; None if there is none. With
+    `after_fixes`, what this run's fixes make safe does not count (`is_bf16_supported()`)."""
     kernels = ctx.names.triton_kernels
+    # G2T313 makes `is_bf16_supported()` safe on every device wherever it is.
+    fixed = set()
+    if after_fixes and ctx.options.enabled("G2T313"):
+        fixed.add("torch.cuda.is_bf16_supported")
     stack = list(reversed(region))
     while stack:
         node = stack.pop()
+        if isinstance(node, cst.If | cst.IfExp) and _device_type_test(ctx, node.test) == "cuda":
+            # `x if device.type == "cuda" else y`: the CUDA part runs on CUDA only
+            stack.extend(n for n in (node.test, node.orelse) if n is not None)
+            continue
         if isinstance(node, cst.Name | cst.Attribute):
             name = qualified(ctx, node) if _resolvable(ctx, node) else None
-            if name is not None:
+            if name is not None and name not in fixed:
                 if name.split(".")[0] in CUDA_ONLY_PACKAGES:
                     return f"`{name}`"
                 if any(name == p or name.startswith(p + ".") for p in CUDA_ONLY_TORCH):

@@ -352,12 +352,14 @@ def drop_imported_names(names: frozenset[str]) -> Fix:
 # -- device strings --------------------------------------------------------------------------
 
 
-def indexed_device_string(ctx: RuleContext, node: cst.CSTNode) -> cst.BaseExpression:
+def indexed_device_string(
+    ctx: RuleContext, node: cst.CSTNode, kind: cst.BaseExpression | None = None
+) -> cst.BaseExpression:
     """The string for a CUDA device string with an index, on the module's device type:
     `"cuda:1"` -> `f"{device.type}:1"`, `f"cuda:{rank}"` -> `f"{device.type}:{rank}"`,
     `"cuda:{}".format(i)` -> `"{}:{}".format(device.type, i)`. On CUDA each is the original
-    string."""
-    kind = ctx.device_type()
+    string. `kind` is the device type to use (the module's, by default)."""
+    kind = kind if kind is not None else ctx.device_type()
     if isinstance(node, cst.FormattedString):
         first, *rest = node.parts
         assert isinstance(first, cst.FormattedStringText)

@@ -149,7 +149,7 @@ RANK_NAME = re.compile(
 )
 # Just the integer rank, for device indices (`.to(local_rank)`).
 RANK_INDEX_NAME = re.compile(
-    r"^(?:ddp_|global_|local_|world_|node_|process_|proc_|my_|cur_|current_|dist_)?rank$"
+    r"^(?:(?:ddp|global|local|world|node|process|proc|my|cur|current|dist)_){0,2}rank$"
     r"|^get_(?:local_|global_|node_local_)?rank$"
 )
 RANK_ENV = frozenset(
@@ -217,8 +217,18 @@ class Loop:
     def line(self) -> int:
         return self.ctx.position(self.node)[0]
 
+    @property
+    def role(self) -> str | None:
+        """ "training" (it steps an optimizer or calls `.backward()`), "evaluation" (it runs a
+        model under a name that says so: val, eval, test), "inference" (under `no_grad` or
+        `inference_mode`), else None."""
+        return self.ctx.flow.loop_role(self.node)
+
     def describe(self) -> str:
-        return f"the `{self.keyword}` loop at line {self.line}"
+        role = self.role
+        if role is None:
+            return f"the `{self.keyword}` loop at line {self.line}, which runs the model"
+        return f"the {role} loop (`{self.keyword}` at line {self.line})"
 
 
 @dataclass(frozen=True)
@@ -276,6 +286,7 @@ class FlowFacts:
         self._name_kinds: dict[tuple[int, str], Kind | None] = {}
         self._kinds: dict[int, Kind | None] = {}
         self._training: dict[int, bool] = {}
+        self._roles: dict[tuple[str, int], str | None] = {}
         self._exits: dict[int, list[tuple[int, cst.If]]] = {}
         self._skipped_bound = False
 
@@ -424,6 +435,38 @@ class FlowFacts:
             if self.is_training_loop(loop):
                 return Loop(loop, self.ctx)
         return None
+
+    def loop_role(self, loop: cst.For | cst.While) -> str | None:
+        """What a loop that runs every step is for, as `Loop.role` says (cached)."""
+        key = ("role", id(loop))
+        if key not in self._roles:
+            self._roles[key] = self._compute_role(loop)
+        return self._roles[key]
+
+    def _compute_role(self, loop: cst.For | cst.While) -> str | None:
+        stack: list[cst.CSTNode] = [loop.body]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.Call) and self._is_optimizer_step(node):
+                return "training"
+            if not isinstance(node, cst.FunctionDef | cst.ClassDef | cst.Lambda):
+                stack.extend(node.children)
+        words = [code_for(loop.iter) if isinstance(loop, cst.For) else ""]
+        quiet = False
+        for parent, _child in self._ancestors(loop):
+            if isinstance(parent, cst.FunctionDef):
+                words.append(parent.name.value)
+                if any(_is_no_grad(self, d.decorator) for d in parent.decorators):
+                    quiet = True
+                break
+            if isinstance(parent, cst.With | cst.For) and not quiet:
+                items = parent.items if isinstance(parent, cst.With) else ()
+                quiet = any(_is_no_grad(self, item.item) for item in items)
+                if isinstance(parent, cst.For):
+                    words.append(code_for(parent.iter))
+        if EVAL_NAME.search(" ".join(words)):
+            return "evaluation"
+        return "inference" if quiet else None
 
     def is_training_loop(self, loop: cst.For | cst.While) -> bool:
         key = id(loop)
@@ -971,6 +1014,16 @@ class FlowRecorder:
 
     def visit_Call(self, node: cst.Call) -> None:
         self.facts.record_call(node)
+
+
+# Words that name evaluation: `val_loader`, `evaluate`, `test_set`, `validation`.
+EVAL_NAME = re.compile(r"(?i)(?:^|[^a-z])(?:val|valid|validation|eval|evaluate|test)(?:[^a-z]|$)")
+NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.autograd.grad_mode.no_grad")
+
+
+def _is_no_grad(facts: FlowFacts, expr: cst.BaseExpression) -> bool:
+    target = expr.func if isinstance(expr, cst.Call) else expr
+    return bool(facts.qualified(target) & set(NO_GRAD))
 
 
 def _target_names(target: cst.CSTNode, path: tuple[int, ...]) -> Iterator[tuple[str, tuple]]:

@@ -218,6 +218,33 @@ class ModuleNames:
             return found
         return "torch" if name == "torch" else None
 
+    def bound_once_at_module(self, name: str, source: str) -> bool:
+        """Whether the module binds `name` in exactly one statement and nothing else can rebind
+        it (no function declares it `global` and assigns it, no `exec`, no `globals()`): a
+        variable other fixes may rely on to keep its value."""
+        if self._tree is None or self._top is None:
+            return False
+        if "exec(" in source or "globals()" in source or "vars()" in source:
+            return False
+        count = 0
+        for stmt, path, _ in statements(self._tree.body):
+            if path:
+                continue
+            for node in _binding_targets(stmt):
+                if isinstance(node, ast.Name) and node.id == name:
+                    count += 1
+        if count != 1:
+            return False
+        for tables in self._tables.values():
+            for table in tables:
+                try:
+                    symbol = table.lookup(name)
+                except KeyError:
+                    continue
+                if symbol.is_declared_global() and symbol.is_assigned():
+                    return False
+        return True
+
     def module_torch(self) -> str | None:
         """The module-level name of torch: this text's own import, else an earlier one."""
         if self.torch_alias is not None:
@@ -348,6 +375,32 @@ class ModuleNames:
         assert isinstance(node, cst.FunctionDef | cst.ClassDef)
         line = ctx.position(node.name)[0]
         return next((t for t in tables if t.get_lineno() == line), tables[0])
+
+
+def _binding_targets(stmt: ast.AST) -> list[ast.AST]:
+    """The nodes a statement binds at its own level (not inside nested scopes)."""
+    if isinstance(stmt, ast.Assign):
+        roots: list[ast.AST] = list(stmt.targets)
+    elif isinstance(stmt, ast.AugAssign | ast.AnnAssign | ast.For | ast.AsyncFor):
+        roots = [stmt.target]
+    elif isinstance(stmt, ast.With | ast.AsyncWith):
+        roots = [i.optional_vars for i in stmt.items if i.optional_vars is not None]
+    elif isinstance(stmt, ast.Import | ast.ImportFrom):
+        return [ast.Name(id=local) for local, _ in import_bindings(stmt)]
+    elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return [ast.Name(id=stmt.name)]
+    else:
+        return []
+    found: list[ast.AST] = []
+    while roots:
+        node = roots.pop()
+        if isinstance(node, ast.Tuple | ast.List):
+            roots.extend(node.elts)
+        elif isinstance(node, ast.Starred):
+            roots.append(node.value)
+        else:
+            found.append(node)
+    return found
 
 
 def _ast_dotted(node: ast.AST) -> str:

@@ -6,6 +6,8 @@ A `torch.cuda` name that one family handles must not be reported again by the ca
 
 from __future__ import annotations
 
+import ast
+
 # CUDA allocator tooling with no device-agnostic counterpart, and what to do instead (G2T305).
 MEMORY_TOOLING = {
     "memory_summary": "log `torch.accelerator.memory.memory_stats()` (guarded) instead",
@@ -34,3 +36,37 @@ def cuda_member(qualified: str | None) -> str | None:
     if head in ("memory", "random", "streams") and tail:
         return tail
     return rest
+
+
+FLOAT16_STRINGS = frozenset({"float16", "fp16", "half", "16-mixed"})
+
+
+def float16_tests(tree: ast.Module | None, torch_names: frozenset[str]) -> tuple[int, ...]:
+    """Lines of the comparisons that test for float16: `x.dtype == torch.float16`,
+    `dtype in (torch.half, torch.bfloat16)`, `dtype == "float16"`. A switch from float16 to
+    bfloat16 must change them with the rest, or not at all. `torch_names` are the module's
+    names for torch."""
+    if tree is None:
+        return ()
+    lines: list[int] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        for operand in list(operands):
+            if isinstance(operand, ast.Tuple | ast.List | ast.Set):
+                operands.extend(operand.elts)
+        if any(_is_float16(o, torch_names) for o in operands):
+            lines.append(node.lineno)
+    return tuple(sorted(set(lines)))
+
+
+def _is_float16(node: ast.AST, torch_names: frozenset[str]) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value in FLOAT16_STRINGS
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr in ("float16", "half")
+        and isinstance(node.value, ast.Name)
+        and node.value.id in torch_names
+    )

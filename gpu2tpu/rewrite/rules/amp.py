@@ -27,7 +27,7 @@ from ..analysis.edits import (
 from ..analysis.literals import attribute_named, cuda_literal, is_false, string_value
 from ..analysis.names import full_name, is_reference_end, matches, qualified
 from ..model import Safety, Severity
-from .base import Rule, RuleContext
+from .base import Fix, Rule, RuleContext
 
 CUDA_AUTOCAST = ("torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast")
 AUTOCAST = ("torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
@@ -256,6 +256,20 @@ def autocast_on_cpu(call: cst.Call) -> bool:
     return arg is not None and string_value(arg.value) == "cpu"
 
 
+def float16_fix(rule: Rule, fix: Fix) -> tuple[Fix | None, str]:
+    """The fix of a float16 -> bfloat16 rule, and its hint: no fix when the module also tests
+    for float16 (`if x.dtype == torch.float16:`), since the switch must change every related
+    test with it or none of them."""
+    lines = rule.ctx.float16_tests()
+    if not lines:
+        return fix, rule.hint
+    where = ", ".join(str(n) for n in lines[:3])
+    return None, (
+        f"{rule.hint}; not changed: the module tests for float16 (line {where}), so the "
+        "switch to bfloat16 changes those tests too or nothing: decide together, by hand"
+    )
+
+
 class AutocastWithoutDtype(Rule):
     """An autocast with no `dtype=`, which takes the device's default dtype.
 
@@ -296,7 +310,8 @@ class AutocastWithoutDtype(Rule):
             dtype = keyword("dtype", ctx.torch_attr("bfloat16"))
             return updated.with_changes(args=append_arg(updated.args, dtype))
 
-        self.report(node, fix=fix)
+        consistent, hint = float16_fix(self, fix)
+        self.report(node, fix=consistent, hint=hint)
 
 
 class CudaAmpGradScaler(_CudaAmpName):
@@ -630,7 +645,8 @@ class HalfMethod(Rule):
             assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
             return updated.with_changes(func=updated.func.with_changes(attr=cst.Name("bfloat16")))
 
-        self.report(node, fix=fix)
+        consistent, hint = float16_fix(self, fix)
+        self.report(node, fix=consistent, hint=hint)
 
 
 # String spellings of float16 that libraries take, and their bfloat16 counterparts.
@@ -655,7 +671,9 @@ class Float16Dtype(Rule):
     Why: TPUs compute in bfloat16; float16 is not native there. The fix, `torch.bfloat16`, is
     unsafe because it changes numerics: bfloat16 keeps float32's range (no overflow, no loss
     scaling) but has 8 bits of precision against float16's 11. Comparisons such as
-    `x.dtype == torch.float16` are reported, not rewritten: what they test is a person's call.
+    `x.dtype == torch.float16` are reported, not rewritten: what they test is a person's call,
+    and while a module has one, none of its float16 is switched (nor `.half()`, G2T211, nor
+    autocast's default, G2T203): every related choice changes together, or none does.
     String spellings taken by libraries are covered too: `torch_dtype="float16"`
     (transformers), `mixed_precision="fp16"` (accelerate), `precision="16-mixed"` (Lightning).
 
@@ -686,7 +704,8 @@ class Float16Dtype(Rule):
         if _in_comparison(self, node):
             self.report(node, message, hint="decide whether the test should accept bfloat16")
             return
-        self.report(node, message, fix=lambda updated: self.ctx.torch_attr("bfloat16"))
+        fix, hint = float16_fix(self, lambda updated: self.ctx.torch_attr("bfloat16"))
+        self.report(node, message, fix=fix, hint=hint)
 
     def visit_Arg(self, node: cst.Arg) -> None:
         if node.keyword is None or not isinstance(node.value, cst.SimpleString):
@@ -698,4 +717,5 @@ class Float16Dtype(Rule):
         quote = node.value.quote
         replacement = cst.SimpleString(f"{node.value.prefix}{quote}{table[value]}{quote}")
         message = self.message.format(value=f"{node.keyword.value}={self.code_for(node.value)}")
-        self.report(node.value, message, fix=lambda updated: replacement)
+        fix, hint = float16_fix(self, lambda updated: replacement)
+        self.report(node.value, message, fix=fix, hint=hint)

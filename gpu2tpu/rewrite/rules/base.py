@@ -29,6 +29,7 @@ from ..analysis.branches import in_compat_fallback
 from ..analysis.flow import FlowFacts
 from ..analysis.literals import code_for
 from ..analysis.names import ModuleNames, enclosing_scopes, variable_names
+from ..analysis.torch_api import float16_tests
 from ..model import Finding, Options, Safety, Severity
 
 Fix = Callable[[cst.CSTNode], cst.CSTNode]
@@ -96,6 +97,7 @@ class RuleContext:
         # Per block, the statements a fix removes, as (code, occurrence among equal lines).
         self.removals: dict[int, list[tuple[str, int]]] = {}
         self._flow: FlowFacts | None = None
+        self._float16_tests: tuple[int, ...] | None = None
         self._wrapper: MetadataWrapper | None = None
         self._stmt_lines: list[int] | None = None
         self._stmt_index: dict[int, int] = {}
@@ -166,6 +168,14 @@ class RuleContext:
         if self._flow is None:
             self._flow = FlowFacts(self)
         return self._flow
+
+    def float16_tests(self) -> tuple[int, ...]:
+        """Lines of the module's comparisons with float16 (analysis/torch_api.py)."""
+        if self._float16_tests is None:
+            torch_names = {n for n, q in self.names.module_imports.items() if q == "torch"}
+            torch_names.add("torch")
+            self._float16_tests = float16_tests(self.tree, frozenset(torch_names))
+        return self._float16_tests
 
     def fix_active(self, rule: type[Rule]) -> bool:
         """Whether a rule's fixes are applied under this run's options (cross-rule decisions)."""

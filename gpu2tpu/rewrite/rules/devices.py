@@ -26,6 +26,7 @@ from ..analysis.edits import (
     keyword,
     parenthesized,
     sole_statement,
+    string_literal,
     unpacks,
 )
 from ..analysis.literals import (
@@ -191,7 +192,7 @@ class CudaDeviceString(Rule):
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value in DEVICE_KWARGS:
                 if self._is_cuda_string(arg.value):
-                    self._replace(arg.value)
+                    self._replace(arg.value, arg.keyword.value == "map_location")
 
     @staticmethod
     def _is_cuda_string(node: cst.CSTNode) -> bool:
@@ -230,7 +231,9 @@ class CudaDeviceString(Rule):
             return
         self._replace(literal)
 
-    def _replace(self, literal: cst.CSTNode) -> None:
+    def _replace(self, literal: cst.CSTNode, location: bool = False) -> None:
+        """Put the module's device in place of a CUDA device string. A `map_location` with an
+        index keeps it, except on the CPU, whose storages `torch.load` tags `cpu` only."""
         ctx = self.ctx
         message = self.message.format(value=f"`{self.code_for(literal)}`")
         if cuda_string_index(literal) == "":
@@ -243,8 +246,16 @@ class CudaDeviceString(Rule):
             )
             return
 
+        cpu = string_literal(self, literal, "cpu")
+
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
-            return indexed_device_string(ctx, updated)
+            indexed = indexed_device_string(ctx, updated)
+            if not location:
+                return indexed
+            on_cpu = cst.Comparison(
+                left=ctx.device_type(), comparisons=[cst.ComparisonTarget(cst.NotEqual(), cpu)]
+            )
+            return cst.IfExp(test=on_cpu, body=indexed, orelse=cpu)
 
         self.report(literal, message, fix=fix, uses_device=True)
 
@@ -266,8 +277,8 @@ def _idiom_parts(rule: Rule, node: cst.CSTNode) -> str | None:
         if isinstance(expr, cst.Call) and _is_torch_device_call(rule, expr) and expr.args:
             inner = expr.args[0].value
             return "device" if kind(inner, want_cuda) == "str" else None
-        if want_cuda and cuda_literal(expr):
-            return "str"
+        if want_cuda and cuda_string_index(expr) == "":
+            return "str"  # an index makes it a choice of its own (`_conjoined`)
         if not want_cuda and string_value(expr) == "cpu":
             return "str"
         return None
@@ -278,12 +289,13 @@ def _idiom_parts(rule: Rule, node: cst.CSTNode) -> str | None:
     return None
 
 
-def _availability_conjunct(rule: Rule, test: cst.BaseExpression) -> int | None:
+def _availability_conjunct(rule: Rule, test: cst.BaseExpression, alone: bool = False) -> int | None:
     """For `a and torch.cuda.is_available() and b`, the position of the availability call
-    among the `and` chain's parts (None unless exactly one, in a chain of two or more)."""
+    among the `and` chain's parts (None unless exactly one, in a chain of two or more, or
+    of one with `alone`)."""
     parts = list(conjuncts(test))
     found = [i for i, p in enumerate(parts) if rule.matches_name(p, "torch.cuda.is_available")]
-    if len(parts) < 2 or len(found) != 1:
+    if len(parts) < (1 if alone else 2) or len(found) != 1:
         return None
     return found[0]
 
@@ -294,12 +306,14 @@ def _branch_kind(rule: Rule, expr: cst.BaseExpression, want_cuda: bool) -> str |
         return "device" if _branch_kind(rule, expr.args[0].value, want_cuda) == "str" else None
     if want_cuda and cuda_string_index(expr) == "":
         return "str"
+    if want_cuda and (cuda_literal(expr) or cuda_format_call(expr) is not None):
+        return "indexed"  # `f"cuda:{rank}"`, `"cuda:1"`: a string with an index
     if not want_cuda and string_value(expr) == "cpu":
         return "str"
     return None
 
 
-def _negated_disjunct(rule: Rule, test: cst.BaseExpression) -> int | None:
+def _negated_disjunct(rule: Rule, test: cst.BaseExpression, alone: bool = False) -> int | None:
     """For `a or not torch.cuda.is_available()`, the position of the negated availability
     call among the `or` chain's parts (None unless exactly one, in a chain of two or more)."""
     parts = _disjuncts(test)
@@ -310,7 +324,7 @@ def _negated_disjunct(rule: Rule, test: cst.BaseExpression) -> int | None:
         and isinstance(p.operator, cst.Not)
         and rule.matches_name(p.expression, "torch.cuda.is_available")
     ]
-    if len(parts) < 2 or len(found) != 1:
+    if len(parts) < (1 if alone else 2) or len(found) != 1:
         return None
     return found[0]
 
@@ -346,7 +360,8 @@ class CudaDeviceIdiom(Rule):
     CPU. A module-level variable built by the idiom becomes the module's device variable and
     keeps its kind: a string stays a string (`.type`), a `torch.device` stays a device.
     A plain `device = 'cuda'` configuration at module level counts too (`'cuda:0'` keeps its
-    index). With more conditions (`'cuda' if use_gpu and torch.cuda.is_available() else
+    index). A variable the module binds more than once (or that `exec` may rebind) is
+    rewritten but not adopted: other fixes get a device line of their own. With more conditions (`'cuda' if use_gpu and torch.cuda.is_available() else
     'cpu'`) the whole choice is rewritten at once, the test and the device together, and the
     variable is not adopted: the user's condition may pick the CPU where `.cuda()` did not.
     Inside a branch that has just found an accelerator there is no CPU fallback.
@@ -403,16 +418,18 @@ class CudaDeviceIdiom(Rule):
         cuda_in_else = _branch_kind(self, node.orelse, True)
         kind = cuda_in_body or cuda_in_else
         other = node.orelse if cuda_in_body else node.body
-        if kind is None or _branch_kind(self, other, False) != kind:
+        other_kind = _branch_kind(self, other, False)
+        if kind is None or other_kind != ("str" if kind == "indexed" else kind):
             return
         if not self._mentions_availability(node.test):
             return
         ctx = self.ctx
         ctx.claim(node)  # no rule rewrites a part of the choice on its own
+        alone = kind == "indexed"  # with an index, a test of its own is a choice too
         if cuda_in_body:
-            index = _availability_conjunct(self, node.test)
+            index = _availability_conjunct(self, node.test, alone)
         else:
-            index = _negated_disjunct(self, node.test)
+            index = _negated_disjunct(self, node.test, alone)
         message = self.message.format(idiom=short(node, 60))
         if index is None:
             self.report(
@@ -433,7 +450,11 @@ class CudaDeviceIdiom(Rule):
             if not body_side:
                 available = cst.UnaryOperation(operator=cst.Not(), expression=available)
             accelerator = ctx.current_device(known=True)
-            if kind == "str":
+            if kind == "indexed":
+                kind_expr = cst.Attribute(value=accelerator, attr=cst.Name("type"))
+                branch = updated.body if body_side else updated.orelse
+                accelerator = indexed_device_string(ctx, branch, kind_expr)
+            elif kind == "str":
                 accelerator = cst.Attribute(value=accelerator, attr=cst.Name("type"))
             test = _replace_conjunct(updated.test, index, available, and_chain=body_side)
             if body_side:
@@ -484,6 +505,8 @@ class CudaDeviceIdiom(Rule):
             kind = "str"
         if kind is None or self.depth:
             return
+        if not self.ctx.names.bound_once_at_module(target.value, self.ctx.source):
+            return  # reassigned elsewhere: other fixes must not rely on its value
         if self.ctx.adopted_device is None:
             self.ctx.adopted_device = (target.value, self.position(node)[0])
             self.ctx.adopted_kind = kind
@@ -624,7 +647,7 @@ class CudaIsAvailable(_CudaRuntimeCall):
                 "`torch.accelerator.is_available()`; otherwise keep it",
             )
             return
-        cuda_only = cuda_only_use(self.ctx, region) if region else None
+        cuda_only = cuda_only_use(self.ctx, region, after_fixes=True) if region else None
         if cuda_only is not None:
             # The guard protects code only CUDA has: on a TPU it would now run it and fail.
             self.report(
@@ -881,8 +904,28 @@ class CudaDeviceComparison(Rule):
             return
         for operand in operands:
             if cuda_literal(operand):
+                if self._cuda_only_branch(node):
+                    return  # the code it guards is CUDA's own: the test means "is it CUDA?"
                 self.report(node, self.message.format(value=self.code_for(operand)))
                 return
+
+    def _cuda_only_branch(self, node: cst.Comparison) -> bool:
+        """Whether the comparison guards code only CUDA runs, or selects the CUDA device index
+        of a process (what G2T107 writes for a rank's index)."""
+        region, how = guarded_region(self.ctx, node)
+        if how != "if" or not region:
+            return False
+        if cuda_only_use(self.ctx, region) is not None:
+            return True
+        stack = list(region)
+        while stack:
+            current = stack.pop()
+            if isinstance(current, cst.Call) and self.matches_name(
+                current, "torch.accelerator.set_device_index", "torch.cuda.set_device"
+            ):
+                return True
+            stack.extend(current.children)
+        return False
 
 
 class PinMemory(Rule):

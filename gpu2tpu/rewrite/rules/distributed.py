@@ -11,6 +11,7 @@ import re
 
 import libcst as cst
 
+from ..analysis.branches import device_branch
 from ..analysis.edits import positional_args
 from ..analysis.literals import is_name, short, string_value
 from ..analysis.names import module_level_alias
@@ -428,6 +429,8 @@ class LocalRankDevice(Rule):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         for node, index in self.candidates:
+            if device_branch(self.ctx, node) == "cuda":
+                continue  # selected on CUDA only, as asked (G2T107 writes this)
             if refers_to_local_rank(self, index):
                 self.report(node, self.message.format(index=short(index, 30)))
 

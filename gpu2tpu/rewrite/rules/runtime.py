@@ -13,6 +13,7 @@ from functools import partial
 
 import libcst as cst
 
+from ..analysis.branches import device_branch
 from ..analysis.edits import (
     guarded_line,
     keyword,
@@ -21,8 +22,10 @@ from ..analysis.edits import (
     remove_line,
     report_removal,
     sole_statement,
+    string_literal,
+    unpacks,
 )
-from ..analysis.literals import attribute_named, is_name, string_value
+from ..analysis.literals import attribute_named, is_name, short, string_value
 from ..analysis.names import is_reference_end, matches, qualified
 from ..analysis.placement import add_stdlib_import
 from ..analysis.torch_api import MEMORY_TOOLING, cuda_member
@@ -463,28 +466,125 @@ DEVICE_PROPERTIES = {
 }
 
 
+# What a display-only query shows where the device is not CUDA (the device type for a name).
+DISPLAY_FALLBACK = {
+    "get_device_name": None,  # the device type, `device.type`
+    "get_device_capability": "None",
+    "get_device_properties": "None",
+    "get_arch_list": "[]",
+    "get_gencode_flags": '""',
+    "is_tf32_supported": "False",
+}
+# Expressions a value passes through on its way to a print or a log call.
+_DISPLAY_PARTS = (
+    cst.FormattedStringExpression,
+    cst.FormattedString,
+    cst.ConcatenatedString,
+    cst.BinaryOperation,
+    cst.Tuple,
+    cst.List,
+    cst.Element,
+    cst.Dict,
+    cst.DictElement,
+    cst.Arg,
+    cst.Subscript,
+    cst.SubscriptElement,
+    cst.Index,
+    cst.Attribute,
+)
+
+
 class CudaDeviceProperties(Rule):
     """`torch.cuda.get_device_name()`, `get_device_capability()` and other questions about the GPU.
 
     Why: `get_device_properties()`, `is_bf16_supported()` and their kin ask about the NVIDIA GPU.
     TorchTPU's device module lacks most of them, and the answers are policy decisions
     (a capability of 8.0 or more means bf16 and flash attention on NVIDIA; a TPU has bf16
-    always and no capability number). What the code wants to know is a person's call.
+    always and no capability number). Two uses are fixed, unchanged on CUDA: a query that is
+    only printed or logged runs on CUDA and shows the device type (or None) elsewhere, and
+    `is_bf16_supported()` answers True on any other accelerator (TPUs, XPUs and recent MPS
+    compute in bfloat16) and False on the CPU, so nanoGPT's `dtype = "bfloat16" if ... and
+    torch.cuda.is_bf16_supported() else "float16"` picks bfloat16 on a TPU. Everything else,
+    and code under `if device.type == "cuda":` aside, is a person's call.
 
     Example:
-        if torch.cuda.get_device_capability()[0] >= 8:  # -> decide what the check is for
+        print(torch.cuda.get_device_name(0))
+        ->  print(torch.cuda.get_device_name(0) if device.type == "cuda" else device.type)
+        torch.cuda.is_bf16_supported()
+        ->  (torch.cuda.is_bf16_supported() if device.type == "cuda" else device.type != "cpu")
+        if torch.cuda.get_device_capability()[0] >= 8:  # reported: decide what it is for
     """
 
     code = "G2T313"
     name = "cuda-device-properties"
-    safety = Safety.REPORT
-    message = "`torch.cuda.{func}` asks about the NVIDIA GPU; a TPU has no answer"
+    safety = Safety.SAFE
+    message = "`{call}` asks about the NVIDIA GPU; a TPU has no answer"
     hint = "decide what the check is for"
 
     def visit_Call(self, node: cst.Call) -> None:
         name = _cuda_name(self, node.func)
-        if name in DEVICE_PROPERTIES:
-            self.report(node, self.message.format(func=name), hint=DEVICE_PROPERTIES[name])
+        if name not in DEVICE_PROPERTIES:
+            return
+        ctx = self.ctx
+        if device_branch(ctx, node) == "cuda":
+            return  # code for CUDA only (also what the fixes below write)
+        message = self.message.format(call=short(node, 50))
+        if name == "is_bf16_supported" and not unpacks(node):
+            self._guard(node, message, "bf16")
+            return
+        if name in DISPLAY_FALLBACK and self._displayed(node):
+            self._guard(node, message, name)
+            return
+        self.report(node, message, hint=DEVICE_PROPERTIES[name])
+
+    def _guard(self, node: cst.Call, message: str, name: str) -> None:
+        ctx = self.ctx
+        parens = needs_parentheses(self, node)
+        cuda = string_literal(self, node, "cuda")  # quotes that fit inside an f-string
+        cpu = string_literal(self, node, "cpu")
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            on_cuda = cst.Comparison(
+                left=ctx.device_type(),
+                comparisons=[cst.ComparisonTarget(cst.Equal(), cuda)],
+            )
+            if name == "bf16":
+                other: cst.BaseExpression = cst.Comparison(
+                    left=ctx.device_type(),
+                    comparisons=[cst.ComparisonTarget(cst.NotEqual(), cpu)],
+                )
+            elif DISPLAY_FALLBACK[name] is None:
+                other = ctx.device_type()
+            else:
+                other = cst.parse_expression(DISPLAY_FALLBACK[name])  # type: ignore[arg-type]
+            expr = cst.IfExp(test=on_cuda, body=updated, orelse=other)  # type: ignore[arg-type]
+            return parenthesized(expr, parens)
+
+        hint = (
+            "ask CUDA only on CUDA: other accelerators compute in bfloat16"
+            if name == "bf16"
+            else "show it only on CUDA (the device type elsewhere)"
+        )
+        self.report(node, message, fix=fix, hint=hint, uses_device=True)
+
+    def _displayed(self, node: cst.Call) -> bool:
+        """Whether the call's value only goes to `print`, a logger or a tracker."""
+        flow = self.ctx.flow
+        child: cst.CSTNode = node
+        parent = self.parent(node)
+        while parent is not None:
+            if isinstance(parent, cst.Call) and parent is not node:
+                if flow.is_log_call(parent):
+                    return True
+                if not (
+                    isinstance(parent.func, cst.Name) and parent.func.value in ("str", "repr")
+                ) and not attribute_named(parent.func, "format"):
+                    return False
+            elif not isinstance(parent, _DISPLAY_PARTS):
+                return False
+            child, parent = parent, self.parent(parent)
+        del child
+        return False
 
 
 LEGACY_TENSORS = {

@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import libcst as cst
 
+from ..analysis.branches import device_branch
 from ..analysis.flow import FlowFacts, Loop
 from ..analysis.literals import is_name, last_segment, short, string_value
 from ..model import Safety, Severity
@@ -96,7 +97,7 @@ class HostSyncInLoop(_PerfRule):
 
     code = "G2T601"
     name = "host-sync-in-loop"
-    message = "`{read}` inside the training loop ({loop}) copies to the host and waits every step"
+    message = "`{read}` inside {loop} copies to the host and waits every step"
     hint = "keep it on the device (`total += loss.detach()`) and read it every N steps"
     tokens = (b".item()", b".cpu()", b".tolist()", b".numpy(", b".backward(")
 
@@ -130,7 +131,7 @@ class PrintTensorInLoop(_PerfRule):
 
     code = "G2T602"
     name = "print-tensor-in-loop"
-    message = "printing or logging a tensor inside the training loop ({loop}) waits every step"
+    message = "printing or logging a tensor inside {loop} waits every step"
     hint = "log it every N steps (`if step % 100 == 0:`), or accumulate on the device"
     tokens = TRAINING_LOOP_TOKENS
 
@@ -166,7 +167,7 @@ class TensorControlFlow(_PerfRule):
 
     code = "G2T603"
     name = "tensor-control-flow"
-    message = "`{what}` branches on a tensor value inside the training loop ({loop})"
+    message = "`{what}` branches on a tensor value inside {loop}"
     hint = "keep the decision on the device (`torch.where`, a mask), or decide every N steps"
     tokens = (*TRAINING_LOOP_TOKENS, b"while ")
 
@@ -233,7 +234,7 @@ class DynamicShapeInLoop(_PerfRule):
 
     code = "G2T604"
     name = "dynamic-shape-in-loop"
-    message = "`{what}` inside the training loop ({loop}) has a data-dependent shape"
+    message = "`{what}` inside {loop} has a data-dependent shape"
     hint = "keep shapes static: `torch.where(mask, x, 0)` or `x * mask`; `torch.nonzero_static`"
     tokens = TRAINING_LOOP_TOKENS
 
@@ -444,7 +445,7 @@ class SynchronizeInLoop(_PerfRule):
 
     code = "G2T607"
     name = "synchronize-in-loop"
-    message = "`{what}` inside the training loop ({loop}) waits for the device every step"
+    message = "`{what}` inside {loop} waits for the device every step"
     hint = "synchronize once outside the loop (before reading a timer)"
     tokens = (b"synchronize",)
 
@@ -454,6 +455,9 @@ class SynchronizeInLoop(_PerfRule):
 
     def decide(self, node: cst.CSTNode) -> None:
         assert isinstance(node, cst.Call)
+        branch = device_branch(self.ctx, node)
+        if branch is not None and branch not in ("tpu", "xla"):
+            return  # code for one other device (`if device == "mps":`) never runs on a TPU
         loop = self.step_loop(node)
         if loop is not None:
             what = f"{self.code_for(node.func)}()"
