@@ -107,6 +107,18 @@ class XLABackend(Backend):
 
         return torch.compile(fn_or_module, backend="openxla")
 
+    def explain_failure(self, error: BaseException, source: str | None = None) -> str | None:
+        """Say what to do about the autograd engine assert torch raises when a backward pass
+        ran in this process before torch_xla was imported (seen with torch_xla 2.9: the
+        engine sized its device queues without XLA's)."""
+        if "device_ready_queues_" in str(error):
+            return (
+                "gpu2tpu: autograd ran a backward pass before torch_xla was imported in this "
+                "process, so it has no queue for XLA devices; restart the kernel and run "
+                "`import torch_xla` (or the first %%tpu --backend xla cell) before training"
+            )
+        return None
+
     def compilation_count(self) -> int | None:
         """Graphs XLA compiled: the sample count of its CompileTime metric.
 
