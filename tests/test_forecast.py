@@ -534,17 +534,61 @@ def test_the_same_forecast_again_is_read_from_the_cache(tmp_path):
 
 
 @pytest.mark.slow
-def test_batch_search_brackets_the_largest_batch():
+@pytest.mark.timeout(3600)  # a dozen real compiles: minutes on a busy 2-core machine
+def test_batch_search_finds_what_bisection_finds(tmp_path):
+    """The line and its check against a plain bisection of real compiles on the same model
+    (the figure cache makes the batches both try compile once)."""
     with torch.device("meta"):
         model = nn.Sequential(nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 2048))
-    # 1024 positions of 2048 features per sample: activations, not weights, fill the chip.
-    batch = (torch.empty(8, 1024, 2048, device="meta"), torch.empty(8, 1024, 2048, device="meta"))
+    # 8192 positions of 2048 features per sample: activations, not weights, fill the chip,
+    # and the largest batch is small enough (under 64) to be found to one sample.
+    batch = (torch.empty(8, 8192, 2048, device="meta"), torch.empty(8, 8192, 2048, device="meta"))
     target = run(
-        model, batch, loss_fn=nn.functional.mse_loss, batch_search=True, time_budget_s=600
-    ).target("v5e")
+        model, batch, loss_fn=nn.functional.mse_loss, batch_search=True, time_budget_s=3600,
+        cache=tmp_path,
+    ).target("v5e")  # fmt: skip
     assert target.status == "compiled" and target.max_batch is not None and target.max_batch > 8
-    assert target.first_oom_batch - target.max_batch <= max(1, target.max_batch // 64)
     statuses = {p["batch"]: p["status"] for p in target.search}
+    print("search:", target.search_method, target.search_compiles, statuses)
     assert statuses[target.max_batch] == "compiled" and statuses[target.first_oom_batch] == "oom"
-    assert all(s == "compiled" for b, s in statuses.items() if b <= target.max_batch)
-    assert all(s == "oom" for b, s in statuses.items() if b > target.max_batch)
+    assert target.search_compiles == len(statuses) - 1  # every point but the first was compiled
+    if target.search_method == "line":
+        assert target.search_compiles <= 3
+
+    plan = plan_optimizer("adamw", list(model.named_parameters()))
+    step = aot.TrainingStep(model, nn.functional.mse_loss, plan, aot.split_batch(batch))
+    tx = to_optax(plan)
+    topology = aot.topology_for("v5e")
+    devices = aot.topology_devices(topology)
+    cache = aot.FigureCache(tmp_path, aot.forecast_versions())
+
+    def fits(size: int) -> bool:
+        lowered = step.lower(tx, devices, size)
+        return aot.compile_lowered(lowered, topology, size, cache).status == "compiled"
+
+    lo, hi = 8, 16
+    while fits(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    assert (target.max_batch, target.first_oom_batch) == (lo, hi)
+    assert target.max_batch_exact
+
+
+@pytest.mark.slow
+def test_fsdp_shards_weights_and_optimizer_state_over_the_chips():
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024))
+    batch = (torch.empty(64, 1024, device="meta"), torch.empty(64, 1024, device="meta"))
+    data = run(model, batch, loss_fn=nn.functional.mse_loss, chips=4).target("v5e")
+    fsdp = run(model, batch, loss_fn=nn.functional.mse_loss, chips=4, sharding="fsdp")
+    sharded = fsdp.target("v5e")
+    assert fsdp.sharding == sharded.sharding == "fsdp" and data.sharding == "data"
+    state = sum(p.numel() for p in model.parameters()) * 4 * 3  # fp32 weights, two moments
+    batch_bytes = 64 * 1024 * 4 * 2 / 4  # inputs and targets, a quarter per chip
+    assert data.memory_breakdown["argument"] == pytest.approx(state + batch_bytes, rel=0.01)
+    assert sharded.memory_breakdown["argument"] == pytest.approx(state / 4 + batch_bytes, rel=0.01)
+    assert sharded.memory_per_chip < data.memory_per_chip / 3
+    # The update runs on a quarter of each tensor per chip instead of all of it.
+    assert sharded.flops < data.flops

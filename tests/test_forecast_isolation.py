@@ -60,6 +60,7 @@ batch = (torch.randn(64, 512), torch.randint(0, 16, (64,)))
 result = forecast(model, batch, targets=["v5e", "v6e", "v5p"], cache=False)
 print("RESULT", result.interrupted, [(t.label, t.status) for t in result.targets], flush=True)
 print("CHILDREN", multiprocessing.active_children(), flush=True)
+print("RENDERED", "interrupted" in repr(result), "interrupted" in result.to_html(), flush=True)
 """
 
 
@@ -95,6 +96,7 @@ def test_ctrl_c_keeps_the_finished_targets_and_ends_the_child_quietly() -> None:
         "RESULT True [('v5e', 'compiled'), ('v6e', 'interrupted'), ('v5p', 'interrupted')]" in out
     )
     assert "CHILDREN []" in out  # the compiling child is gone
+    assert "RENDERED True True" in out
     assert "SIGTERM" not in err and "Traceback" not in err and "*** " not in err
 
 

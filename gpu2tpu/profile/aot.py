@@ -1,6 +1,6 @@
 """Compile a PyTorch training step for a TPU topology on a machine without a TPU.
 
-The adapter between gpu2tpu and JAX/torchax/libtpu (backends.md §5, verified recipe): the
+The adapter between gpu2tpu and JAX/torchax/libtpu (docs/forecast.md, "How it works"): the
 step is `torch.func.functional_call` inside the torchax environment, differentiated by
 `jax.value_and_grad` and updated by optax; it is lowered with `ShapeDtypeStruct`s placed on
 devices of a libtpu topology description and compiled by libtpu's compiler, on the CPU.
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from .optimizers import OptimizerPlan
 
 EXTRA_INSTALL = "pip install 'gpu2tpu[forecast]'"
-# Newest torch (major, minor) each torchax release imports with (backends.md §1 and §5).
+# Newest torch (major, minor) each torchax release imports with (docs/forecast.md, Install).
 TORCHAX_MAX_TORCH: dict[str, tuple[int, int]] = {"0.0.13": (2, 12)}
 _EXTRA_MODULES = (("jax", "jax"), ("jaxlib", "jaxlib"), ("torchax", "torchax"), ("optax", "optax"))
 # Set while libtpu starts on a host without a TPU: no metadata-server query, no host
@@ -130,7 +130,7 @@ def _prepare_jax() -> None:
     """Keep JAX on the CPU platform on a host without a TPU, unless the user chose a platform.
 
     With libtpu installed and no chips, JAX's default platform search loads libtpu and
-    prints start-up errors before falling back to the CPU (backends.md §5).
+    prints start-up errors before falling back to the CPU (docs/forecast.md, start-up noise).
     """
     if os.environ.get("JAX_PLATFORMS") or _tpu_present():
         return

@@ -1,6 +1,6 @@
 """Map a torch optimizer to the optax optimizer that does the same update, for the forecast.
 
-The forecast compiles the whole training step in JAX (backends.md §1: torchax trains through
+The forecast compiles the whole training step in JAX (docs/forecast.md: torchax trains through
 optax only), so the user's torch optimizer is read, not run: its class picks the update rule
 and its `param_groups` give the hyperparameters. Reading is plain torch and happens before
 anything heavy is imported, so an optimizer that has no optax equivalent is refused in one
