@@ -108,19 +108,6 @@ def add_stdlib_import(module: cst.Module, name: str) -> cst.Module:
     return module.with_changes(body=[*body[:at], new, *body[at:]])
 
 
-def imports_module(module: cst.Module, name: str) -> bool:
-    """Whether the module imports `name` (as itself) in a top-level import line."""
-    for stmt in module.body:
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            continue
-        for small in stmt.body:
-            if isinstance(small, cst.Import) and any(
-                full_name(a.name) == name and a.asname is None for a in small.names
-            ):
-                return True
-    return False
-
-
 # -- the device line, from the whole text with Python's own parser --------------------------
 
 # Variables CUDA reads once, when it starts (the first `is_available()` or device count): set

@@ -160,7 +160,7 @@ class CudaAmpAutocast(_CudaAmpName):
     code = "G2T201"
     name = "cuda-amp-autocast"
     safety = Safety.SAFE
-    message = "`torch.cuda.amp.autocast` is CUDA-only; use `torch.amp.autocast(device_type=...)`"
+    message = "`{call}` is CUDA autocast only; use `torch.amp.autocast(device_type=...)`"
     hint = "use `torch.amp.autocast(device_type=device.type, ...)`"
     api = CUDA_AUTOCAST
     imported_names = frozenset({"autocast"})
@@ -330,7 +330,7 @@ class CudaAmpGradScaler(_CudaAmpName):
     code = "G2T204"
     name = "cuda-amp-grad-scaler"
     safety = Safety.SAFE
-    message = "`torch.cuda.amp.GradScaler` is CUDA-only; use `torch.amp.GradScaler(device.type)`"
+    message = "`{call}` is CUDA-only; use `torch.amp.GradScaler(device.type)`"
     hint = "use `torch.amp.GradScaler(device.type, ...)`"
     api = CUDA_SCALER
     imported_names = frozenset({"GradScaler"})

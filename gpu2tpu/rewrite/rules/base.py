@@ -27,7 +27,7 @@ from libcst.metadata.position_provider import PositionProvidingCodegenState
 from ..analysis import names
 from ..analysis.branches import in_compat_fallback
 from ..analysis.flow import FlowFacts
-from ..analysis.literals import code_for
+from ..analysis.literals import code_for, short
 from ..analysis.names import ModuleNames, enclosing_scopes, variable_names
 from ..analysis.torch_api import float16_tests
 from ..model import Finding, Options, Safety, Severity
@@ -587,10 +587,13 @@ class Rule(cst.BatchableCSTVisitor):
         )
         if apply and self.ctx.options.withhold:  # the safety net's rerun (net.py)
             apply = not self.ctx.options.withholds(self.code, self.ctx.position(node)[0])
+        message = message or self.message
+        if "{call}" in message:  # the rule's message names the user's construct
+            message = message.replace("{call}", short(node, 50))
         pending = _Pending(
             rule=type(self),
             node=node,
-            message=message or self.message,
+            message=message,
             hint=hint if hint is not None else self.hint,
             before=self.code_for(node),
             fixed=bool(apply),

@@ -172,6 +172,7 @@ class CudaDeviceString(Rule):
         torch.zeros(3, device="cuda")           ->  torch.zeros(3, device=device)
         x.to("cuda:1")                          ->  x.to(f"{device.type}:1")
         torch.device("cuda", rank)              ->  torch.device(device.type, rank)
+        x.to(1)                                 ->  x.to(torch.device(device.type, 1))
         torch.load(p, map_location=f"cuda:{r}") ->  torch.load(p, map_location=f"{device.type}:{r}")
     """
 
@@ -180,6 +181,8 @@ class CudaDeviceString(Rule):
     safety = Safety.SAFE
     message = "device string {value} names NVIDIA GPUs; use the module's device"
     hint = "use the module's `device` variable"
+    # `.to(1)` has no `cuda` in it: the digits after `.to(` are its own tokens.
+    tokens = (b"cuda", *(f".to({d}".encode() for d in range(10)))
 
     def visit_Call(self, node: cst.Call) -> None:
         if _is_torch_device_call(self, node):
@@ -189,10 +192,29 @@ class CudaDeviceString(Rule):
             first = node.args[0]
             if first.keyword is None and not first.star and self._is_cuda_string(first.value):
                 self._replace(first.value)
+            elif first.keyword is None and not first.star and literal_index(first.value):
+                self._ordinal(node, first.value)
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value in DEVICE_KWARGS:
                 if self._is_cuda_string(arg.value):
                     self._replace(arg.value, arg.keyword.value == "map_location")
+
+    def _ordinal(self, call: cst.Call, ordinal: cst.BaseExpression) -> None:
+        """`x.to(1)`: an int device is a CUDA ordinal; it becomes the device with that index
+        on the module's device type (`cuda:1` on CUDA)."""
+        receiver = call.func.value  # type: ignore[attr-defined]
+        if isinstance(receiver, cst.Name | cst.Attribute) and self.qualified_names(receiver):
+            return  # a module's `to` function, not a tensor's or module's method
+        index = literal_index(ordinal)
+        assert index is not None
+        ctx = self.ctx
+        self.report(
+            ordinal,
+            f"device ordinal `{index}` in `{short(call, 40)}` is a CUDA device",
+            fix=lambda updated: ctx.indexed_device(index),
+            hint="use `torch.device(device.type, i)` (`cuda:i` on CUDA)",
+            uses_device=True,
+        )
 
     @staticmethod
     def _is_cuda_string(node: cst.CSTNode) -> bool:
@@ -630,7 +652,7 @@ class CudaIsAvailable(_CudaRuntimeCall):
     code = "G2T104"
     name = "cuda-is-available"
     safety = Safety.SAFE
-    message = "`torch.cuda.is_available()` asks only about NVIDIA GPUs"
+    message = "`{call}` asks only about NVIDIA GPUs"
     hint = "use `torch.accelerator.is_available()`"
     cuda_name = "torch.cuda.is_available"
     accel_name = "accelerator.is_available"
@@ -689,7 +711,7 @@ class CudaDeviceCount(_CudaRuntimeCall):
     code = "G2T105"
     name = "cuda-device-count"
     safety = Safety.SAFE
-    message = "`torch.cuda.device_count()` counts only NVIDIA GPUs"
+    message = "`{call}` counts only NVIDIA GPUs"
     hint = "use `torch.accelerator.device_count()`"
     cuda_name = "torch.cuda.device_count"
     accel_name = "accelerator.device_count"
@@ -708,7 +730,7 @@ class CudaCurrentDevice(_CudaRuntimeCall):
     code = "G2T106"
     name = "cuda-current-device"
     safety = Safety.SAFE
-    message = "`torch.cuda.current_device()` fails without CUDA"
+    message = "`{call}` fails without CUDA"
     hint = "use `torch.accelerator.current_device_index()`"
     cuda_name = "torch.cuda.current_device"
     accel_name = "accelerator.current_device_index"
