@@ -915,6 +915,7 @@ class _Work:
 
     job: _Job
     targets: list[tuple[Topology, Chip]]
+    launched: float = field(default_factory=time.time)  # when the parent started the work
 
 
 def _compile_targets(work: _Work, emit: Callable[[tuple], Any] | None) -> list[TargetForecast]:
@@ -927,6 +928,7 @@ def _compile_targets(work: _Work, emit: Callable[[tuple], Any] | None) -> list[T
 
         emit = send
     job = work.job
+    emit(("phase", "start", max(0.0, time.time() - work.launched)))  # fork and start-up
     t0 = time.perf_counter()
     forecast_versions()  # imports JAX and torchax (the child's first seconds)
     emit(("phase", "imports", time.perf_counter() - t0))
@@ -1113,8 +1115,10 @@ def _search(
     t0 = time.perf_counter()
     before = counts["compiles"]
 
+    prefix = {"text": ""}
+
     def announce(n: int, size: int) -> None:
-        emit(("status", label, f"batch search {n}/{MAX_SEARCH_COMPILES}: batch {size}"))
+        prefix["text"] = f"batch search {n}/{MAX_SEARCH_COMPILES}: "
 
     def record() -> None:
         lo, hi = search.bounds()
@@ -1140,7 +1144,7 @@ def _search(
         emit(("target", label, dataclasses.replace(result), False))
 
     search = BatchSearch(
-        lambda size: _safe(compile_at, size),
+        lambda size: _safe(lambda b: compile_at(b, prefix["text"]), size),
         granularity=devices,
         capacity=first.available_bytes or capacity,
         deadline=time.perf_counter() + job.time_budget_s,

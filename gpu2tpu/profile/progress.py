@@ -1,8 +1,8 @@
 """A live status line per forecast target, where the user is looking.
 
 A forecast compiles for minutes; silence for that long reads as a hang. Each target shows
-what it is doing and for how long ("v5e  compiling at batch 8 … 0:42", "v5e  batch search
-2/3: batch 24 … 1:10"), then its verdict. Three renderings, picked by where the forecast runs:
+what it is doing and for how long ("… v5e  compiling at batch 8 [0:42]", "… v5e  batch
+search 2/8: compiling at batch 24 [1:10]"), then its verdict. Three renderings, picked by where the forecast runs:
 
 - a notebook kernel: one display (text/plain and text/html) updated in place through an
   IPython display handle, on stdout, so it is saved with the notebook and never pink;
