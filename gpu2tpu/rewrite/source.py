@@ -9,42 +9,19 @@ visited at all (docs/architecture.md explains the speed budget behind this).
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import ClassVar
 
 import libcst as cst
 
+from . import net
 from .analysis.flow import FlowRecorder
+from .analysis.names import caller_names
 from .analysis.placement import device_line_after, device_line_blocked, leading_imports_end
 from .model import Options, Result
+from .parsing import Prepared, SourceError, parse_module, prepare
 from .rules.base import Rule, RuleContext, finalize, rules_for
 
-
-class SourceError(ValueError):
-    """The text is not Python that libcst can parse; carries a one-line reason."""
-
-    def __init__(self, reason: str, line: int | None = None, col: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.line = line
-        self.col = col
-
-
-_ERROR_AT = re.compile(r"error at (\d+):(\d+):?")
-
-
-def parse_module(text: str) -> cst.Module:
-    try:
-        return cst.parse_module(text)
-    except cst.ParserSyntaxError as err:
-        first = str(err.message).strip().splitlines()[0] if err.message else "invalid syntax"
-        # libcst's raw_line can point past the error; its message names the real place.
-        at = _ERROR_AT.search(first)
-        line, col = (int(at[1]), int(at[2]) + 1) if at else (err.raw_line, err.raw_column + 1)
-        first = _ERROR_AT.sub("", first).removeprefix("parser error: ").strip(" :")
-        raise SourceError(f"syntax error: {first}", line, col) from None
-    except RecursionError:
-        raise SourceError("too deeply nested for the parser") from None
+__all__ = ["SourceError", "parse_module", "prefilter_tokens", "rewrite_source"]
 
 
 def prefilter_tokens(options: Options) -> tuple[bytes, ...]:
@@ -59,15 +36,41 @@ def rewrite_source(text: str, options: Options | None = None) -> Result:
     """Rewrite one module's text; raise `SourceError` when it does not parse.
 
     With `options.fix` False (the `check` mode) nothing is transformed: the rules only decide,
-    and the result lists what would be fixed.
+    and the result lists what would be fixed. A changed text is verified before it is returned
+    (net.py): it compiles, and names nothing undefined and nothing before its binding that the
+    original did not; the fixes that break it are withheld and reported (`Result.withheld`).
+    Python's parser reads the text before libcst does (parsing.py): what it rejects is a
+    `SourceError`, and statements too deep for libcst are kept away from it.
     """
     options = options or Options()
     data = text.encode("utf-8", "surrogatepass")
     selected = [r for r in rules_for(options) if any(t in data for t in r.tokens)]
     if not selected:
         return Result(text, (), (), options.device_name, False)
-    module = parse_module(text)
-    ctx = RuleContext(text, options, module)
+    tokens = {t.decode("utf-8", "surrogateescape") for r in selected for t in r.tokens}
+    prepared = prepare(text, tokens)
+    first = _attempt(prepared, selected, options)
+    if not options.fix or (first.text is text and first.problem is None):
+        return first.result
+
+    def rerun(withhold: tuple[tuple[str, int, int], ...]) -> net.Attempt:
+        return _attempt(prepared, selected, dataclasses.replace(options, withhold=withhold))
+
+    known = caller_names(
+        options.device_name,
+        options.prior_imports,
+        options.prior_names,
+        first.result.required_imports,
+    )
+    return net.verified(text, first, rerun, _top_level_spans(prepared), known)
+
+
+def _attempt(prepared: Prepared, selected: list[type[Rule]], options: Options) -> net.Attempt:
+    """One run of the rules over the parsed text, and the text their fixes make."""
+    text = prepared.original
+    module = prepared.module
+    assert module is not None
+    ctx = RuleContext(prepared.text, options, module)
     ctx.index_statements()
     _module_imports(module, ctx)
     rules: list[Rule] = [rule(ctx) for rule in selected]
@@ -77,17 +80,63 @@ def rewrite_source(text: str, options: Options | None = None) -> Result:
     ctx.decide_device_name()
     if not ctx.fixes or not options.fix:
         _, findings = finalize(ctx)
-        return Result(text, (), tuple(findings), ctx.device_name_or_none(), False)
-    new_module = module.visit(_ApplyFixes(ctx))
-    new_module = _define_device(new_module, ctx)
-    new_text = new_module.code
+        return net.Attempt(text, Result(text, (), tuple(findings), ctx.device_name_or_none()))
+    failed: list[tuple[object, Exception]] = []
+    for key, entries in ctx.fixes.items():
+        ctx.fixes[key] = [(_guarded(fix, pending, failed), pending) for fix, pending in entries]
+    try:
+        new_module = module.visit(_ApplyFixes(ctx))
+        new_module = _define_device(new_module, ctx)
+        new_text, moved = prepared.restore(new_module.code)
+    except Exception as err:  # a fix that raises is withheld like one that breaks the text
+        edits, findings = finalize(ctx)
+        pending, cause = failed[0] if failed else (None, err)
+        culprit = (pending.rule.code, pending.line, pending.col) if pending is not None else None
+        problem = net.Problem("fix-error", 0, detail=f"{type(cause).__name__}: {cause}")
+        result = Result(text, tuple(edits), tuple(findings), ctx.device_name_or_none())
+        return net.Attempt(text, result, problem=problem, culprit=culprit)
+    if text.endswith("\r") and not new_text.endswith(("\r", "\n")):
+        new_text += "\r"  # libcst drops the last newline of a file that ends lines with CR
     edits, findings = finalize(ctx)
+    if moved:
+        result = Result(text, tuple(edits), tuple(findings), ctx.device_name_or_none())
+        return net.Attempt(text, result, problem=net.Problem("held", moved))
     if new_text == text:
-        return Result(text, (), tuple(findings), ctx.device_name_or_none(), False)
-    return Result(
-        new_text, tuple(edits), tuple(findings), ctx.device_name_or_none(), ctx.device_defined,
+        return net.Attempt(text, Result(text, (), tuple(findings), ctx.device_name_or_none()))
+    device_keys = frozenset(
+        (p.rule.code, p.line, p.col) for p in ctx.pending if p.fixed and p.uses_device
+    )
+    result = Result(
+        new_text,
+        tuple(edits),
+        tuple(findings),
+        ctx.device_name_or_none(),
+        ctx.device_defined,
         required_imports=tuple(ctx.required_imports),
-    )  # fmt: skip
+    )
+    return net.Attempt(new_text, result, device_keys)
+
+
+def _guarded(fix, pending, failed):  # type: ignore[no-untyped-def]
+    """`fix`, recording which fix raised (the transformer's traceback does not say)."""
+
+    def run(node):  # type: ignore[no-untyped-def]
+        try:
+            return fix(node)
+        except Exception as err:
+            failed.append((pending, err))
+            raise
+
+    return run
+
+
+def _top_level_spans(prepared: Prepared) -> list[tuple[int, int]]:
+    """First and last line of each top-level statement of the original (decorators included)."""
+    spans = []
+    for stmt in prepared.tree.body:
+        first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
+        spans.append((first, stmt.end_lineno or stmt.lineno))
+    return spans
 
 
 def _module_imports(module: cst.Module, ctx: RuleContext) -> None:
