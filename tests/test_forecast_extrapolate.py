@@ -131,3 +131,65 @@ def test_out_of_memory_at_either_depth_means_the_full_model_does_not_fit():
     both = extrapolate_outcome(outcome(1, "oom"), outcome(2, "oom"), 1, 32)
     assert both.required_bytes == pytest.approx(1000 + 10 * 32)
     assert both.available_bytes == 1500
+
+
+class MLPBlock(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, 4 * d)
+        self.fc2 = nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(nn.functional.gelu(self.fc1(self.norm(x))))
+
+
+class ResidualStack(nn.Module):
+    """Eight pre-norm MLP blocks on 512 positions: a transformer's stack without attention."""
+
+    def __init__(self, d: int = 512, layers: int = 8) -> None:
+        super().__init__()
+        self.inp = nn.Linear(d, d)
+        self.blocks = nn.ModuleList(MLPBlock(d) for _ in range(layers))
+        self.out = nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.out(x)
+
+
+@pytest.mark.slow
+@pytest.mark.torchax
+@pytest.mark.timeout(3600)
+def test_extrapolated_figures_are_within_5_percent_of_the_full_compile():
+    """One and two blocks extended to eight, against eight compiled (v5p: no memory pressure).
+    Measured: FLOPs +0.00002%, bytes -0.13%, memory per chip +0.83%."""
+    from gpu2tpu.profile.aot import ForecastUnavailable, forecast_versions
+    from gpu2tpu.profile.forecast import forecast
+
+    try:
+        forecast_versions(import_torchax=False)
+    except ForecastUnavailable as exc:
+        pytest.skip(str(exc))
+    with torch.device("meta"):
+        model = ResidualStack()
+    batch = (torch.empty(32, 512, 512, device="meta"), torch.empty(32, 512, 512, device="meta"))
+    options = dict(loss_fn=nn.functional.mse_loss, targets=["v5p"], cache=False, progress=False)
+    full = forecast(model, batch, extrapolate=False, **options).target("v5p")
+    line = forecast(model, batch, extrapolate=True, **options).target("v5p")
+    assert full.extrapolation is None and not full.extrapolated
+    assert line.extrapolation == {
+        "stack": "blocks",
+        "depth": 8,
+        "period": 1,
+        "compiled_depths": [1, 2],
+        "block_parameters": sum(p.numel() for p in MLPBlock(512).parameters()),
+    }
+    assert line.status == full.status == "compiled"
+    for name in ("flops", "bytes_accessed", "memory_per_chip", "step_seconds"):
+        assert getattr(line, name) == pytest.approx(getattr(full, name), rel=0.05), name
+    # Weights and optimizer state are exactly linear in depth.
+    assert line.memory_breakdown["argument"] == pytest.approx(full.memory_breakdown["argument"])
+    assert "extrapolated from 1 and 2 of 8 blocks" in line.summary()
