@@ -16,6 +16,7 @@ import libcst as cst
 
 from .literals import string_value
 from .names import qualified
+from .torch_api import OTHER_BACKENDS, REWRITTEN_CUDA, cuda_member
 
 if TYPE_CHECKING:
     from ..rules.base import RuleContext
@@ -271,12 +272,51 @@ def cuda_only_use(
                     return f"`{name}`"
                 if any(name == p or name.startswith(p + ".") for p in CUDA_ONLY_TORCH):
                     return f"`{name}`"
+                if _cuda_own(name):
+                    return f"`{name}`"
             if isinstance(node, cst.Name) and node.value in kernels:
                 return f"the Triton kernel `{node.value}`"
-            if isinstance(node, cst.Attribute):
-                stack.append(node.value)
+            if isinstance(node, cst.Attribute) and name is None:
+                stack.append(node.value)  # `f(x).y`: look inside; a whole dotted name is read
             continue
         stack.extend(reversed(node.children))
+    return None
+
+
+def _cuda_own(name: str) -> bool:
+    """`torch.cuda` itself as a value (`backend = torch.cuda`), or a `torch.cuda` name no rule
+    rewrites."""
+    if name == "torch.cuda":
+        return True
+    member = cuda_member(name)
+    return member is not None and member.split(".")[0] not in REWRITTEN_CUDA
+
+
+def other_backend_branch(ctx: RuleContext, test: cst.CSTNode) -> str | None:
+    """The other backend an `if` chain tests next to a CUDA test (`elif torch.xpu.is_available():`),
+    by its qualified name; None if there is none. Such a chain picks CUDA by name: widening
+    its test would send every accelerator down the CUDA branch."""
+    node: cst.CSTNode = test
+    parent = _parent(ctx, node)
+    while isinstance(parent, cst.BooleanOperation | cst.UnaryOperation):
+        node, parent = parent, _parent(ctx, parent)
+    if not (isinstance(parent, cst.If) and parent.test is node):
+        return None
+    branch = parent.orelse
+    while isinstance(branch, cst.If):
+        stack: list[cst.CSTNode] = [branch.test]
+        while stack:
+            current = stack.pop()
+            if isinstance(current, cst.Call):
+                name = (
+                    _dotted_torch(ctx, current.func)
+                    if isinstance(current.func, cst.Name | cst.Attribute)
+                    else None
+                )
+                if name in OTHER_BACKENDS:
+                    return name
+            stack.extend(current.children)
+        branch = branch.orelse
     return None
 
 

@@ -26,6 +26,27 @@ MEMORY_TOOLING = {
 }
 
 
+# `torch.cuda` names some rule rewrites to a device-agnostic form (a CUDA test that guards only
+# these may be widened to every accelerator); any other `torch.cuda` name is CUDA's own.
+REWRITTEN_CUDA = frozenset(
+    {
+        "is_available", "device_count", "current_device", "set_device", "synchronize",
+        "device", "amp", "empty_cache", "memory_allocated", "max_memory_allocated",
+        "memory_reserved", "max_memory_reserved", "memory_cached", "max_memory_cached",
+        "memory_stats", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
+        "reset_max_memory_allocated", "reset_max_memory_cached", "manual_seed",
+        "manual_seed_all", "get_rng_state", "set_rng_state", "OutOfMemoryError", "init",
+        "Event", "nvtx", "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor",
+        "LongTensor", "IntTensor", "ShortTensor", "CharTensor", "ByteTensor", "BoolTensor",
+        "is_bf16_supported",
+    }
+)  # fmt: skip
+# Availability tests of the other backends: a CUDA test next to them picks CUDA by name.
+OTHER_BACKENDS = tuple(
+    f"torch.{b}.is_available" for b in ("xpu", "mps", "npu", "hpu", "mtia", "backends.mps")
+)
+
+
 def cuda_member(qualified: str | None) -> str | None:
     """`X` for the qualified name `torch.cuda.X` (the submodules `memory`, `random` and
     `streams` folded: `torch.cuda.memory.empty_cache` is `empty_cache`); None otherwise."""

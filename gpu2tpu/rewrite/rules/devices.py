@@ -16,6 +16,7 @@ from ..analysis.branches import (
     cuda_only_use,
     device_branch,
     guarded_region,
+    other_backend_branch,
 )
 from ..analysis.edits import (
     as_positional,
@@ -669,6 +670,15 @@ class CudaIsAvailable(_CudaRuntimeCall):
                 "`torch.accelerator.is_available()`; otherwise keep it",
             )
             return
+        other = other_backend_branch(self.ctx, node)
+        if other is not None:
+            self.report(
+                node,
+                f"`torch.cuda.is_available()` picks CUDA among backends (`{other}()` follows)",
+                hint="keep it: widened to every accelerator, it would send them all down the "
+                "CUDA branch; add a branch for the TPU instead",
+            )
+            return
         cuda_only = cuda_only_use(self.ctx, region, after_fixes=True) if region else None
         if cuda_only is not None:
             # The guard protects code only CUDA has: on a TPU it would now run it and fail.
@@ -734,7 +744,6 @@ class CudaCurrentDevice(_CudaRuntimeCall):
     hint = "use `torch.accelerator.current_device_index()`"
     cuda_name = "torch.cuda.current_device"
     accel_name = "accelerator.current_device_index"
-    min_torch = "2.7"
 
 
 class CudaSetDevice(_CudaRuntimeCall):
@@ -765,7 +774,6 @@ class CudaSetDevice(_CudaRuntimeCall):
     accel_name = "accelerator.set_device_index"
     guard = True
     takes_device = True
-    min_torch = "2.7"
 
     def guard_test(self, node: cst.Call) -> str | None:
         index = find_arg(node, "device", 0)
