@@ -47,8 +47,10 @@ def test_every_case_agrees_with_torch_xla_but_the_documented_ones(tmp_path: Path
     assert len(rows) >= 25
     for name, row in rows.items():
         truth, predicted = set(row["truth"]), set(row["predicted"])
-        expected = CPU_CANNOT_KNOW.get(name, (set(), set()))
-        assert (truth - predicted, predicted - truth) == expected, (name, row)
+        allowed = [(set(), set())]
+        if name in CPU_CANNOT_KNOW:  # depends on XLA's random data, which may not repeat it
+            allowed.append(CPU_CANNOT_KNOW[name])
+        assert (truth - predicted, predicted - truth) in allowed, (name, row)
     # Every kind is present in the suite, with hazards and clean cases.
     scores = data["scores"]
     assert all(scores[kind]["cases"] >= 2 for kind in scores), scores
