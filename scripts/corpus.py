@@ -31,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("packages", nargs="*", help="names from the manifest (default: all)")
     report.add_argument("--failures", type=Path, help="write the failure list (Markdown) here")
     report.add_argument("--no-check", action="store_true", help="do not time `gpu2tpu check`")
+    report.add_argument(
+        "--own-pins", action="store_true",
+        help="also dry-run each package with target-torch read from its own pins",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     try:
         start = time.perf_counter()
@@ -51,13 +55,15 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         packages = [p for p in packages if p.name in args.packages]
-    results = []
+    results, pins = [], []
     for pkg in packages:
         work = Path(tempfile.mkdtemp(prefix=f"corpus-{pkg.name}-"))
         try:
             start = time.perf_counter()
             result = harness.run_package(pkg, cache, work, time_check=not args.no_check)
             result.notes.append(f"whole run {time.perf_counter() - start:.0f} s")
+            if args.own_pins:
+                pins.append(harness.own_pins_counts(pkg, cache, work))
         except harness.CorpusError as err:
             print(f"corpus: error: {err}", file=sys.stderr)
             return 2
@@ -67,7 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{pkg.name}: {len(result.failures)} failures; {'; '.join(result.notes)}",
               file=sys.stderr)  # fmt: skip
     print(f"Measured {datetime.date.today().isoformat()} (corpus prepared in {prepared:.0f} s):\n")
+    print(f"`gpu2tpu rewrite --target-torch {harness.installed_torch()}`:\n")
     print(harness.table(results))
+    if pins:
+        print("\nWith target-torch from each package's own pins (`gpu2tpu rewrite --check`):\n")
+        print(harness.own_pins_table(pins))
     failures = harness.failures_markdown(results)
     print("\n" + failures)
     if args.failures:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,41 @@ def test_probe_imports_names_the_failing_module_and_line(tmp_path: Path) -> None
         "file": "pkg/sub/__init__.py",
         "line": 3,
     }
+
+
+@pytest.mark.slow
+def test_run_package_reports_a_changed_smoke_result_and_ignores_old_breakage(
+    tmp_path: Path,
+) -> None:
+    """The whole pipeline on a tiny sdist (no network: the cache is laid out by hand). Its
+    smoke run records the module's source, so the rewrite must show as a smoke mismatch; a
+    file that never compiled is not blamed on the rewrite."""
+    src = tmp_path / "src" / "tinypkg-1.0"
+    (src / "tinypkg").mkdir(parents=True)
+    (src / "tinypkg" / "__init__.py").write_text(
+        "import torch\n\n"
+        'DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n\n\n'
+        "def total():\n    return torch.ones(3, device=DEVICE).sum()\n"
+    )
+    (src / "legacy.py").write_text("print 'python 2'\n")
+    cache = tmp_path / "cache"
+    (cache / "sdists").mkdir(parents=True)
+    sdist = cache / "sdists" / "tinypkg-1.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(src, arcname="tinypkg-1.0")
+    harness.deps_dir(cache).mkdir()
+    (harness.deps_dir(cache) / ".complete").touch()
+    smoke = tmp_path / "smoke_tiny.py"
+    smoke.write_text(
+        "import inspect, sys, torch, tinypkg\n"
+        "torch.save({'total': tinypkg.total(), 'source': inspect.getsource(tinypkg)}, sys.argv[1])\n"
+    )
+    pkg = harness.Package(
+        "tinypkg", "1.0", sdist.name, harness.sha256_of(sdist), ".", "tinypkg", str(smoke)
+    )
+    result = harness.run_package(pkg, cache, tmp_path / "work")
+    assert (result.files, result.compiled, result.rewritten) == (2, 1, 1)
+    assert result.edits > 0
+    assert [(f.kind, f.detail.split(":")[0]) for f in result.failures] == [
+        ("smoke mismatch", "smoke_tiny.py.source")
+    ]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 import functools
 import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -47,6 +48,14 @@ PYPI_JSON = "https://pypi.org/pypi/{name}/json"
 # Subprocess limits: one CLI run over a whole package, one import probe or smoke run.
 CLI_TIMEOUT = 1800
 RUN_TIMEOUT = 900
+
+
+def installed_torch() -> str:
+    """The installed torch as MAJOR.MINOR: the rewrite's --target-torch. The smoke runs use
+    this torch, and the packages' own pins (torch>=1.8, >=2.0, ...) would hold most fixes
+    back (they are reported instead), leaving little of the rewrite to test."""
+    major, minor = importlib.metadata.version("torch").split(".")[:2]
+    return f"{major}.{minor}"
 
 
 class CorpusError(Exception):
@@ -250,6 +259,8 @@ def undefined_names(root: Path) -> list[dict]:
         raise CorpusError(f"ruff failed in {root}: {proc.stderr[-2000:]}")
     out = []
     for d in json.loads(proc.stdout or "[]"):
+        if d.get("code") != "F821":  # ruff also reports syntax errors here (code null)
+            continue
         rel = os.path.relpath(d["filename"], root)
         out.append({"path": rel, "line": d["location"]["row"], "message": d["message"]})
     return out
@@ -351,7 +362,9 @@ def run_pair(commands: list[tuple[list[str], dict[str, str], Path]]) -> list[tup
     return out
 
 
-SUMMARY = re.compile(r"(\d+) files? rewritten.*?(\d+) edits?, (\d+) findings? left", re.S)
+SUMMARY = re.compile(
+    r"(\d+) files? (?:would be )?rewritten.*?(\d+) edits?, (\d+) findings? left", re.S
+)
 WITHHELD_SUMMARY = re.compile(r"^Fixes withheld[^:\n]*: (\d+)", re.M)
 ERROR_LINE = re.compile(r"^error: (.+?): (.*)$", re.M)
 
@@ -396,7 +409,8 @@ def hunk_at(before: str, after: str, line: int | None) -> tuple[str, str, int, i
 @functools.cache
 def check_records(orig_root: Path, rel: str) -> tuple[dict, ...]:
     """`gpu2tpu check --format json` on one original file (once per file)."""
-    proc, _ = gpu2tpu(["check", "--format", "json", "-j", "1", rel], orig_root)
+    args = ["check", "--format", "json", "-j", "1", "--target-torch", installed_torch(), rel]
+    proc, _ = gpu2tpu(args, orig_root)
     try:
         return tuple(json.loads(proc.stdout)["findings"])
     except (ValueError, KeyError):
@@ -450,12 +464,13 @@ def run_package(
     def fail(kind: str, path: str | None, line: int | None, detail: str) -> None:
         result.failures.append(attribute(Failure(pkg.name, kind, path, line, detail), orig, new))
 
+    target = ["--target-torch", installed_torch()]
     if time_check:
-        proc, result.check_s = gpu2tpu(["check", "--format", "json", "."], new)
+        proc, result.check_s = gpu2tpu(["check", "--format", "json", *target, "."], new)
         if proc.returncode == 2:
             result.notes.append(f"check exited 2: {proc.stderr.strip()[-500:]}")
 
-    proc, result.rewrite_s = gpu2tpu(["rewrite", "."], new)
+    proc, result.rewrite_s = gpu2tpu(["rewrite", *target, "."], new)
     output = proc.stdout + proc.stderr
     if proc.returncode not in (0, 1) and not ERROR_LINE.search(output):
         raise CorpusError(f"gpu2tpu rewrite exited {proc.returncode}:\n{output[-3000:]}")
@@ -468,14 +483,17 @@ def run_package(
 
     changed = [f for f in files if (orig / f).read_bytes() != (new / f).read_bytes()]
     result.rewritten = len(changed)
+    broken_after = set()
     for rel in changed:
         if rel in broken_before:
             continue
         error = compile_error(new / rel)
         if error:
+            broken_after.add(rel)
             fail("compile error", rel, error[0], error[1])
     for d in new_undefined(f821_before, undefined_names(new)):
-        fail("new undefined name", d["path"], d["line"], d["message"])
+        if d["path"] not in broken_after:  # ruff guesses names in a file it cannot parse
+            fail("new undefined name", d["path"], d["line"], d["message"])
 
     # Imports: every module that imports from the original imports from the rewrite.
     probe = str(HERE / "probe_imports.py")
@@ -519,7 +537,7 @@ def run_package(
 
         expected = torch.load(scratch / "orig" / "smoke.pt", weights_only=False)
         actual = torch.load(scratch / "new" / "smoke.pt", weights_only=False)
-        differences = compare(expected, actual, pkg.smoke)
+        differences = compare(expected, actual, Path(pkg.smoke).name)
         if differences:
             more = f"\n({len(differences) - 12} more)" if len(differences) > 12 else ""
             fail("smoke mismatch", None, None, "\n".join(differences[:12]) + more)
@@ -527,7 +545,7 @@ def run_package(
     # Idempotent: a second rewrite of the rewritten files changes nothing.
     if changed:
         snapshot = {f: (new / f).read_bytes() for f in changed}
-        gpu2tpu(["rewrite", *changed], new)
+        gpu2tpu(["rewrite", *target, *changed], new)
         for rel, text in snapshot.items():
             again = (new / rel).read_bytes()
             if again != text:
@@ -538,6 +556,40 @@ def run_package(
                     "a second rewrite changed the file again", (), before, after,
                 ))  # fmt: skip
     return result
+
+
+HELD_BACK = re.compile(r"^Fixes that need a newer torch than target-torch ([^:]+): (\d+)", re.M)
+
+
+@dataclass
+class OwnPins:
+    """A dry run (`rewrite --check`) with target-torch read from the package's own pins."""
+
+    package: Package
+    target: str
+    would_rewrite: int
+    edits: int
+    findings: int
+    held_back: int
+
+
+def own_pins_counts(pkg: Package, cache: Path, work: Path) -> OwnPins:
+    root = extract(fetch(pkg, cache), work / "pins")
+    proc, _ = gpu2tpu(["rewrite", "--check", "-q", "."], root)
+    output = proc.stdout + proc.stderr
+    rewritten, edits, findings = read_summary(output)
+    held = HELD_BACK.search(output)
+    target = held[1] if held else "(none)"
+    return OwnPins(pkg, target, rewritten, edits, findings, int(held[2]) if held else 0)
+
+
+def own_pins_table(rows: list[OwnPins]) -> str:
+    out = ["| package | target-torch from its pins | would rewrite | edits | findings "
+           "| fixes held back |", "|---|---|--:|--:|--:|--:|"]  # fmt: skip
+    for r in rows:
+        out.append(f"| {r.package.name} {r.package.version} | {r.target} | {r.would_rewrite} "
+                   f"| {r.edits} | {r.findings} | {r.held_back} |")  # fmt: skip
+    return "\n".join(out)
 
 
 def tail(log: str, lines: int = 6) -> str:
@@ -593,7 +645,7 @@ def failure_text(f: Failure) -> str:
     parts = [f"- **{f.kind}** in {f.package}, `{where}` (rules: {codes})", "", "  ```text"]
     parts += ["  " + line for line in f.detail.splitlines()] + ["  ```"]
     if f.before or f.after:
-        parts += ["", "  Reproduce: `gpu2tpu rewrite -` on the original lines gives the rewrite:",
+        parts += ["", "  The original lines and what the rewrite made of them (in the file's context):",
                   "", "  ```python", "  # original"]  # fmt: skip
         parts += ["  " + line for line in f.before.splitlines()]
         parts += ["  # rewritten"] + ["  " + line for line in f.after.splitlines()] + ["  ```"]
