@@ -37,9 +37,12 @@ def corpus_table(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def
     results: list[harness.PackageResult] = []
     yield results
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if results and reporter is not None:
-        reporter.write_sep("-", "gpu2tpu rewrite on the corpus")
-        reporter.write_line(harness.table(results))
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if results and reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():  # else fd capture swallows the table
+            reporter.write_line("")
+            reporter.write_sep("-", f"gpu2tpu rewrite --target-torch {harness.installed_torch()}")
+            reporter.write_line(harness.table(results))
 
 
 @pytest.mark.slow

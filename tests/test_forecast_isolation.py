@@ -167,6 +167,11 @@ def test_the_progress_lines_render_state_and_clock() -> None:
     assert "· v6e:2x4  waiting" in text
     progress.finished("v5e", "fits at batch 8")
     progress.status("v6e:2x4", "batch search 3/8: compiling at batch 24")
-    assert "✓ v5e" in progress.text() and "batch search 3/8: compiling at batch 24" in progress.text()
-    assert "<td style='padding-right:1em'>batch search 3/8: compiling at batch 24</td>" in progress.html()
+    assert (
+        "✓ v5e" in progress.text() and "batch search 3/8: compiling at batch 24" in progress.text()
+    )
+    assert (
+        "<td style='padding-right:1em'>batch search 3/8: compiling at batch 24</td>"
+        in progress.html()
+    )
     assert format_clock(3725) == "1:02:05" and format_clock(5.9) == "0:05"
