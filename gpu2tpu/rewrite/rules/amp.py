@@ -719,3 +719,66 @@ class Float16Dtype(Rule):
         message = self.message.format(value=f"{node.keyword.value}={self.code_for(node.value)}")
         fix, hint = float16_fix(self, lambda updated: replacement)
         self.report(node.value, message, fix=fix, hint=hint)
+
+
+# Argument classes of the Hugging Face trainers (TRL's configs subclass TrainingArguments).
+TRAINING_ARGUMENTS_PACKAGES = ("transformers", "trl", "sentence_transformers", "setfit")
+
+
+class TrainingArgumentsFloat16(Rule):
+    """`TrainingArguments(fp16=True)`: the Hugging Face Trainer's float16 mixed precision.
+
+    Why: `fp16=True` (and `fp16_full_eval=True`) run the Trainer in float16 autocast with a
+    loss scaler, a recipe made for CUDA; TPUs compute in bfloat16 and need no loss scaling,
+    so `bf16=True` is the TPU's setting (it also runs on Ampere and newer NVIDIA GPUs). The
+    switch changes numerics on CUDA, and a value computed at run time (`fp16=args.fp16`,
+    `fp16=torch.cuda.is_available()`, which becomes True on a TPU once migrated) may choose
+    float16 there: both are a person's call, so this is reported. Calls count when they
+    resolve through the module's imports to an argument class of transformers, TRL,
+    sentence-transformers or SetFit (`TrainingArguments`, `Seq2SeqTrainingArguments`,
+    `SFTConfig`, ...).
+
+    Example:
+        args = TrainingArguments("out", fp16=True)  # -> TrainingArguments("out", bf16=True)
+    """
+
+    code = "G2T213"
+    name = "training-arguments-fp16"
+    safety = Safety.REPORT
+    severity = Severity.WARNING
+    message = "`{call}` asks the Trainer for float16 with loss scaling; TPUs compute in bfloat16"
+    hint = f"use `bf16=True` instead; {NUMERICS_NOTE}"
+    tokens = (b"fp16",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        fp16 = [
+            a
+            for a in node.args
+            if a.keyword is not None
+            and a.keyword.value in ("fp16", "fp16_full_eval")
+            and not is_false(a.value)
+            and not (isinstance(a.value, cst.Name) and a.value.value == "None")
+        ]
+        if not fp16 or not self._training_arguments(node):
+            return
+        for arg in fp16:
+            assert arg.keyword is not None
+            call = f"{arg.keyword.value}={self.code_for(arg.value)}"
+            hint = self.hint
+            if not isinstance(arg.value, cst.Name) or arg.value.value != "True":
+                hint = (
+                    f"{hint}; the value is chosen at run time: make sure it is False on a TPU "
+                    "and set `bf16=` there"
+                )
+            self.report(arg.value, self.message.format(call=call), hint=hint)
+
+    def _training_arguments(self, node: cst.Call) -> bool:
+        name = qualified(self.ctx, node)
+        if name is None:
+            return False
+        package, _, last = name.rpartition(".")
+        if package.split(".")[0] not in TRAINING_ARGUMENTS_PACKAGES:
+            return False
+        return last.endswith("TrainingArguments") or (
+            package.split(".")[0] == "trl" and last.endswith("Config")
+        )

@@ -37,6 +37,7 @@ from ..analysis.literals import (
     cuda_string_index,
     is_call_to_attr,
     is_name,
+    last_segment,
     literal_index,
     short,
     string_value,
@@ -1010,3 +1011,241 @@ class PinMemory(Rule):
                 if "cuda" in test or "is_available" in test or "pin" in test:
                     return True
         return False
+
+
+# Calls whose first positional argument is a device (a string or a torch.device).
+DEVICE_FIRST = ("torch.Generator", "torch.set_default_device")
+# Calls whose second positional argument is a fallback value (`os.environ.get(k, "cuda")`).
+FALLBACK_METHODS = frozenset({"get", "pop", "setdefault"})
+FALLBACK_FUNCTIONS = ("os.getenv", "os.environ.get")
+
+
+def names_a_device(name: str | None) -> bool:
+    """Whether an option, parameter or key called `name` holds a device: `device`,
+    `--device`, `device_type`, `train_dev`, `map_location` (not `backend` or `kernel`)."""
+    if not name:
+        return False
+    lowered = name.lower().lstrip("-")
+    if "device" in lowered or lowered in ("map_location", "accelerator"):
+        return True
+    return "dev" in lowered.replace("-", "_").split("_")
+
+
+class CudaDefault(Rule):
+    """A `"cuda"` default: a parameter's, an option's, a fallback's or a configuration's.
+
+    Why: `def __init__(self, device="cuda")`, `parser.add_argument("--device",
+    default="cuda")`, `os.environ.get("DEVICE", "cuda")`, `cfg.get("device", "cuda")` and
+    `{"device": "cuda"}` make every run that does not say otherwise ask for an NVIDIA GPU,
+    which fails on a TPU. The default becomes the module's device type, a string as before:
+    `device.type` is `"cuda"` on CUDA (and `"tpu"` on a TPU); `"cuda:0"` keeps its index
+    (`f"{device.type}:0"`). A parameter's default runs when the `def` runs, so the module's
+    device line goes above it; where it cannot, or where the name does not say it holds a
+    device (`backend="cuda"` may choose a kernel, not a device), the default is reported.
+
+    Example:
+        def __init__(self, device="cuda"):            ->  def __init__(self, device=accel_device.type):
+        parser.add_argument("--device", default="cuda")  ->  ... default=accel_device.type)
+        def f(x, device="cuda:0"):                     ->  def f(x, device=f"{accel_device.type}:0"):
+        def f(x, backend="cuda"):                      # reported: a device, or a kernel choice?
+    """
+
+    code = "G2T113"
+    name = "cuda-default"
+    safety = Safety.SAFE
+    message = "{what} defaults to {value}: every run asks for an NVIDIA GPU"
+    hint = 'default to the module\'s device type: `device.type` (`"cuda"` on CUDA)'
+
+    def visit_Param(self, node: cst.Param) -> None:
+        default = node.default
+        if default is None or not cuda_literal(default):
+            return
+        name = node.name.value
+        self._default(default, f"parameter `{name}`", names_a_device(name))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if unpacks(node):
+            return
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value == "default":
+                if cuda_literal(arg.value):
+                    option = self._option_name(node)
+                    what = f"option `{option}`" if option else f"`{short(node, 40)}`"
+                    self._default(arg.value, what, names_a_device(option))
+                return
+        if len(node.args) < 2 or any(a.keyword is not None for a in node.args[:2]):
+            self._device_first(node)
+            return
+        key, fallback = node.args[0].value, node.args[1].value
+        if is_name(node.func, "getattr") and len(node.args) == 3:
+            key, fallback = node.args[1].value, node.args[2].value
+        elif not (
+            attribute_named(node.func, *FALLBACK_METHODS)
+            or self.matches_name(node, *FALLBACK_FUNCTIONS)
+        ):
+            return
+        if cuda_literal(fallback) and names_a_device(string_value(key)):
+            self._default(fallback, f"`{short(node, 40)}`", True)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        """`device: str = "cuda"` (a dataclass field, a class's configuration)."""
+        if node.value is not None and cuda_literal(node.value):
+            name = last_segment(node.target)
+            self._default(node.value, f"`{name}`", names_a_device(name))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        """`self.device = "cuda"`: an object's device setting (a plain variable is G2T103's)."""
+        if len(node.targets) != 1 or not cuda_literal(node.value):
+            return
+        target = node.targets[0].target
+        if isinstance(target, cst.Attribute) and names_a_device(target.attr.value):
+            self._default(node.value, f"`{short(target, 30)}`", True)
+
+    def visit_DictElement(self, node: cst.DictElement) -> None:
+        name = string_value(node.key)
+        if names_a_device(name) and cuda_literal(node.value):
+            self._default(node.value, f"configuration entry `{name}`", True)
+
+    def _device_first(self, node: cst.Call) -> None:
+        """`torch.Generator("cuda")`, `torch.set_default_device("cuda")`: a device by position,
+        which becomes the module's device (a `torch.device`, which both take)."""
+        if not node.args or node.args[0].keyword is not None or node.args[0].star:
+            return
+        literal = node.args[0].value
+        if cuda_string_index(literal) != "" or not self.matches_name(node, *DEVICE_FIRST):
+            return
+        ctx = self.ctx
+        known = accelerator_known(ctx, node)
+        self.report(
+            literal,
+            f"`{short(node, 40)}` names NVIDIA GPUs",
+            fix=lambda updated: ctx.current_device(known),
+            hint="use the module's device",
+            uses_device=not known,
+        )
+
+    @staticmethod
+    def _option_name(call: cst.Call) -> str | None:
+        """`--device` for `add_argument("-d", "--device", ...)`, or its `dest=`/`name=`."""
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value in ("dest", "name"):
+                return string_value(arg.value)
+        options = [string_value(a.value) for a in call.args if a.keyword is None]
+        named = [o for o in options if o]
+        return max(named, key=len) if named else None
+
+    def _default(self, literal: cst.BaseExpression, what: str, device_named: bool) -> None:
+        message = self.message.format(what=what, value=f"`{self.code_for(literal)}`")
+        if not device_named:
+            self.report(
+                literal,
+                message,
+                hint="if it names a device, default to the module's device type "
+                '(`device.type`, `"cuda"` on CUDA); if it chooses a CUDA kernel, keep it for '
+                "CUDA and give other devices their own choice",
+            )
+            return
+        ctx = self.ctx
+        index = cuda_string_index(literal)
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            if index == "":
+                return ctx.device_type()
+            return indexed_device_string(ctx, updated)
+
+        self.report(literal, message, fix=fix, uses_device=True)
+
+
+LIGHTNING_TRAINERS = frozenset(
+    f"{package}.{name}"
+    for package in (
+        "lightning",
+        "lightning.pytorch",
+        "lightning.pytorch.trainer",
+        "lightning.pytorch.trainer.trainer",
+        "pytorch_lightning",
+        "pytorch_lightning.trainer",
+        "pytorch_lightning.trainer.trainer",
+        "lightning.fabric",
+        "lightning.fabric.fabric",
+        "lightning_fabric",
+        "lightning_fabric.fabric",
+    )
+    for name in ("Trainer", "Fabric")
+)
+
+
+class LightningGpuAccelerator(Rule):
+    """Lightning asked for NVIDIA GPUs: `Trainer(accelerator="gpu")`, `Trainer(gpus=2)`.
+
+    Why: `accelerator="gpu"` (or `"cuda"`) makes Lightning raise on a machine without an
+    NVIDIA GPU, a TPU host included; `gpus=` is Lightning 1.x's spelling of the same, removed
+    in 2.0. `accelerator="auto"` picks the TPU, a GPU or the CPU, whichever the machine has
+    (Lightning runs TPUs through PyTorch/XLA), and `devices=` says how many. Only calls that
+    resolve to Lightning's `Trainer` or `Fabric` through the module's imports count.
+
+    Example:
+        trainer = L.Trainer(accelerator="gpu", devices=1)  # -> accelerator="auto"
+        trainer = pl.Trainer(gpus=1)                        # -> accelerator="auto", devices=1
+    """
+
+    code = "G2T114"
+    name = "lightning-gpu-accelerator"
+    safety = Safety.REPORT
+    message = "`{call}` asks Lightning for NVIDIA GPUs; it raises on a TPU host"
+    hint = 'use `accelerator="auto"` (the TPU, a GPU or the CPU, whichever is there) and `devices=`'
+    tokens = (b"Trainer", b"Fabric")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not node.args or not self.matches_name(node, *LIGHTNING_TRAINERS):
+            return
+        for arg in node.args:
+            if arg.keyword is None:
+                continue
+            key = arg.keyword.value
+            message = self.message.format(call=f"{key}={short(arg.value, 30)}")
+            if key == "accelerator" and string_value(arg.value) in ("gpu", "cuda"):
+                self.report(arg, message)
+                return
+            if key == "gpus" and not is_name(arg.value, "None"):
+                self.report(
+                    arg,
+                    message,
+                    hint='`gpus=` was removed in Lightning 2.0: use `accelerator="auto"` and '
+                    "`devices=` (how many)",
+                )
+                return
+
+
+class DeviceMapCuda(Rule):
+    """`device_map="cuda"` (or `"cuda:0"`, `{"": "cuda"}`) when a model is loaded.
+
+    Why: transformers (with accelerate) and diffusers place the loaded weights on the device
+    the map names: CUDA, which fails on a TPU host. The keyword is the libraries' own, so any
+    call with it counts (`AutoModel.from_pretrained`, `pipeline`, `DiffusionPipeline`).
+    Load on the CPU (no `device_map`) and move the model with `.to(device)`, the module's
+    device; whether a sharded map (`"auto"`) places weights on a TPU is the library's choice.
+
+    Example:
+        model = AutoModelForCausalLM.from_pretrained(name, device_map="cuda")
+        # -> from_pretrained(name) then model.to(device)
+    """
+
+    code = "G2T115"
+    name = "device-map-cuda"
+    safety = Safety.REPORT
+    message = "`device_map={value}` loads the weights onto NVIDIA GPUs"
+    hint = "load without `device_map` (on the CPU) and move the model with `.to(device)`"
+    tokens = (b"device_map",)
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is None or node.keyword.value != "device_map":
+            return
+        value = node.value
+        named = cuda_literal(value)
+        if isinstance(value, cst.Dict):
+            named = any(
+                isinstance(e, cst.DictElement) and cuda_literal(e.value) for e in value.elements
+            )
+        if named:
+            self.report(value, self.message.format(value=short(value, 30)))

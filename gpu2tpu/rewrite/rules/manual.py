@@ -702,3 +702,103 @@ class SdpKernel(Rule):
                 return None
             flags[key] = value.value == "True"
         return flags
+
+
+FLASH_IMPLEMENTATIONS = frozenset({"flash_attention_2", "flash_attention_3"})
+
+
+class FlashAttentionImplementation(_Manual):
+    """`attn_implementation="flash_attention_2"`: transformers' FlashAttention kernels.
+
+    Why: the value makes transformers run attention through the flash-attn package, whose
+    kernels are CUDA-only (G2T506); loading the model fails where it is not installed or has
+    no GPU. `"sdpa"` (PyTorch's `scaled_dot_product_attention`) runs on every device and is
+    transformers' default where available. Covered: the keyword of any call (the libraries'
+    own: `from_pretrained`, `AutoConfig`), `config.attn_implementation = ...` /
+    `_attn_implementation`, and the older `use_flash_attention_2=True`.
+
+    Example:
+        model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="flash_attention_2")
+        # -> attn_implementation="sdpa"
+    """
+
+    code = "G2T517"
+    name = "flash-attention-implementation"
+    message = "`{what}` runs attention through flash-attn's CUDA kernels"
+    hint = 'use `attn_implementation="sdpa"`: PyTorch\'s attention, on every device'
+    tokens = (b"flash_attention_", b"use_flash_attention_2")
+
+    KEYWORDS = frozenset({"attn_implementation", "_attn_implementation"})
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is None:
+            return
+        key = node.keyword.value
+        value = node.value
+        if key in self.KEYWORDS:
+            flash = string_value(value) in FLASH_IMPLEMENTATIONS
+        else:
+            off = isinstance(value, cst.Name) and value.value in ("False", "None")
+            flash = key == "use_flash_attention_2" and not off
+        if flash:
+            what = f"{key}={self.code_for(value)}"
+            self.report(value, self.message.format(what=what))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if string_value(node.value) not in FLASH_IMPLEMENTATIONS:
+            return
+        for target in node.targets:
+            if last_segment(target.target) in self.KEYWORDS:
+                what = f"{short(target.target, 40)} = {self.code_for(node.value)}"
+                self.report(node.value, self.message.format(what=what))
+                return
+
+
+class NumbaCuda(_Manual):
+    """Numba's CUDA target: `from numba import cuda`, `import numba.cuda`, `@cuda.jit` kernels.
+
+    Why: `numba.cuda` compiles Python kernels for NVIDIA GPUs and copies arrays to them; a
+    TPU has no CUDA driver, so the kernels cannot launch. Numba's CPU `@numba.jit` is fine.
+    Rewrite each kernel as PyTorch ops on the module's device (or a Pallas kernel on a TPU).
+    Names are resolved through the imports in scope, so `@jit` after `from numba import jit`
+    is not reported.
+
+    Example:
+        from numba import cuda           # G2T518
+        @cuda.jit                        # G2T518: PyTorch ops (or a Pallas kernel) instead
+        def add(a, b, out): ...
+    """
+
+    code = "G2T518"
+    name = "numba-cuda"
+    message = "Numba's CUDA target ({what}) runs on NVIDIA GPUs only"
+    hint = "rewrite the kernel as PyTorch ops on the module's device (or a Pallas kernel on TPU)"
+    tokens = (b"numba",)
+    whole_module = True  # `@cuda.jit` after `from numba import cuda` has no `numba` token
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            if full_name(alias.name).startswith("numba.cuda"):
+                self.report(node, self.message.format(what=f"`{short(node, 50)}`"))
+                return
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.relative or node.module is None:
+            return
+        module = full_name(node.module)
+        cuda = module == "numba" and not isinstance(node.names, cst.ImportStar)
+        if module.startswith("numba.cuda") or (
+            cuda and any(a.evaluated_name == "cuda" for a in node.names)  # type: ignore[union-attr]
+        ):
+            self.report(node, self.message.format(what=f"`{short(node, 50)}`"))
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        for decorator in node.decorators:
+            target = decorator.decorator
+            if isinstance(target, cst.Call):
+                target = target.func
+            name = self.qualified_names(target)
+            if any(n.startswith("numba.cuda.") for n in name):
+                message = f"Numba CUDA kernel `{node.name.value}` runs on NVIDIA GPUs only"
+                self.report(decorator, message)
+                return
