@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from .literals import code_for
+from .literals import code_for, string_value
 
 if TYPE_CHECKING:
     from ..rules.base import Rule, RuleContext
@@ -386,4 +386,32 @@ def indexed_device_string(
         ],
         start=f"f{prefix}{quote}",
         end=quote,
+    )
+
+
+def on_cuda_only(
+    ctx: RuleContext, value: cst.BaseExpression, otherwise: cst.BaseExpression
+) -> cst.IfExp:
+    """`value if device.type == "cuda" else otherwise`: what CUDA did, exactly, on CUDA (a
+    process's device index, DDP's `device_ids`), and `otherwise` on every other device."""
+    test = cst.Comparison(
+        left=ctx.device_type(),
+        comparisons=[cst.ComparisonTarget(cst.Equal(), cst.SimpleString('"cuda"'))],
+    )
+    body = value.with_changes(lpar=[], rpar=[]) if isinstance(value, cst.IfExp) else value
+    if isinstance(value, cst.IfExp | cst.Lambda | cst.NamedExpr):
+        body = parenthesized(body)
+    return cst.IfExp(test=test, body=body, orelse=otherwise)
+
+
+def is_cuda_only(node: cst.CSTNode) -> bool:
+    """`x if <test> else None` / `x if device.type == "cuda" else device`: a value already
+    given on some devices only (what `on_cuda_only` writes)."""
+    if not isinstance(node, cst.IfExp) or not isinstance(node.test, cst.Comparison):
+        return False
+    comparisons = node.test.comparisons
+    return (
+        len(comparisons) == 1
+        and isinstance(comparisons[0].operator, cst.Equal)
+        and string_value(comparisons[0].comparator) == "cuda"
     )

@@ -24,7 +24,9 @@ from ..analysis.edits import (
     find_arg,
     guarded_line,
     indexed_device_string,
+    is_cuda_only,
     keyword,
+    on_cuda_only,
     parenthesized,
     sole_statement,
     string_literal,
@@ -43,6 +45,7 @@ from ..analysis.literals import (
     string_value,
 )
 from ..analysis.names import defines_attribute, is_store
+from ..analysis.ranks import device_index_names, spawn_counts
 from ..model import Safety, Severity
 from .base import Rule
 
@@ -60,9 +63,12 @@ class CudaMethod(Rule):
     Why: the call fails on TPUs and on machines without CUDA. `.to(device)` with the module's
     device runs anywhere and is `.cuda()` on CUDA. Every argument is kept: a literal index
     becomes `torch.device(device.type, i)` (`cuda:i` on CUDA), `non_blocking` (also given by
-    position) and `memory_format` become keywords of `.to`. An index that is not a literal is
-    reported: `.cuda(i)` accepts an int, a string or a device, and `-1` (what `get_device()`
-    gives for a CPU tensor) means the current device, which `torch.device` does not accept.
+    position) and `memory_format` become keywords of `.to`. The process's rank as index
+    (`local_rank`, or a value the module passes to DDP's `device_ids`, G2T407) is kept on
+    CUDA: `.to(rank if device.type == "cuda" else device)`. Any other index that is not a
+    literal is reported: `.cuda(i)` accepts an int, a string or a device, and `-1` (what
+    `get_device()` gives for a CPU tensor) means the current device, which `torch.device`
+    does not accept.
     Storages (`x.untyped_storage().cuda()`) are reported: `UntypedStorage.to` takes keywords
     only. A module that defines its own `cuda` method has its `self.cuda()` calls reported.
 
@@ -70,7 +76,8 @@ class CudaMethod(Rule):
         model.cuda()                  ->  model.to(device)
         x.cuda(non_blocking=True)     ->  x.to(device, non_blocking=True)
         x.cuda(1, True)               ->  x.to(torch.device(device.type, 1), non_blocking=True)
-        x.cuda(local_rank)            # reported: keep the index on CUDA, by hand
+        x.cuda(local_rank)            ->  x.to(local_rank if device.type == "cuda" else device)
+        x.cuda(i)                     # reported: keep the index on CUDA, by hand
     """
 
     code = "G2T101"
@@ -109,9 +116,11 @@ class CudaMethod(Rule):
             self.report(node, message, hint="arguments `.to` does not take: move by hand")
             return
         index = None
+        rank = False
         if device is not None and not is_name(device.value, "None"):
             index = literal_index(device.value)
-            if index is None:
+            rank = index is None and self._rank_index(device.value)
+            if index is None and not rank:
                 self.report(
                     node,
                     message,
@@ -124,6 +133,10 @@ class CudaMethod(Rule):
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
             assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
             target = ctx.indexed_device(index) if index is not None else ctx.device()
+            if rank:
+                moved = find_arg(updated, "device", 0)
+                assert moved is not None
+                target = on_cuda_only(ctx, moved.value, ctx.device())
             args = [cst.Arg(target)]
             new_blocking = find_arg(updated, "non_blocking", 1)
             if new_blocking is not None:
@@ -142,6 +155,15 @@ class CudaMethod(Rule):
             )
 
         self.report(node, message, fix=fix, uses_device=True)
+
+    def _rank_index(self, value: cst.BaseExpression) -> bool:
+        """Whether `.cuda(value)` picks the process's GPU by its rank (`local_rank`, the DDP
+        tutorial's `self.gpu_id`): kept on CUDA, the module's device elsewhere."""
+        if is_cuda_only(value):
+            return False
+        if last_segment(value) in device_index_names(self.ctx):
+            return True
+        return self.ctx.flow.refers_to_rank(value, index_only=True)
 
     def _is_storage(self, receiver: cst.CSTNode) -> bool:
         if isinstance(receiver, cst.Call) and attribute_named(receiver.func, *STORAGE_METHODS):
@@ -714,9 +736,15 @@ class CudaDeviceCount(_CudaRuntimeCall):
     """`torch.cuda.device_count()` counts only NVIDIA GPUs.
 
     Why: on a TPU host it is 0. `torch.accelerator.device_count()` counts the local chips.
+    Where the count is how many processes `torch.multiprocessing.spawn` starts (`world_size =
+    torch.cuda.device_count()` then `mp.spawn(main, nprocs=world_size)`, the DDP tutorial),
+    it is at least one: `torch.accelerator.device_count() or 1`, the same count wherever
+    there is a GPU, and one CPU process (gloo) where there is none, instead of no process.
 
     Example:
         n = torch.cuda.device_count()  ->  n = torch.accelerator.device_count()
+        world_size = torch.cuda.device_count()  # then mp.spawn(..., nprocs=world_size)
+        ->  world_size = torch.accelerator.device_count() or 1
     """
 
     code = "G2T105"
@@ -726,6 +754,35 @@ class CudaDeviceCount(_CudaRuntimeCall):
     hint = "use `torch.accelerator.device_count()`"
     cuda_name = "torch.cuda.device_count"
     accel_name = "accelerator.device_count"
+
+    def rewrite(self, node: cst.Call) -> None:
+        if node.args or not self._spawn_count(node):
+            super().rewrite(node)
+            return
+        ctx = self.ctx
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(updated, cst.Call)
+            count = updated.with_changes(func=ctx.torch_attr(self.accel_name))
+            return cst.BooleanOperation(left=count, operator=cst.Or(), right=cst.Integer("1"))
+
+        self.report(
+            node,
+            self.message_for(node),
+            fix=fix,
+            hint="use `torch.accelerator.device_count() or 1`: the processes `mp.spawn` starts",
+        )
+
+    def _spawn_count(self, node: cst.Call) -> bool:
+        """Whether the count is the `nprocs` of a `torch.multiprocessing.spawn` call, directly
+        or through a module-level or local name assigned from it alone."""
+        parent = self.parent(node)
+        if isinstance(parent, cst.Arg) and parent.keyword is not None:
+            return parent.keyword.value == "nprocs"
+        if not isinstance(parent, cst.Assign) or len(parent.targets) != 1:
+            return False
+        target = parent.targets[0].target
+        return isinstance(target, cst.Name) and target.value in spawn_counts(self.ctx)
 
 
 class CudaCurrentDevice(_CudaRuntimeCall):

@@ -12,9 +12,10 @@ import re
 import libcst as cst
 
 from ..analysis.branches import device_branch
-from ..analysis.edits import positional_args
-from ..analysis.literals import is_name, short, string_value
+from ..analysis.edits import is_cuda_only, on_cuda_only, positional_args
+from ..analysis.literals import attribute_named, is_name, last_segment, short, string_value
 from ..analysis.names import module_level_alias
+from ..analysis.ranks import device_index_names
 from ..model import Safety, Severity
 from .base import Rule
 
@@ -291,23 +292,23 @@ class NcclString(Rule):
 class DdpDeviceIds(Rule):
     """`DistributedDataParallel(model, device_ids=[rank], output_device=rank)`.
 
-    Why: device ids are CUDA ordinals. DDP accepts them only for CUDA modules; on a TPU or
-    the CPU it raises (TorchTPU: "do not pass device_ids to DDP"). For a module on one device
-    PyTorch documents `device_ids=None` as equivalent on CUDA too: the module's own device is
-    used and outputs stay there. So both arguments are dropped. One difference remains: with
-    `device_ids`, DDP also moved inputs that were still on the CPU; the rewrite of `.cuda()`
-    and device strings moves the batches explicitly, which is what device-agnostic code does.
+    Why: device ids are CUDA ordinals. DDP accepts them only for CUDA modules: for a module on
+    the CPU, or on another accelerator, it raises a ValueError. Dropping them is not the same
+    on CUDA: with `device_ids`, DDP's forward also moves inputs still on the CPU to the
+    rank's GPU. So each is passed on CUDA only (`[rank] if device.type == "cuda" else None`),
+    which is the original on CUDA and DDP's default (the module's own device) elsewhere.
 
     Example:
         DDP(model, device_ids=[local_rank], output_device=local_rank)
-        ->  DDP(model)
+        ->  DDP(model, device_ids=[local_rank] if device.type == "cuda" else None,
+                output_device=local_rank if device.type == "cuda" else None)
     """
 
     code = "G2T405"
     name = "ddp-device-ids"
     safety = Safety.SAFE
-    message = "`device_ids`/`output_device` work only for CUDA modules; DDP needs neither"
-    hint = "drop them: DDP uses the module's device (move each batch with `.to(device)`)"
+    message = "`device_ids`/`output_device` work only for CUDA modules"
+    hint = 'pass them on CUDA only: `device_ids=[rank] if device.type == "cuda" else None`'
     tokens = (b"device_ids", b"output_device")
 
     PARAMS = ("device_ids", "output_device")
@@ -316,28 +317,22 @@ class DdpDeviceIds(Rule):
         if not self.matches_name(node, *DDP_NAMES):
             return
         found = self._device_args(node)
-        drop = {i for i in found.values() if not _is_guarded(node.args[i].value)}
-        if not drop:
+        wrap = {i for i in found.values() if not _is_guarded(node.args[i].value)}
+        if not wrap:
             return
-        last = max(drop)
-        if any(a.keyword is None and not a.star for a in node.args[last + 1 :]):
-            self.report(
-                node, hint="drop `device_ids`/`output_device` by hand (positional arguments follow)"
-            )
-            return
+        ctx = self.ctx
 
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
             assert isinstance(updated, cst.Call)
-            args = [a for i, a in enumerate(updated.args) if i not in drop]
-            if args and updated.args[-1] is not args[-1]:
-                # the dropped last argument carried the layout before `)`
-                tail = updated.args[-1]
-                args[-1] = args[-1].with_changes(
-                    comma=tail.comma, whitespace_after_arg=tail.whitespace_after_arg
-                )
+            args = [
+                a.with_changes(value=on_cuda_only(ctx, a.value, cst.Name("None")))
+                if i in wrap
+                else a
+                for i, a in enumerate(updated.args)
+            ]
             return updated.with_changes(args=args)
 
-        self.report(node, fix=fix)
+        self.report(node, fix=fix, uses_device=True)
 
     def _device_args(self, node: cst.Call) -> dict[str, int]:
         found: dict[str, int] = {}
@@ -388,25 +383,30 @@ class LocalRankDevice(Rule):
 
     Why: on CUDA each rank picks its GPU by index. A TPU process owns exactly one chip, which
     is always index 0, so `set_device_index(local_rank)` raises on every rank but the first,
-    and `.to(rank)` (an integer device is a CUDA ordinal) fails. Select the index only on CUDA
-    and move tensors with the module's device. (`torch.device(f"cuda:{rank}")` and
-    `.cuda(rank)` are rewritten to the device by G2T101/G2T102.)
+    and `.to(rank)` (an integer device is a CUDA ordinal) fails on every other device, the
+    CPU included. `.to(rank)` becomes `.to(rank if device.type == "cuda" else device)`: the
+    same ordinal on CUDA, the module's device elsewhere. An index is the rank when its name
+    says so (`local_rank`, `get_rank()`, `$LOCAL_RANK`) or when the module uses the value as
+    one: DDP's `device_ids=[gpu_id]`, `set_device(gpu_id)`, `gpu_id = int(os.environ[
+    "LOCAL_RANK"])` (the DDP tutorial's `self.gpu_id`). `set_device(local_rank)` is G2T107's
+    fix (selected on CUDA only); where it cannot be, it is reported here.
 
     Example:
+        model = model.to(self.gpu_id)
+        ->  model = model.to(self.gpu_id if device.type == "cuda" else device)
         torch.cuda.set_device(local_rank)
-        ->  if device.type == "cuda": torch.accelerator.set_device_index(local_rank)
-        model.to(rank)  ->  model.to(device)
+        ->  if device.type == "cuda": torch.accelerator.set_device_index(local_rank)  (G2T107)
     """
 
     code = "G2T407"
     name = "local-rank-device"
-    safety = Safety.REPORT
+    safety = Safety.SAFE
     message = "device index `{index}` is the process's rank; a TPU process owns only index 0"
     hint = (
         'select it only on CUDA: `if device.type == "cuda": '
         "torch.accelerator.set_device_index(local_rank)`, then use `.to(device)`"
     )
-    tokens = (b"rank", b"RANK", b"set_device")
+    tokens = (b"rank", b"RANK", b"set_device", b"device_ids", b"output_device")
     uses_flow = True
 
     def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
@@ -428,11 +428,42 @@ class LocalRankDevice(Rule):
             self.candidates.append((node, index))
 
     def leave_Module(self, original_node: cst.Module) -> None:
+        ctx = self.ctx
         for node, index in self.candidates:
-            if device_branch(self.ctx, node) == "cuda":
+            if device_branch(ctx, node) == "cuda" or is_cuda_only(index):
                 continue  # selected on CUDA only, as asked (G2T107 writes this)
-            if refers_to_local_rank(self, index):
-                self.report(node, self.message.format(index=short(index, 30)))
+            is_to = attribute_named(node.func, "to")
+            named = is_to and last_segment(index) in device_index_names(ctx)
+            if not (named or refers_to_local_rank(self, index)):
+                continue
+            message = self.message.format(index=short(index, 30))
+            if not is_to:
+                self.report(node, message)
+                continue
+            arg = positional_args(node)[0]
+            self.report(
+                node,
+                message,
+                fix=self._move(node, arg),
+                hint="on CUDA keep the index, elsewhere use the module's device: `.to(rank if "
+                'device.type == "cuda" else device)`',
+                uses_device=True,
+            )
+
+    def _move(self, node: cst.Call, arg: cst.Arg):  # type: ignore[no-untyped-def]
+        """The fix of `.to(rank)`: the same index on CUDA, the module's device elsewhere."""
+        ctx = self.ctx
+        position = list(node.args).index(arg)
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(updated, cst.Call)
+            args = list(updated.args)
+            args[position] = args[position].with_changes(
+                value=on_cuda_only(ctx, args[position].value, ctx.device())
+            )
+            return updated.with_changes(args=args)
+
+        return fix
 
 
 class DeviceMeshCuda(Rule):
