@@ -8,7 +8,7 @@ DEPS_STAMP := $(VENV)/.deps-$(LOCK_HASH)
 SRC_STAMP := $(VENV)/.src-$(shell printf '%s' "$(CURDIR)" | sha256sum | cut -c1-16)
 HTML_MANAGER := tests/browser/node_modules/@jupyter-widgets/html-manager/dist/embed.js
 
-.PHONY: install test lint demo browser-deps bench clean lock install-xla test-xla lock-xla corpus
+.PHONY: install test lint demo browser-deps bench clean lock install-xla test-xla lock-xla corpus tpu-env
 
 $(DEPS_STAMP): $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -22,7 +22,7 @@ from gpu2tpu.backends import (
     choose_backend,
     get_backend,
 )
-from gpu2tpu.backends.base import accelerator_answers, default_device, tpu_chips_on_pci
+from gpu2tpu.backends.base import accelerator_answers, tpu_chips_on_pci
 
 
 @pytest.fixture
@@ -87,7 +87,8 @@ def test_cuda_backend_on_a_gpu() -> None:
     assert chip.count == torch.cuda.device_count() and chip.kind == chip_kind(chip.name)
     cuda.reset_peak_memory()
     with cuda.activate() as dev:
-        block = torch.ones(2**20)  # default device: the GPU
+        assert torch.ones(2).device.type == "cpu"  # host data stays on the host
+        block = torch.ones(2**20, device=dev)
         assert block.device.type == "cuda" and dev.type == "cuda"
         cuda.synchronize()
         mem = cuda.memory()
@@ -160,13 +161,23 @@ def test_activate_routes_the_accelerator_and_restores_it_on_error() -> None:
     assert torch.accelerator.current_accelerator is original
 
 
-def test_default_device_set_and_restored_even_on_error() -> None:
-    assert torch.get_default_device().type == "cpu"
-    with pytest.raises(KeyboardInterrupt), default_device(torch.device("meta")):
-        assert torch.empty(2).device.type == "meta"
-        raise KeyboardInterrupt
-    assert torch.get_default_device().type == "cpu"
-    assert torch.empty(2).device.type == "cpu"
+def test_torch_itself_gets_torchs_own_accelerator_answers() -> None:
+    """The user's code asks for the backend's device; torch's modules keep their answers,
+    so a DataLoader that pins its batches does not try to pin them for the backend (on
+    PyTorch/XLA: "XLA device type not an accelerator")."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.arange(6.0).reshape(3, 2))
+    native = torch.accelerator.is_available()
+    with accelerator_answers(torch.device("meta")), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "pin_memory ... no accelerator is found", as without us
+        assert torch.accelerator.current_accelerator() == torch.device("meta")
+        assert torch.accelerator.is_available()
+        assert torch.empty(2).device.type == "cpu"  # no default device
+        loader = iter(DataLoader(data, batch_size=2, pin_memory=True))
+        assert loader._pin_memory is native  # torch's own answer
+        [batch] = next(loader)
+    assert batch.device.type == "cpu" and batch.tolist() == [[0.0, 1.0], [2.0, 3.0]]
 
 
 def test_accelerator_answers_calls_backend_synchronize() -> None:
@@ -200,7 +211,7 @@ def test_torchtpu_standin_is_picked_by_auto_and_adapts_its_calls(torch_tpu: None
     backend.synchronize()  # through torch.accelerator: torch.tpu.synchronize is internal
     assert loader.synchronized == ["synchronize"]
     with pytest.raises(ValueError, match="half-way"), backend.activate() as dev:
-        assert dev.type == "meta" and torch.empty(3).device.type == "meta"
+        assert dev.type == "meta" and torch.empty(3).device.type == "cpu"
         assert torch.accelerator.current_accelerator(check_available=True) == dev
         torch.accelerator.synchronize()
         raise ValueError("half-way")

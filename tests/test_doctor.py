@@ -20,7 +20,7 @@ from rich.console import Console
 from standins import forget_standins, use_standins
 from standins.metadata import STANDIN_SETS, build_site
 
-from gpu2tpu.readiness.doctor import DoctorReport, diagnose, doctor_magic_output, main
+from gpu2tpu.readiness.doctor import DoctorReport, diagnose, main
 from gpu2tpu.readiness.environment import chips_in_slice, detect_environment
 from gpu2tpu.readiness.versions import TCMALLOC_INSTALL, check_versions, read_installed
 
@@ -199,6 +199,22 @@ def test_matching_stand_in_sets_on_a_tpu_have_no_problems(tmp_path: Path, name: 
     }
     for package, line in expected.items():
         assert (line in report.usable) == (package in installed), report.usable
+
+
+def test_what_each_extra_would_add_is_said_not_counted_as_a_problem(tmp_path: Path) -> None:
+    # torch, torch_xla and libtpu, without IPython, ipywidgets or the forecast's packages.
+    report = stand_in(tmp_path, "xla_matching")
+    assert report.ok, str(report)
+    notebook, forecast = report.missing
+    assert notebook.packages == ("IPython", "ipywidgets")
+    assert notebook.install == "pip install 'gpu2tpu[notebook]'"
+    assert forecast.packages == ("jax", "jaxlib", "torchax", "optax")  # libtpu is there
+    assert forecast.install == "pip install 'gpu2tpu[forecast]'"
+    assert report.missing_optional == ["torch_tpu"]  # torchax is named with its extra
+    text = str(report)
+    assert f"  - {notebook.line}" in text and f"  - {forecast.line}" in text
+    assert report.to_dict()["missing"][0]["packages"] == ["IPython", "ipywidgets"]
+    assert report.versions["torch_xla"] == "2.9.0" and report.versions["ipython"] is None
 
 
 def test_python_older_than_a_package_requires(tmp_path: Path) -> None:
@@ -453,23 +469,13 @@ def test_main_exits_1_when_versions_clash(
     assert 'fix: pip install "torch==' in out
 
 
-def test_magic_output_prints_text_outside_a_notebook(capsys: pytest.CaptureFixture[str]) -> None:
-    report = doctor_magic_output(shell=None)
+def test_magic_prints_text_outside_a_notebook(capsys: pytest.CaptureFixture[str]) -> None:
+    # In a kernel it is a widget with HTML and text beside it (tests/test_magics.py).
+    from gpu2tpu.magics.info import show_doctor
+
+    report = show_doctor(shell=None)
     out = capsys.readouterr().out
-    assert out.startswith("gpu2tpu doctor: ")
-    assert report.headline in out
-
-
-def test_magic_output_shows_the_widget_in_a_kernel(capsys: pytest.CaptureFixture[str]) -> None:
-    class KernelShell:
-        kernel = object()  # what IPython's kernel shell has and a terminal shell lacks
-
-    report = doctor_magic_output(shell=KernelShell())
-    out = capsys.readouterr().out
-    # Outside a running kernel, IPython.display.display prints the widget's repr.
-    assert out.startswith("VBox(")
-    assert not out.startswith("gpu2tpu doctor:")
-    assert report.environment.label
+    assert out.startswith("gpu2tpu doctor: ") and out.rstrip("\n") == str(report)
 
 
 def test_unparsable_requirement_lines_are_skipped(tmp_path: Path) -> None:

@@ -187,18 +187,21 @@ def test_leading_blank_lines_keep_line_numbers(ip: InteractiveShell) -> None:
     assert last_frame(result.error_in_exec).lineno == 4
 
 
-def test_failing_cell_restores_default_device_on_a_tpu_backend(
+def test_host_data_stays_on_the_host_and_a_failing_cell_restores_the_accelerator(
     ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     use_standins(monkeypatch, "torch_tpu")  # its "TPU" is the meta device
+    original = torch.accelerator.current_accelerator
     cell = (
-        "%%tpu --backend tpu\nz = torch.empty(2)\nkind = z.device.type\nraise KeyboardInterrupt\n"
+        "%%tpu --backend tpu\nz = torch.empty(2)\nkinds = (z.device.type, z.cuda().device.type)"
+        "\nraise KeyboardInterrupt\n"
     )
     result, _ = run(ip, cell)
     assert isinstance(result.error_in_exec, KeyboardInterrupt)
-    assert ip.user_ns["kind"] == "meta"
+    # As on the GPU: made on the host, moved by the cell's own (rewritten) `.cuda()`.
+    assert ip.user_ns.pop("kinds") == ("cpu", "meta")
     assert torch.get_default_device().type == "cpu"
-    assert torch.empty(1).device.type == "cpu"
+    assert torch.accelerator.current_accelerator is original
 
 
 def test_xla_cell_ends_with_a_sync(ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,7 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -280,7 +281,7 @@ class Backend:
 
     @contextmanager
     def activate(self) -> Iterator[torch.device]:
-        """Run the block with this backend's device as torch's default and as the accelerator.
+        """Run the block with this backend's device as the accelerator rewritten code asks for.
 
         Code the codemod rewrote asks `torch.accelerator.current_accelerator(...)` for its
         device; inside the block that call answers this backend's device, so a rewritten cell
@@ -288,37 +289,26 @@ class Backend:
         asked to dry-run on the CPU, or XLA and torchax, which are not torch accelerators).
         `torch.accelerator.synchronize()` calls this backend's synchronize. All of it is
         restored afterwards, also when the block raises.
+
+        torch's default device is left alone: in the CUDA code being migrated, a tensor made
+        without a device is a host tensor (a dataset, a DataLoader's pinned batch, a NumPy
+        view) that the code itself moves with `.cuda()`, which the codemod rewrote into
+        `.to(device)`. A device default would put that data on the TPU before the code moves
+        it, and break what only host tensors do (docs/backends.md, "The default device").
         """
         dev = self.device()
-        with default_device(dev), accelerator_answers(dev, synchronize=self.synchronize):
+        with accelerator_answers(dev, synchronize=self.synchronize):
             yield dev
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 
 
-@contextmanager
-def default_device(dev: torch.device) -> Iterator[None]:
-    """`torch.set_default_device(dev)` for the block; the previous default comes back after.
-
-    Nothing is set when `dev` already is the default: a global default device costs a little
-    on every torch call, and the CPU dry run should not pay it for nothing.
-    """
-    import torch
-
-    holder = torch._GLOBAL_DEVICE_CONTEXT  # where set_default_device keeps its DeviceContext
-    previous = getattr(holder, "device_context", None)
-    if previous is None and dev.type == "cpu":
-        yield
-        return
-    if previous is not None and previous.device == dev:
-        yield
-        return
-    torch.set_default_device(dev)
-    try:
-        yield
-    finally:
-        torch.set_default_device(previous.device if previous is not None else None)
+def asked_by_torch() -> bool:
+    """Whether the function that called our caller is in one of torch's own modules (the
+    caller answers torch differently from the user's code)."""
+    module = sys._getframe(2).f_globals.get("__name__", "")
+    return module == "torch" or module.startswith("torch.")
 
 
 @contextmanager
@@ -334,6 +324,11 @@ def accelerator_answers(
     accelerator, and `synchronize()` calls the backend's own synchronize. Nothing is patched
     when torch's accelerator already is `dev`, unless `force` (torchax registers "jax" as the
     accelerator but leaves its synchronize broken).
+
+    The two questions answer `dev` to the user's code and gpu2tpu's, not to torch itself:
+    torch asks them to choose what only its own accelerators support (a DataLoader with
+    `pin_memory=True` pins its batches for the current accelerator, which fails for XLA), so
+    torch's modules keep torch's own answers, as on a TPU VM where XLA is no accelerator.
     """
     import torch
 
@@ -351,9 +346,13 @@ def accelerator_answers(
     is_accel = target.type != "cpu"
 
     def current_accelerator(check_available: bool = False) -> torch.device | None:
+        if asked_by_torch():
+            return originals[0](check_available)
         return target if is_accel else None
 
     def is_available() -> bool:
+        if asked_by_torch():
+            return originals[1]()
         return is_accel
 
     def accel_synchronize(device: object = None) -> None:

@@ -2,9 +2,9 @@
 
 On a machine without a TPU, JAX runs on its CPU platform; JAX_PLATFORMS=cpu is set before
 the first JAX import so that libtpu, when installed, does not print its start-up errors
-(backends.md §5). Forward and inference cells work; eager `.backward()` on 'jax' tensors fails
-under torch 2.12 ("element 0 of tensors does not require grad"), so that error comes back
-with a sentence that says what to do instead.
+(docs/backends.md, "torchax on JAX"). Forward and inference cells work; eager `.backward()`
+on 'jax' tensors fails under torch 2.12 ("element 0 of tensors does not require grad"), so
+that error comes back with a sentence that says what to do instead.
 
 torchax makes "jax" torch's accelerator for the whole process once imported, but
 `torch.accelerator.synchronize()` then fails ("PyTorch is not linked with support for jax
@@ -43,7 +43,7 @@ BACKWARD_LIMITATION = (
     "`gpu2tpu.forecast` or the functional route (torch.func.functional_call + "
     "jax.value_and_grad + optax)"
 )
-# The event JAX records around every backend compile (backends.md §4, compile counting).
+# The event JAX records around every backend compile (docs/backends.md, "torchax on JAX").
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _BACKWARD_CALL = re.compile(r"\.backward\s*\(|autograd\.(backward|grad)\s*\(")
 

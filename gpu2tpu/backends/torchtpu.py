@@ -34,7 +34,6 @@ from .base import (
     MemoryInfo,
     accelerator_answers,
     chip_kind,
-    default_device,
     has_module,
 )
 
@@ -214,11 +213,7 @@ class TorchTPUBackend(Backend):
     @contextmanager
     def activate(self) -> Iterator[torch.device]:
         dev = self.device()
-        with (
-            default_device(dev),
-            accelerator_answers(dev, synchronize=self.synchronize),
-            self._eager_mode(),
-        ):
+        with accelerator_answers(dev, synchronize=self.synchronize), self._eager_mode():
             yield dev
 
     @contextmanager

@@ -11,16 +11,60 @@ module (tests/standins/torch_xla, whose API tests/xla checks against the real on
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from .base import Backend, ChipInfo, MemoryInfo, chip_kind, has_module, tpu_chips_on_pci
+from .base import (
+    Backend,
+    ChipInfo,
+    MemoryInfo,
+    asked_by_torch,
+    chip_kind,
+    has_module,
+    tpu_chips_on_pci,
+)
 
 if TYPE_CHECKING:
     import torch
 
 # The counter torch_xla bumps when Python reads a device value (`.item()`, `bool(t)`).
 _HOST_READ = "aten::_local_scalar_dense"
+
+
+# Said once per process, the first time a cell asks for inference mode on XLA.
+INFERENCE_MODE_NOTE = (
+    "gpu2tpu: torch.inference_mode() runs as torch.no_grad() on PyTorch/XLA, whose tensors "
+    'cannot be inference tensors ("Cannot set version_counter for inference tensor")\n'
+)
+_noted: list[bool] = []
+
+
+def _inference_as_no_grad(real: Any) -> Callable[..., Any]:
+    """`torch.inference_mode` for code on XLA: `torch.no_grad()` where it asks for inference
+    mode, as a context manager or a decorator (bare or called), and torch's own class for
+    torch's modules and for `inference_mode(False)`, which creates no inference tensor.
+
+    With torch_xla 2.9, an op in inference mode on a tensor made outside it (a model's
+    weights) raises `RuntimeError: Cannot set version_counter for inference tensor`; no_grad
+    computes the same values (docs/backends.md, "The default device, and XLA's step boundary").
+    """
+    import torch
+
+    def inference_mode(mode: Any = True) -> Any:
+        if asked_by_torch():
+            return real(mode)
+        if not isinstance(mode, bool):  # `@torch.inference_mode` on a function
+            return inference_mode()(mode)
+        if not mode:
+            return real(False)
+        if not _noted:
+            _noted.append(True)
+            sys.stderr.write(INFERENCE_MODE_NOTE)
+        return torch.no_grad()
+
+    return inference_mode
 
 
 class XLABackend(Backend):
@@ -62,6 +106,35 @@ class XLABackend(Backend):
 
         torch_xla.sync()
         xm.wait_device_ops()
+
+    @contextmanager
+    def activate(self) -> Iterator[torch.device]:
+        """`Backend.activate`, with every optimizer step a step boundary (`torch_xla.sync()`).
+
+        XLA records ops into one lazy graph until something cuts it. A CUDA training loop has
+        no cut: each `loss.item()` runs the graph so far, but the weights' update stays
+        pending and joins the next step's graph, so every step is a new, larger graph and a
+        new compile (a small CNN's eighth step compiled for 40 s here). PyTorch/XLA's own
+        loops cut after the optimizer step (`xm.optimizer_step(opt, barrier=True)`, or the
+        `MpDeviceLoader`); the migrated code cannot say that without importing torch_xla, so
+        the adapter does it for the cell, through torch's hook common to all optimizers.
+        """
+        import torch
+        import torch_xla
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        def step_boundary(optimizer: object, args: object, kwargs: object) -> None:
+            torch_xla.sync()
+
+        real_inference_mode = torch.inference_mode
+        with super().activate() as dev:
+            handle = register_optimizer_step_post_hook(step_boundary)
+            torch.inference_mode = _inference_as_no_grad(real_inference_mode)  # type: ignore[misc,assignment]
+            try:
+                yield dev
+            finally:
+                torch.inference_mode = real_inference_mode  # type: ignore[misc]
+                handle.remove()
 
     def memory(self) -> MemoryInfo | None:
         import torch_xla.core.xla_model as xm

@@ -387,9 +387,9 @@ class TPUMagics(Magics):
     def tpu(self, line: str, cell: str) -> Any:
         """Rewrite this cell's CUDA-specific PyTorch on the fly and run it on a TPU backend.
 
-        The cell runs in the notebook's namespace with the backend's device as torch's
-        default device and as the `device` variable, restored afterwards even when the cell
-        fails. What the rewrite cannot migrate is listed before the cell runs. The last
+        The cell runs in the notebook's namespace with the backend's device as the one
+        `torch.accelerator` answers and as the `device` variable, restored afterwards even
+        when the cell fails. What the rewrite cannot migrate is listed before the cell runs. The last
         expression is shown as in a normal cell; errors show the cell as written, with its
         line numbers. With no TPU backend, `auto` runs a dry run on the CPU.
         """

@@ -13,48 +13,18 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..backends import BackendStatus, ChipInfo, MemoryInfo
-from ..backends.base import package_version
+from ..backends import BackendReport, MemoryInfo
 
 if TYPE_CHECKING:
     import ipywidgets
 
-# Distributions whose versions decide what runs (PyPI names).
-VERSIONED = (
-    "torch",
-    "torch-tpu",
-    "torch-xla",
-    "torchax",
-    "jax",
-    "jaxlib",
-    "libtpu",
-    "ipython",
-    "ipywidgets",
-    "gpu2tpu",
-)
-
-
-@dataclass
-class BackendInfo:
-    """One backend as `%tpu_info` shows it."""
-
-    status: BackendStatus
-    chip: ChipInfo | None = None
-    memory: MemoryInfo | None = None
-    error: str | None = None  # an available backend that failed when asked for its chip
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **self.status.to_dict(),
-            "chip": self.chip.to_dict() if self.chip else None,
-            "memory": self.memory.to_dict() if self.memory else None,
-            "error": self.error,
-        }
-
 
 @dataclass
 class TPUInfo:
-    backends: list[BackendInfo]
+    """What `%tpu_info` shows: each backend as `ask_backends` found it, `auto`'s choice and
+    the versions of the packages that matter (`readiness.versions.REPORTED`)."""
+
+    backends: list[BackendReport]
     auto: str
     versions: dict[str, str | None] = field(default_factory=dict)
 
@@ -78,8 +48,6 @@ class TPUInfo:
                     )
                 if b.memory:
                     out.append(f"            memory: {_memory_text(b.memory)}")
-                if b.error:
-                    out.append(f"            error: {b.error}")
             else:
                 out.append(f"  [missing] {s.name:<5} {s.title}: {s.reason}")
                 out.append(f"            install: {s.install}")
@@ -102,8 +70,6 @@ class TPUInfo:
                     detail += f"<br>{esc(b.chip.name)} (kind <code>{esc(b.chip.kind)}</code>) ×{b.chip.count}"
                 if b.memory:
                     detail += f"<br>{esc(_memory_text(b.memory))}"
-                if b.error:
-                    detail += f"<br><i>{esc(b.error)}</i>"
             else:
                 detail = f"{esc(s.reason)}<br>install: <code>{esc(s.install)}</code>"
             rows.append(
@@ -148,6 +114,7 @@ def _memory_text(mem: MemoryInfo) -> str:
 def collect_info() -> TPUInfo:
     """Ask every backend whether it runs here; ask those that do for their chip and memory."""
     from ..backends import ask_backends, choose_backend
+    from ..readiness.versions import REPORTED, read_installed, reported_versions
 
     def describe(name: str) -> bool:
         # Starting JAX just to describe it would leave its threads in this process (a forked
@@ -155,11 +122,10 @@ def collect_info() -> TPUInfo:
         return name != "jax" or "jax" in sys.modules
 
     # A backend that raises while being asked comes back unavailable, with what it said.
-    infos = [BackendInfo(r.status, r.chip, r.memory) for r in ask_backends(describe)]
+    reports = ask_backends(describe)
     _backend, reason = choose_backend("auto")
-    versions = {"python": platform.python_version()}
-    versions.update({name: package_version(name) for name in VERSIONED})
-    return TPUInfo(backends=infos, auto=reason, versions=versions)
+    versions = {"python": platform.python_version(), **reported_versions(read_installed(REPORTED))}
+    return TPUInfo(backends=reports, auto=reason, versions=versions)
 
 
 def show_info(shell: Any) -> TPUInfo:

@@ -386,7 +386,7 @@ def mimebundle(obj: Any, text: str, html: Any, widget: Any) -> dict[str, Any]:
     """text/plain + static text/html always; the live widget too when a kernel can show it.
 
     Frontends without the widget manager (nbconvert, GitHub, a bare console) fall back to
-    the HTML or the text, as tqdm learnt to (jupyter.md §3).
+    the HTML or the text, as tqdm learnt to (docs/profiler.md, "Views").
     """
     bundle: dict[str, Any] = {"text/plain": text, "text/html": html()}
     if _in_kernel():

@@ -2,8 +2,8 @@
 
 Pure arithmetic on catalogue figures, so every number in a comparison can be recomputed by
 hand from the table and the formula in docs/profiler.md. Costs follow the common convention
-(tgarg01/silybench-data, backends.md §7): `$ / 1M tokens = price_per_chip_hour * chips /
-(tokens_per_s * 3600) * 1e6`.
+(tgarg01/silybench-data; docs/profiler.md, "How the cost numbers are made"): `$ / 1M tokens =
+price_per_chip_hour * chips / (tokens_per_s * 3600) * 1e6`.
 """
 
 from __future__ import annotations

@@ -24,15 +24,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from packaging.utils import canonicalize_name
+
+from .._extras import EXTRA_OF
 from .environment import Environment, detect_environment
 from .versions import (
     CHECKED,
+    REPORTED,
     TCMALLOC_DIRS,
     InstalledDistribution,
     allocator_finding,
     check_versions,
     display_name,
     read_installed,
+    reported_versions,
 )
 
 if TYPE_CHECKING:
@@ -41,12 +46,18 @@ if TYPE_CHECKING:
 
     from ..backends import BackendStatus
 
-__all__ = ["DoctorReport", "Note", "Problem", "diagnose", "doctor_magic_output", "main"]
+__all__ = ["DoctorReport", "Missing", "Note", "Problem", "diagnose", "main"]
 
 # A problem with these distributions means torch itself might not import cleanly.
 _UNSAFE_TO_IMPORT = {"torch", "torch-tpu", "torch-xla", "python"}
-# What the forecast needs (pyproject's `forecast` extra).
-_FORECAST = ("jax", "jaxlib", "torchax", "optax", "libtpu")
+# What each extra of gpu2tpu is for, said when its packages are missing (which packages each
+# brings is `_extras.EXTRA_OF`).
+EXTRA_PURPOSE = {
+    "notebook": "%%tpu, %tpu_auto, %tpu_info, the profiler, the dry run and the demo",
+    "forecast": "the TPU forecast (gpu2tpu.forecast, %%tpu --forecast)",
+}
+# What the forecast needs (pyproject's `forecast` extra), as distributions.
+_FORECAST = tuple(canonicalize_name(m) for m, extra in EXTRA_OF.items() if extra == "forecast")
 _OPTIONAL_BACKENDS = {"torch-tpu": "tpu", "torch-xla": "xla", "torchax": "jax"}
 # Sentences and commands wrap inside their cells (the shared table style keeps cells on one
 # line); a wrapped command still copies as one line.
@@ -82,6 +93,24 @@ class Note:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Missing:
+    """Packages one of gpu2tpu's extras brings that are not installed: the parts of gpu2tpu
+    that need them, and the command that installs them. Not a problem: the codemod alone is
+    a complete install (`pip install gpu2tpu`)."""
+
+    packages: tuple[str, ...]
+    needed_for: str
+    install: str
+
+    @property
+    def line(self) -> str:
+        return f"{', '.join(self.packages)}, needed by {self.needed_for}: {self.install}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "packages": list(self.packages)}
+
+
 @dataclass
 class DoctorReport:
     """What `diagnose()` found. `ok` is True when there are no problems (notes are fine)."""
@@ -92,6 +121,7 @@ class DoctorReport:
     problems: list[Problem] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
     usable: list[str] = field(default_factory=list)
+    missing: list[Missing] = field(default_factory=list)
     missing_optional: list[str] = field(default_factory=list)
     backends: list[BackendStatus] | None = None
     probe_note: str | None = None
@@ -116,6 +146,7 @@ class DoctorReport:
             "problems": [p.to_dict() for p in self.problems],
             "notes": [n.to_dict() for n in self.notes],
             "usable": list(self.usable),
+            "missing": [m.to_dict() for m in self.missing],
             "missing_optional": list(self.missing_optional),
             "backends": [b.to_dict() for b in self.backends] if self.backends is not None else None,
             "probe_note": self.probe_note,
@@ -125,7 +156,7 @@ class DoctorReport:
 
     def _versions_line(self) -> str:
         shown = [f"{name} {v}" for name, v in self.versions.items() if v]
-        return "Versions: " + ", ".join(shown)
+        return "Versions: " + (", ".join(shown) or "none of the packages gpu2tpu reports")
 
     def __str__(self) -> str:
         out = [f"gpu2tpu doctor: {self.environment.label}, Python {self.python}", self.headline]
@@ -135,6 +166,9 @@ class DoctorReport:
         if self.usable:
             out.append("Usable here:")
             out += [f"  - {line}" for line in self.usable]
+        if self.missing:
+            out.append("Not installed:")
+            out += [f"  - {m.line}" for m in self.missing]
         if self.missing_optional:
             out.append(f"Not installed (optional): {', '.join(self.missing_optional)}")
         if self.probe_note:
@@ -173,6 +207,15 @@ class DoctorReport:
         if self.usable:
             parts.append(Text("Usable here:", style="bold"))
             parts += [Text(f"  • {line}") for line in self.usable]
+        if self.missing:
+            parts.append(Text("Not installed:", style="bold"))
+            for m in self.missing:
+                parts.append(
+                    Text.assemble(
+                        f"  • {', '.join(m.packages)}, needed by {m.needed_for}: ",
+                        (m.install, "bold cyan"),
+                    )
+                )
         if self.missing_optional:
             parts.append(Text(f"Not installed (optional): {', '.join(self.missing_optional)}"))
         if self.probe_note:
@@ -206,6 +249,13 @@ class DoctorReport:
         if self.usable:
             items = "".join(f"<li>{e(line)}</li>" for line in self.usable)
             out.append(f"<p><b>Usable here</b></p><ul class='g2t-doctor-usable'>{items}</ul>")
+        if self.missing:
+            items = "".join(
+                f"<li>{e(', '.join(m.packages))}, needed by {e(m.needed_for)}: "
+                f"<code>{e(m.install)}</code></li>"
+                for m in self.missing
+            )
+            out.append(f"<p><b>Not installed</b></p><ul class='g2t-doctor-missing'>{items}</ul>")
         if self.missing_optional:
             out.append(
                 f"<p class='g2t-note'>Not installed (optional): "
@@ -359,8 +409,11 @@ def _usable(
     troubled: set[str],
     torch_build: str | None,
 ) -> list[str]:
-    """One line per way of running PyTorch that works here."""
+    """One line per part of gpu2tpu, and per way of running PyTorch, that works here."""
     lines: list[str] = []
+    libcst = installed.get("libcst")
+    if libcst is not None:  # the one dependency of the codemod whose version matters
+        lines.append(f"Codemod: gpu2tpu check, rewrite and rules (libcst {libcst.version})")
     status = {s.name: s for s in statuses} if statuses is not None else {}
 
     def works(backend: str, packages: Sequence[str]) -> bool:
@@ -417,15 +470,11 @@ def diagnose(
     """
     env_vars = os.environ if environ is None else environ
     env = detect_environment(env_vars, root=root)
-    installed = read_installed(CHECKED, metadata_paths)
+    found = read_installed(REPORTED, metadata_paths)
+    # The version rules are about the TPU stack; the other reported packages are shown only.
+    installed = {name: dist for name, dist in found.items() if name in CHECKED}
     python = _python_text(python_version)
-    report = DoctorReport(
-        environment=env,
-        python=python,
-        versions={
-            display_name(n): (installed[n].version if n in installed else None) for n in CHECKED
-        },
-    )
+    report = DoctorReport(environment=env, python=python, versions=reported_versions(found))
     tpu_present = env.accelerator == "tpu"
     for finding in check_versions(installed, python_version, tpu_present=tpu_present):
         if finding.severity == "problem":
@@ -447,12 +496,17 @@ def diagnose(
     report.notes += env_notes
 
     troubled = _troubled(report.problems)
-    statuses = _probe(report) if probe_backends else None
+    # Without torch no backend can run: asking them would only collect import errors.
+    statuses = _probe(report) if probe_backends and "torch" in installed else None
     report.backends = statuses
     torch_build = _torch_build() if probe_backends and "torch" not in troubled else None
-    report.usable = _usable(env, installed, statuses, troubled, torch_build)
+    report.usable = _usable(env, found, statuses, troubled, torch_build)
+    report.missing = _missing_extras(found)
+    named = {p for m in report.missing for p in m.packages}
     report.missing_optional = [
-        display_name(name) for name in _OPTIONAL_BACKENDS if name not in installed
+        display_name(name)
+        for name in _OPTIONAL_BACKENDS
+        if name not in installed and display_name(name) not in named
     ]
     if "torch-tpu" in installed and statuses is not None and not tpu_present:
         report.notes.append(
@@ -474,6 +528,19 @@ def diagnose(
     if xla_note is not None:
         report.notes.append(xla_note)
     return report
+
+
+def _missing_extras(found: Mapping[str, InstalledDistribution]) -> list[Missing]:
+    """For each extra of gpu2tpu with packages not installed: those packages and what they
+    are for (a light `pip install gpu2tpu` has the codemod and none of them)."""
+    absent: dict[str, list[str]] = {}
+    for module, extra in EXTRA_OF.items():
+        if canonicalize_name(module) not in found:
+            absent.setdefault(extra, []).append(module)
+    return [
+        Missing(tuple(modules), EXTRA_PURPOSE[extra], f"pip install 'gpu2tpu[{extra}]'")
+        for extra, modules in absent.items()
+    ]
 
 
 # -- PyTorch/XLA -----------------------------------------------------------------------------
@@ -548,28 +615,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(report)
     return 0 if report.ok else 1
-
-
-def doctor_magic_output(shell: Any = None) -> DoctorReport:
-    """What `%tpu_doctor` shows: the widget in a notebook kernel, text elsewhere.
-
-    It displays the report itself and returns it, so a magic should return None rather than
-    the report (which the notebook would show a second time).
-    """
-    if shell is None:
-        try:
-            from IPython import get_ipython
-        except ImportError:
-            get_ipython = None  # type: ignore[assignment]
-        shell = get_ipython() if get_ipython is not None else None
-    report = diagnose()
-    if getattr(shell, "kernel", None) is not None:
-        from IPython.display import display
-
-        display(report.widget())
-    else:
-        print(report)
-    return report
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ Everything is read from environment variables and the file system (device nodes,
 the NVIDIA driver's /proc entries) without importing torch, jax or a TPU runtime, so the
 doctor can describe a machine whose packages are broken. A TPU counts as present only when
 its chips are visible: users set TPU_ACCELERATOR_TYPE themselves to quiet libtpu when they
-cross-compile on a CPU host (backends.md §5), so the variable alone proves nothing.
+cross-compile on a CPU host (docs/forecast.md, "Start-up noise"), so the variable alone
+proves nothing.
 
 `detect_environment` takes the environment, the file-system root and the `which` function as
 parameters; the tests pass a temporary directory laid out like /dev, /proc and /sys.

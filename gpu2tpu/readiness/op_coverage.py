@@ -157,8 +157,8 @@ _INDEX_REDUCE = Replacement(
     "include_self=...), which computes the same reduction",
     uses=("aten::scatter_reduce.two",),
 )
-# Curated: ops torchax has no lowering for (its test skip list and backends.md §5) and what
-# to use instead. Keys are packets; an entry applies to all overloads.
+# Curated: ops torchax has no lowering for (its test skip list and docs/backends.md, "torchax
+# on JAX") and what to use instead. Keys are packets; an entry applies to all overloads.
 REPLACEMENTS: dict[str, Replacement] = {
     "aten::_ctc_loss": _CTC,
     "aten::ctc_loss": _CTC,

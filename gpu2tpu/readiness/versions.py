@@ -35,12 +35,14 @@ __all__ = [
     "Constraint",
     "InstalledDistribution",
     "KnownFact",
+    "REPORTED",
     "VersionFinding",
     "allocator_finding",
     "check_versions",
     "constraints_for",
     "display_name",
     "read_installed",
+    "reported_versions",
 ]
 
 # The distributions whose versions decide whether PyTorch runs on a TPU (canonical names).
@@ -54,6 +56,9 @@ CHECKED: tuple[str, ...] = (
     "libtpu",
     "optax",
 )
+# The packages whose versions `gpu2tpu doctor` and `%tpu_info` report, in this order (the one
+# list of them): the TPU stack above, then what gpu2tpu's own parts stand on.
+REPORTED: tuple[str, ...] = (*CHECKED, "ipython", "ipywidgets", "libcst", "gpu2tpu")
 # How users spell them in Python (`import torch_tpu`).
 _DISPLAY = {"torch-tpu": "torch_tpu", "torch-xla": "torch_xla"}
 # Extras whose requirements matter only where a TPU runs (jax[tpu], torch_xla[tpu]).
@@ -109,8 +114,9 @@ KNOWN_FACTS: tuple[KnownFact, ...] = (
             "(AttributeError: aten.prod has no overload 'dim_Dimname')"
         ),
         source=(
-            "verified with torch 2.13.0 and 2.12.1 (docs backends.md §5); torchax main fixed it "
-            "after 0.0.13 in commit d1a9349 'Fix PyTorch 2.13 named overload compatibility'"
+            'verified with torch 2.13.0 and 2.12.1 (docs/backends.md, "torchax on JAX"); '
+            "torchax main fixed it after 0.0.13 in commit d1a9349 'Fix PyTorch 2.13 named "
+            "overload compatibility'"
         ),
         verified=("2.12.1",),
     ),
@@ -198,6 +204,22 @@ def read_installed(
             requires_python=meta.get("Requires-Python"),
         )
     return found
+
+
+def reported_versions(installed: Mapping[str, InstalledDistribution]) -> dict[str, str | None]:
+    """{name as imported: version, or None where not installed} for each of `REPORTED`.
+
+    gpu2tpu's own is the version of the code running, which a source checkout on the path
+    has without any installed metadata.
+    """
+    from .. import __version__
+
+    versions = {
+        display_name(name): installed[name].version if name in installed else None
+        for name in REPORTED
+    }
+    versions["gpu2tpu"] = __version__
+    return versions
 
 
 # -- collecting the rules --------------------------------------------------------------------

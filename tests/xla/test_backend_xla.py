@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib
 import importlib.util
 import inspect
@@ -135,3 +136,78 @@ def test_the_standin_metrics_answer_in_the_real_shape() -> None:
         assert isinstance(recent, tuple) and all(len(pair) == 2 for pair in recent)
     assert fake[1] == sum(value for _, value in fake[2])  # as real's, until its window fills
     assert "torch_xla" in sys.modules and "stand" not in (sys.modules["torch_xla"].__doc__ or "")
+
+
+def test_activate_leaves_host_data_on_the_host(xla: XLABackend) -> None:
+    """A CUDA notebook builds its data on the host and moves it; under the backend it still
+    does: a tensor made without a device is a CPU tensor, and a DataLoader that pins its
+    batches (torch asks its own accelerator, which XLA is not) yields them."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.randn(8, 3), torch.arange(8))
+    with xla.activate() as dev:
+        assert torch.empty(2).device.type == "cpu"
+        assert torch.accelerator.current_accelerator(check_available=True) == torch.device("xla")
+        batches = [
+            (x.to(dev), y.to(dev)) for x, y in DataLoader(data, batch_size=4, pin_memory=True)
+        ]
+    assert [x.device.type for x, _ in batches] == ["xla", "xla"]
+    assert torch.cat([y for _, y in batches]).cpu().tolist() == list(range(8))
+
+
+def test_each_optimizer_step_ends_a_graph(xla: XLABackend) -> None:
+    """A CUDA training loop has no `torch_xla.sync()`: without a cut, each step's weights
+    update joins the next step's graph, so every step compiles a new, larger graph. Under the
+    backend the optimizer step is the cut: after a warm-up, steps compile nothing, as with
+    PyTorch/XLA's own `xm.optimizer_step(opt, barrier=True)`."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 3))
+    data = [(torch.randn(5, 6), torch.randint(0, 3, (5,))) for _ in range(7)]
+
+    def steps(count: int) -> list[int]:
+        compiled = []
+        for x, y in data[:count]:
+            before = xla.compilation_count()
+            loss = torch.nn.functional.cross_entropy(model(x.to(dev)), y.to(dev))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            loss.item()
+            compiled.append(xla.compilation_count() - before)
+        return compiled
+
+    with xla.activate() as dev:
+        model.to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        compiled = steps(7)
+    assert sum(compiled[3:]) == 0, compiled
+    # Outside the backend nothing cuts the graph any more: the next steps compile again.
+    assert sum(steps(3)) >= 2
+
+
+def test_inference_mode_runs_as_no_grad_and_says_so(
+    xla: XLABackend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """torch_xla 2.9 cannot run an op in inference mode on weights made outside it; under
+    the backend `torch.inference_mode` (called, bare, or as a context) is `no_grad`, with
+    one line that says so, and torch's own class comes back afterwards."""
+    from gpu2tpu.backends import xla as adapter
+
+    real = torch.inference_mode
+    lin = torch.nn.Linear(4, 3)
+    x = torch.ones(2, 4)
+    want = lin(x).detach()
+    dev = xla.device()
+    on_xla = copy.deepcopy(lin).to(dev)
+    with pytest.raises(RuntimeError, match="version_counter for inference tensor"), real():
+        on_xla(x.to(dev)).cpu()
+    adapter._noted.clear()
+    with xla.activate() as dev:
+        called = torch.inference_mode()(lambda t: on_xla(t.to(dev)))
+        bare = torch.inference_mode(lambda t: on_xla(t.to(dev)))
+        with torch.inference_mode():
+            inside = on_xla(x.to(dev))
+        results = [called(x), bare(x), inside]
+    assert all(not r.requires_grad and torch.allclose(r.cpu(), want, atol=1e-6) for r in results)
+    assert capsys.readouterr().err == adapter.INFERENCE_MODE_NOTE  # once
+    assert torch.inference_mode is real
