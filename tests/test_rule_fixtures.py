@@ -3,7 +3,8 @@
 `<CODE>_<name>.in.py` is rewritten and must equal `<CODE>_<name>.out.py`; the output must
 parse and be stable under a second run. An optional `<CODE>_<name>.findings` lists the
 expected `line:col CODE` of every edit and finding (lines of the *input*), one per line.
-A first line `# gpu2tpu: --unsafe-fixes` (or `--select X`, `--ignore X`) sets the options.
+A first line `# gpu2tpu: --unsafe-fixes` (or `--select X`, `--ignore X`, `--target-torch V`)
+sets the options.
 """
 
 from __future__ import annotations
@@ -30,15 +31,20 @@ def options_for(text: str) -> Options:
     select: list[str] = []
     ignore: list[str] = []
     unsafe = False
+    target: str | None = None
     it = iter(words)
     for w in it:
         if w == "--unsafe-fixes":
             unsafe = True
+        elif w == "--target-torch":
+            target = next(it)
         elif w == "--select":
             select += next(it).split(",")
         elif w == "--ignore":
             ignore += next(it).split(",")
-    return Options(select=tuple(select), ignore=tuple(ignore), unsafe_fixes=unsafe)
+    return Options(
+        select=tuple(select), ignore=tuple(ignore), unsafe_fixes=unsafe, target_torch=target
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda p: p.name.removesuffix(".in.py"))

@@ -271,7 +271,7 @@ def main():
             # pin arrays x,y, which allows us to move them to GPU asynchronously (non_blocking=True)
             x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
         else:
-            x, y = x.to(device), y.to(device)
+            x, y = x.to(device if accel_device.type == "cuda" else accel_device), y.to(device if accel_device.type == "cuda" else accel_device)
         return x, y
 
     config = GPTConfig(
@@ -283,7 +283,7 @@ def main():
         dropout=dropout,
     )
     model = GPT(config)
-    model.to(device)
+    model.to(device if accel_device.type == "cuda" else accel_device)
     if master_process:
         print(f"number of parameters: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M")
 
@@ -295,7 +295,7 @@ def main():
         print("compiling the model... (takes a ~minute)")
         model = torch.compile(model)
     if ddp:
-        model = DDP(model)
+        model = DDP(model, device_ids=[ddp_local_rank] if accel_device.type == "cuda" else None)
     raw_model = model.module if ddp else model
 
     @torch.no_grad()

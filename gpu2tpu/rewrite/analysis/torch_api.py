@@ -7,6 +7,7 @@ A `torch.cuda` name that one family handles must not be reported again by the ca
 from __future__ import annotations
 
 import ast
+import re
 
 # CUDA allocator tooling with no device-agnostic counterpart, and what to do instead (G2T305).
 MEMORY_TOOLING = {
@@ -91,3 +92,14 @@ def _is_float16(node: ast.AST, torch_names: frozenset[str]) -> bool:
         and isinstance(node.value, ast.Name)
         and node.value.id in torch_names
     )
+
+
+def checks_available(target_torch: str | None) -> bool:
+    """Whether `torch.accelerator.current_accelerator(check_available=True)` exists in the
+    oldest torch the rewritten code must run on (it arrived in torch 2.7; no target: yes).
+    docs/torch-versions.md has the table."""
+    if not target_torch:
+        return True
+    parts = [int(p) for p in re.findall(r"\d+", str(target_torch))[:2]]
+    major, minor = (*parts, 0, 0)[:2]
+    return (major, minor) >= (2, 7)

@@ -1,8 +1,9 @@
 """G2T2xx: precision and AMP. Mixed precision spelled for CUDA, and float16 where TPUs want bf16.
 
 TPUs compute in bfloat16: it has float32's exponent range, so no loss scaling is needed, and
-it is the MXU's native input format. TorchTPU's default autocast dtype is nevertheless float16
-(`_autocast_dtype` in its device module), so an autocast without `dtype=` runs float16 on a TPU.
+it is the MXU's native input format, and TorchTPU's default autocast dtype (`_autocast_dtype`
+in its device module, torch_tpu 0.2.0). CUDA's default is float16, so an autocast without
+`dtype=` computes in float16 on CUDA and in bfloat16 on a TPU: the same code, two numerics.
 The safe rules here only make AMP device-agnostic; the switch to bfloat16 is an unsafe fix
 (`--unsafe-fixes`) because it changes numerics on CUDA.
 """
@@ -49,8 +50,9 @@ DEVICE_TYPE_FIRST = (
 )
 
 DTYPE_NOTE = (
-    "without `dtype=` autocast takes the device's default: float16 on CUDA and on TorchTPU, "
-    "bfloat16 on the CPU; TPUs want bfloat16 (G2T203 sets it with --unsafe-fixes)"
+    "without `dtype=` autocast takes the device's default: float16 on CUDA, bfloat16 on "
+    "TorchTPU and the CPU; pass `dtype=` to compute alike everywhere (G2T203 sets bfloat16 "
+    "with --unsafe-fixes)"
 )
 NUMERICS_NOTE = (
     "bfloat16 keeps float32's range (no overflow, no loss scaling) but has 8 bits of precision "
@@ -147,8 +149,8 @@ class CudaAmpAutocast(_CudaAmpName):
     `torch.amp.autocast(device_type=...)` with the module's device type runs on any backend.
     Positional arguments become keywords, because the two signatures differ. The dtype is
     kept as given; without `dtype=`, autocast takes the device's default, which is float16 on
-    CUDA (unchanged) and on TorchTPU, and bfloat16 on the CPU. TPUs want bfloat16: G2T203 adds
-    it with `--unsafe-fixes`. A name imported with `from torch.cuda.amp import autocast` is
+    CUDA (unchanged), and bfloat16 on TorchTPU and on the CPU. To compute alike everywhere,
+    G2T203 adds `dtype=torch.bfloat16` with `--unsafe-fixes`. A name imported with `from torch.cuda.amp import autocast` is
     dropped from the import once every use is rewritten.
 
     Example:
@@ -273,9 +275,11 @@ def float16_fix(rule: Rule, fix: Fix) -> tuple[Fix | None, str]:
 class AutocastWithoutDtype(Rule):
     """An autocast with no `dtype=`, which takes the device's default dtype.
 
-    Why: the default is float16 on CUDA and also on TorchTPU (its device module sets
-    `_autocast_dtype = torch.float16`), but TPUs compute in bfloat16: float16 is not native
-    there. The fix passes `dtype=torch.bfloat16`. It is unsafe because on CUDA it changes
+    Why: the default is float16 on CUDA but bfloat16 on TorchTPU (its device module sets
+    `_autocast_dtype = torch.bfloat16`, torch_tpu 0.2.0) and on the CPU, so the same code
+    computes with different numerics on the GPU and on the TPU, and a GradScaler tuned for
+    float16 runs beside bfloat16. The fix passes `dtype=torch.bfloat16`, the TPU's native
+    format, so every device computes alike. It is unsafe because on CUDA it changes
     numerics (bfloat16 has float32's range but 8 bits of precision against float16's 11) and
     needs an Ampere or newer GPU. CPU autocast already defaults to bfloat16 and is left alone.
 
@@ -289,8 +293,8 @@ class AutocastWithoutDtype(Rule):
     safety = Safety.UNSAFE
     severity = Severity.WARNING
     message = (
-        "autocast without `dtype=` uses the device's default: float16 on CUDA and on TorchTPU, "
-        "bfloat16 on the CPU; TPUs compute in bfloat16"
+        "autocast without `dtype=` uses the device's default: float16 on CUDA, bfloat16 on "
+        "TorchTPU and the CPU; the GPU and the TPU compute differently"
     )
     hint = f"pass `dtype=torch.bfloat16`; {NUMERICS_NOTE}"
     tokens = (b"autocast",)

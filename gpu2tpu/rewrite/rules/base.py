@@ -29,7 +29,7 @@ from ..analysis.branches import in_compat_fallback
 from ..analysis.flow import FlowFacts
 from ..analysis.literals import code_for, short
 from ..analysis.names import ModuleNames, enclosing_scopes, variable_names
-from ..analysis.torch_api import float16_tests
+from ..analysis.torch_api import checks_available, float16_tests
 from ..model import Finding, Options, Safety, Severity
 
 Fix = Callable[[cst.CSTNode], cst.CSTNode]
@@ -37,6 +37,11 @@ Fix = Callable[[cst.CSTNode], cst.CSTNode]
 # The device definition the codemod writes: checked, because a CUDA build of torch without a
 # GPU reports `cuda` from a plain `current_accelerator()` (shared/docs/DESIGN.md).
 DEVICE_EXPR = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
+# The same answer for a target-torch older than 2.7, which has no `check_available`.
+DEVICE_EXPR_2_6 = (
+    "torch.accelerator.current_accelerator() if torch.accelerator.is_available() "
+    'else torch.device("cpu")'
+)
 DEVICE_NAMES = ("device", "accel_device", "torch_device")
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z0-9, ]+))?", re.IGNORECASE)
@@ -432,7 +437,8 @@ class RuleContext:
     def device_expression(self, kind: str = "device") -> cst.BaseExpression:
         """The checked accelerator expression, as a torch.device or as its type string."""
         t = self.torch_name()
-        expr = DEVICE_EXPR.replace("torch.", f"{t}.")
+        checked = checks_available(self.options.target_torch)
+        expr = (DEVICE_EXPR if checked else DEVICE_EXPR_2_6).replace("torch.", f"{t}.")
         if kind == "str":
             return cst.parse_expression(f"({expr}).type")
         return cst.parse_expression(expr)

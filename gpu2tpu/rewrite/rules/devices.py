@@ -26,6 +26,7 @@ from ..analysis.edits import (
     indexed_device_string,
     is_cuda_only,
     keyword,
+    needs_parentheses,
     on_cuda_only,
     parenthesized,
     sole_statement,
@@ -563,6 +564,9 @@ class CudaDeviceIdiom(Rule):
         ctx = self.ctx
         ctx.claim(node)
         known = accelerator_known(ctx, node)
+        # `or` and `... if ... else ...` bind less tightly than an attribute, a call's
+        # receiver or an operand: `torch.device(<idiom>).type` needs the parentheses.
+        parens = needs_parentheses(self, node)
 
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
             if known:
@@ -575,10 +579,10 @@ class CudaDeviceIdiom(Rule):
                 expr = cst.BinaryOperation(
                     left=expr, operator=cst.Add(), right=cst.SimpleString(f'":{index}"')
                 )
-            parent_needs_parens = isinstance(updated, cst.IfExp) and bool(updated.lpar)
-            if parent_needs_parens and isinstance(expr, cst.BooleanOperation):
+            loose = isinstance(expr, cst.BooleanOperation | cst.IfExp)
+            if loose and getattr(updated, "lpar", None):
                 return expr.with_changes(lpar=updated.lpar, rpar=updated.rpar)
-            return expr
+            return parenthesized(expr, loose and parens)
 
         message = message or self.message.format(idiom=short(node, 60))
         self.report(node, message, fix=fix)

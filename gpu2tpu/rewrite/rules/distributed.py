@@ -292,8 +292,9 @@ class NcclString(Rule):
 class DdpDeviceIds(Rule):
     """`DistributedDataParallel(model, device_ids=[rank], output_device=rank)`.
 
-    Why: device ids are CUDA ordinals. DDP accepts them only for CUDA modules: for a module on
-    the CPU, or on another accelerator, it raises a ValueError. Dropping them is not the same
+    Why: device ids are CUDA ordinals. For a module on the CPU DDP raises a ValueError; on
+    another accelerator it moves each input to `device_ids[0]` on that device, the rank's
+    index, which a TPU process (one chip, index 0) does not have. Dropping them is not the same
     on CUDA: with `device_ids`, DDP's forward also moves inputs still on the CPU to the
     rank's GPU. So each is passed on CUDA only (`[rank] if device.type == "cuda" else None`),
     which is the original on CUDA and DDP's default (the module's own device) elsewhere.

@@ -43,7 +43,8 @@ class CudaExtension(_Manual):
 
     Why: the extension's kernels are compiled for NVIDIA GPUs and cannot run on a TPU. Keep
     the extension for CUDA, and give other devices a PyTorch version of the op (or, on a TPU,
-    a Pallas kernel, `torch_tpu.pallas.custom_jax_kernel`), chosen by `device.type`.
+    a Pallas kernel through TorchTPU's public bridge `torch.tpu.pallas.jax_op`), chosen by
+    `device.type`.
 
     Example:
         fused = load("fused_adam_cuda", sources=["fused_adam.cpp", "fused_adam_kernel.cu"])

@@ -205,9 +205,11 @@ class CudaMemGetInfo(_AcceleratorMemoryCall):
     """`torch.cuda.mem_get_info()` gives the device's free and total bytes.
 
     Why: it is CUDA-only. `torch.accelerator.memory.get_memory_info()` answers for any
-    accelerator but is newer than torch 2.9, so the rewrite checks for it and gives `(0, 0)`
-    where it is missing or there is no accelerator. The fix is unsafe: on CUDA with torch 2.9
-    it turns a real answer into `(0, 0)`, and code that divides by the total breaks.
+    accelerator from torch 2.10 on (the rest of `torch.accelerator.memory` is in 2.9, this
+    one is not), so the fix needs torch 2.10; the rewrite still checks for it and gives
+    `(0, 0)` where it is missing or there is no accelerator. The fix is unsafe: run on CUDA
+    with a torch older than 2.10 it turns a real answer into `(0, 0)`, and code that divides
+    by the total breaks.
 
     Example:
         free, total = torch.cuda.mem_get_info()
@@ -218,8 +220,9 @@ class CudaMemGetInfo(_AcceleratorMemoryCall):
     name = "cuda-mem-get-info"
     safety = Safety.UNSAFE
     message = "`{func}()` is CUDA-only"
-    hint = "use `torch.accelerator.memory.get_memory_info()` (newer than torch 2.9), guarded"
+    hint = "use `torch.accelerator.memory.get_memory_info()` (torch 2.10+), guarded"
     functions = {"mem_get_info": ("get_memory_info", "(0, 0)")}
+    min_torch = "2.10"
 
     def visit_Call(self, node: cst.Call) -> None:
         cuda = matches(self.ctx, node, *_qualified("mem_get_info"))

@@ -806,7 +806,7 @@ class TorchCompileBackend(Rule):
     is named `"tpu"` (PyTorch/XLA's is `"openxla"`). The backend is a deployment choice, so
     this is a note, not a rewrite: `backend="tpu" if device.type == "tpu" else "inductor"`
     keeps CUDA as it is. `mode="reduce-overhead"` means CUDA graphs, and
-    `@torch.inference_mode()` on a compiled function crashes on TorchTPU (use `no_grad`).
+    `@torch.inference_mode()` on a compiled function is better `no_grad` (G2T608).
 
     Example:
         model = torch.compile(model)  # -> torch.compile(model, backend="tpu") on TorchTPU

@@ -11,12 +11,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ..analysis.edits import (
-    needs_parentheses,
-    parenthesized,
     report_removal,
     sole_statement,
-    string_literal,
-    unpacks,
 )
 from ..analysis.names import is_reference_end, matches, qualified
 from ..model import Safety
@@ -172,60 +168,36 @@ RNG_REPORT = {
 class CudaRngState(Rule):
     """`torch.cuda.get_rng_state()` / `set_rng_state()` and the other CUDA generator handles.
 
-    Why: they only know CUDA's generators. `torch.get_device_module(device)` is the module of
-    whichever accelerator the process has (`torch.cuda`, TorchTPU's `torch.tpu`, ...), so
-    `get_rng_state` / `set_rng_state` go through it, and through the CPU's own functions when
-    the device is the CPU (whose device module has none). On CUDA nothing changes. The
-    `_all` variants, `initial_seed` and `default_generators` are reported: TPU processes own
-    one chip each, so per-device loops need a person. `torch.Generator(device="cuda")` is a
-    device string, rewritten by G2T102.
+    Why: they only know CUDA's generators, and raise on a machine without CUDA. No public,
+    device-agnostic call is the same on CUDA and safe on a TPU: the device module's own
+    `get_rng_state` (`torch.get_device_module(device).get_rng_state()`, TorchTPU's
+    `torch.tpu.get_rng_state`) is marked internal by TorchTPU from torch 2.13 on and raises
+    when called from user code, and `torch.accelerator` has no generator state in the torch
+    this project targets. So each use is reported: keep the CUDA call on CUDA, and to save
+    and restore the accelerator's generator around a block use `torch.random.fork_rng(
+    device_type=device.type)`, which asks the device module from inside torch. The `_all`
+    variants, `initial_seed` and `default_generators` are reported too: TPU processes own one
+    chip each. `torch.Generator(device="cuda")` is a device string, rewritten by G2T102.
 
     Example:
         state = torch.cuda.get_rng_state()
-        ->  state = torch.get_device_module(device).get_rng_state() if device.type != "cpu" else torch.get_rng_state()
+        # -> on CUDA only; elsewhere `with torch.random.fork_rng(device_type=device.type):`
     """
 
     code = "G2T308"
     name = "cuda-rng-state"
-    safety = Safety.SAFE
+    safety = Safety.REPORT
     message = "`torch.cuda.{func}` only knows CUDA's generators"
-    hint = "use `torch.get_device_module(device).{func}` (the CPU's own on the CPU)"
+    hint = (
+        'keep it for CUDA (`if device.type == "cuda":`); to save and restore the '
+        "accelerator's generator around a block use `torch.random.fork_rng(device_type="
+        "device.type)` (TorchTPU's `get_rng_state` is internal from torch 2.13)"
+    )
 
     def visit_Call(self, node: cst.Call) -> None:
         func = self._func(node)
-        if func not in RNG_STATE:
-            return
-        if unpacks(node):
-            self.report(node, self.message.format(func=func), hint="rewrite by hand")
-            return
-        ctx = self.ctx
-        parens = needs_parentheses(self, node)
-        cpu = string_literal(self, node, "cpu")
-
-        def fix(updated: cst.CSTNode) -> cst.CSTNode:
-            assert isinstance(updated, cst.Call)
-            module = cst.Call(
-                func=ctx.torch_attr("get_device_module"), args=[cst.Arg(ctx.device())]
-            )
-            on_device = updated.with_changes(
-                func=cst.Attribute(value=module, attr=cst.Name(RNG_STATE[func]))
-            )
-            # The CPU functions take the state only: drop a device argument.
-            cpu_args = [
-                a for a in updated.args if a.keyword is None or a.keyword.value == "new_state"
-            ]
-            cpu_args = cpu_args[:1] if func == "set_rng_state" else []
-            if cpu_args:
-                cpu_args = [cpu_args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
-            on_cpu = cst.Call(func=ctx.torch_attr(RNG_STATE[func]), args=cpu_args)
-            test = cst.Comparison(
-                left=ctx.device_type(),
-                comparisons=[cst.ComparisonTarget(cst.NotEqual(), cpu)],
-            )
-            return parenthesized(cst.IfExp(test=test, body=on_device, orelse=on_cpu), parens)
-
-        message = self.message.format(func=func)
-        self.report(node, message, fix=fix, hint=self.hint.format(func=func), uses_device=True)
+        if func in RNG_STATE:
+            self.report(node, self.message.format(func=func))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._report_other(node)

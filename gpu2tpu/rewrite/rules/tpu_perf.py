@@ -467,8 +467,11 @@ class SynchronizeInLoop(_PerfRule):
 class InferenceModeCompiled(_Warning):
     """`@torch.inference_mode()` on a function that is also compiled with `torch.compile`.
 
-    Why: TorchTPU's compiler fails on inference-mode tensors (its error glossary names this
-    pair); `torch.no_grad()` turns off autograd just as well and compiles. Reported: a
+    Why: inference tensors carry no version counter and cannot be used by autograd later;
+    `torch.compile`'s graph capture (AOTAutograd) has known failures and recompilations on
+    them, and recompiling is costly on a TPU. `torch.no_grad()`
+    turns off autograd just as well and compiles. (The released torch_tpu 0.2.0 sources say
+    nothing specific about inference mode; this is a hint, not a known crash.) Reported: a
     function with both decorators, an inference-mode function passed to `torch.compile`
     anywhere in the module, and a `with torch.inference_mode():` block that calls a compiled
     function or model.
@@ -481,7 +484,10 @@ class InferenceModeCompiled(_Warning):
 
     code = "G2T608"
     name = "inference-mode-compiled"
-    message = "`torch.inference_mode` on compiled code (`{what}`): TorchTPU cannot compile it"
+    message = (
+        "`torch.inference_mode` on compiled code (`{what}`): compiled graphs may fail or "
+        "recompile on inference tensors"
+    )
     hint = "use `torch.no_grad()` instead of `torch.inference_mode()`"
     tokens = (b"inference_mode",)
     whole_module = True  # `torch.compile(f)` may sit in a statement without the token
