@@ -23,10 +23,12 @@ import ast
 import io
 import re
 import tokenize
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import libcst as cst
+
+from .statements import Group, Plan, groups
 
 # Weighted nesting levels a statement may have (libcst and the traversal fail near 320 at an
 # ordinary call depth; the margin is for callers deep in a stack, such as an IPython magic).
@@ -89,10 +91,19 @@ class Prepared:
     text: str  # the original with held statements replaced by placeholders
     module: cst.Module | None = None
     holds: list[Hold] = field(default_factory=list)
+    # The top-level statements held out because nothing in them is to be rewritten
+    # (statements.py), in the order of `module.body`'s placeholders; None: libcst parsed
+    # every top-level statement (the whole-module path).
+    skipped: tuple[Group, ...] | None = None
+    marker: str = ""
 
     def restore(self, new_text: str) -> tuple[str, int]:
         """Put the held statements back into a rewritten text: (text, 0), or (the text as
         far as it went, the line of a placeholder that a fix moved or changed)."""
+        if self.holds and new_text.count(self.marker) == len(self.holds):
+            done = self._restore_in_order(new_text)
+            if done is not None:
+                return done
         for hold in self.holds:
             at = new_text.find(hold.placeholder)
             if at < 0 or new_text.find(hold.placeholder, at + 1) >= 0:
@@ -104,11 +115,38 @@ class Prepared:
             new_text = new_text[:at] + hold.original + new_text[at + len(hold.placeholder) :]
         return new_text, 0
 
+    def _restore_in_order(self, new_text: str) -> tuple[str, int] | None:
+        """`restore` in one pass, when each placeholder occurs once and in the original order
+        (a large file has one per top-level statement held out); None when they do not."""
+        pieces: list[str] = []
+        last = 0
+        for hold in self.holds:
+            at = new_text.find(hold.placeholder, last)
+            if at < 0:
+                return None
+            if hold.compound:
+                start = max(new_text.rfind("\n", 0, at), new_text.rfind("\r", 0, at)) + 1
+                if new_text[start:at] != hold.prefix:
+                    return new_text, new_text.count("\n", 0, at) + 1
+            pieces += [new_text[last:at], hold.original]
+            last = at + len(hold.placeholder)
+        pieces.append(new_text[last:])
+        return "".join(pieces), 0
 
-def prepare(text: str, tokens: Iterable[str]) -> Prepared:
+
+Planner = Callable[[ast.Module, list[str]], "Plan | None"]
+
+
+def prepare(text: str, tokens: Iterable[str], planner: Planner | None = None) -> Prepared:
     """Read `text` with Python's parser, hold out what libcst cannot take, parse the rest with
     libcst. Raises `SourceError` for text that is not Python, and for a statement libcst cannot
-    take that holds a token (`tokens`: those of the selected rules)."""
+    take that holds a token (`tokens`: those of the selected rules).
+
+    With a `planner` (statements.py), the top-level statements it names are held out too:
+    nothing in them is rewritten, so libcst need not parse them (`Prepared.skipped`). It is
+    not asked when statements are held out for depth; a statement libcst rejects, or libcst
+    counting the top-level statements otherwise than Python, turns it off again.
+    """
     tokens = tuple(tokens)
     try:
         tree = ast.parse(text)
@@ -129,6 +167,10 @@ def prepare(text: str, tokens: Iterable[str]) -> Prepared:
         )
     if held:
         prepared.text = _hold(prepared, lines, statements, held, tokens)
+    elif planner is not None:
+        skip = planner(tree, lines)
+        if skip is not None and _parse_skipping(prepared, lines, statements, skip, tokens):
+            return prepared
     for _ in range(_MAX_HOLDS):
         try:
             prepared.module = parse_module(prepared.text)
@@ -144,14 +186,46 @@ def prepare(text: str, tokens: Iterable[str]) -> Prepared:
     raise SourceError("too many statements libcst cannot parse")
 
 
+def _parse_skipping(
+    prepared: Prepared,
+    lines: list[str],
+    statements: _Statements,
+    skip: Plan,
+    tokens: tuple[str, ...],
+) -> bool:
+    """Parse `prepared`'s text with the top-level statements of `skip` held out; False (and
+    `prepared` as it was) when libcst rejects a statement or counts the statements otherwise."""
+    held = [(stmt, "with nothing to rewrite") for group in skip.held for stmt in group.stmts]
+    blocks = {}
+    if skip.first_block is not None and skip.indent is not None:
+        blocks[id(skip.first_block.stmts[0])] = skip.indent
+    cst_text = _hold(prepared, lines, statements, held, tokens, blocks)
+    try:
+        module = parse_module(cst_text)
+    except SourceError:
+        module = None
+    if (
+        module is None
+        or len(module.body) != len(groups(prepared.tree))
+        or (skip.indent is not None and module.default_indent != skip.indent)
+    ):
+        prepared.holds.clear()
+        return False
+    prepared.module = module
+    prepared.skipped = skip.held
+    return True
+
+
 def _hold(
     prepared: Prepared,
     lines: list[str],
     statements: _Statements,
     held: list[tuple[ast.stmt, str]],
     tokens: tuple[str, ...],
+    blocks: dict[int, str] | None = None,
 ) -> str:
-    """The original text with each held statement (outermost ones only) replaced."""
+    """The original text with each held statement (outermost ones only) replaced; those in
+    `blocks` (id -> indent) by a placeholder with an indented block."""
     spans: list[tuple[int, int, ast.stmt, str]] = []
     offsets = [0]
     for line in lines:
@@ -172,6 +246,7 @@ def _hold(
     marker = "_gpu2tpu_held_"
     while marker in text:
         marker = "_" + marker
+    prepared.marker = marker
     pieces: list[str] = []
     last = 0
     for index, (start, end, stmt, why) in enumerate(outer):
@@ -179,7 +254,11 @@ def _hold(
         if any(t in original for t in tokens):
             line = statements.start(stmt)[0]
             raise SourceError(f"a statement {why}", line)
-        placeholder = _placeholder(f"{marker}{index}", original)
+        indent = blocks.get(id(stmt)) if blocks else None
+        if indent is not None:
+            placeholder = _block_placeholder(f"{marker}{index}", original, indent)
+        else:
+            placeholder = _placeholder(f"{marker}{index}", original)
         line_start = max(text.rfind("\n", 0, start), text.rfind("\r", 0, start)) + 1
         prepared.holds.append(
             Hold(
@@ -212,6 +291,18 @@ def _placeholder(name: str, original: str) -> str:
     ends = [p[len(p.rstrip("\r\n")) :] for p in parts[:-1]]
     body = f"({name}" + ends[0] + "".join(ends[1:])
     return body + " " * max(0, len(parts[-1]) - 1) + ")"
+
+
+def _block_placeholder(name: str, original: str, indent: str) -> str:
+    """`if name:` with an indented `pass`, spanning the same lines as `original` (a compound
+    statement of two lines or more)."""
+    parts = _LINES.findall(original)
+    ends = [p[len(p.rstrip("\r\n")) :] for p in parts[:-1]]
+    last = f"{indent}pass"
+    last += " " * max(0, len(parts[-1]) - len(last))
+    if len(ends) == 1:
+        return f"if {name}:{ends[0]}{last}"
+    return f"if ({name}{ends[0]}{''.join(ends[1:-1])}):{ends[-1]}{last}"
 
 
 _SIMPLE = (

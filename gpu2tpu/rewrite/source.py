@@ -8,20 +8,27 @@ visited at all (docs/architecture.md explains the speed budget behind this).
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import re
+from collections.abc import Callable
 from typing import ClassVar
 
 import libcst as cst
 
-from . import net
+from . import net, statements
 from .analysis.flow import FlowRecorder
-from .analysis.names import caller_names
+from .analysis.names import ModuleNames, caller_names
 from .analysis.placement import device_line_after, device_line_blocked, leading_imports_end
 from .model import Options, Result
 from .parsing import Prepared, SourceError, parse_module, prepare
+from .positions import statement_position
 from .rules.base import Rule, RuleContext, finalize, rules_for
 
 __all__ = ["SourceError", "parse_module", "prefilter_tokens", "rewrite_source"]
+
+_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # Python's line ends only
 
 
 def prefilter_tokens(options: Options) -> tuple[bytes, ...]:
@@ -32,7 +39,9 @@ def prefilter_tokens(options: Options) -> tuple[bytes, ...]:
     return tuple(sorted(tokens))
 
 
-def rewrite_source(text: str, options: Options | None = None) -> Result:
+def rewrite_source(
+    text: str, options: Options | None = None, *, statement_level: bool = True
+) -> Result:
     """Rewrite one module's text; raise `SourceError` when it does not parse.
 
     With `options.fix` False (the `check` mode) nothing is transformed: the rules only decide,
@@ -41,6 +50,11 @@ def rewrite_source(text: str, options: Options | None = None) -> Result:
     original did not; the fixes that break it are withheld and reported (`Result.withheld`).
     Python's parser reads the text before libcst does (parsing.py): what it rejects is a
     `SourceError`, and statements too deep for libcst are kept away from it.
+
+    libcst parses only the top-level statements that hold a token of a selected rule (and the
+    module's start-up block), where it can be sure that this changes nothing
+    (statements.py); `statement_level=False` parses the whole module, as the property tests
+    do to prove that both give the same result.
     """
     options = options or Options()
     data = text.encode("utf-8", "surrogatepass")
@@ -48,13 +62,24 @@ def rewrite_source(text: str, options: Options | None = None) -> Result:
     if not selected:
         return Result(text, (), (), options.device_name, False)
     tokens = {t.decode("utf-8", "surrogateescape") for r in selected for t in r.tokens}
-    prepared = prepare(text, tokens)
-    first = _attempt(prepared, selected, options)
+    planner = None
+    names: list[ModuleNames] = []  # made once, for the plan and the rules
+    if statement_level and _statement_level(selected, options):
+
+        def planner(tree: ast.Module, lines: list[str]) -> statements.Plan | None:
+            names.append(ModuleNames(text, tree, options.prior_imports))
+            return statements.plan(tree, lines, tokens, names[0].imports)
+
+    prepared = prepare(text, tokens, planner)
+    attempt = functools.partial(
+        _run_rules, statement_level=statement_level, names=names[0] if names else None
+    )
+    first = attempt(prepared, selected, options)
     if not options.fix or (first.text is text and first.problem is None):
         return first.result
 
     def rerun(withhold: tuple[tuple[str, int, int], ...]) -> net.Attempt:
-        return _attempt(prepared, selected, dataclasses.replace(options, withhold=withhold))
+        return attempt(prepared, selected, dataclasses.replace(options, withhold=withhold))
 
     known = caller_names(
         options.device_name,
@@ -65,12 +90,38 @@ def rewrite_source(text: str, options: Options | None = None) -> Result:
     return net.verified(text, first, rerun, _top_level_spans(prepared), known)
 
 
-def _attempt(prepared: Prepared, selected: list[type[Rule]], options: Options) -> net.Attempt:
-    """One run of the rules over the parsed text, and the text their fixes make."""
+def _statement_level(selected: list[type[Rule]], options: Options) -> bool:
+    """Whether the statement-level parse may be tried: not for rules that see the whole
+    module, nor for the texts of callers that run texts one after another in a namespace
+    (notebook cells, the `%%tpu` magic: small texts, whose options change what a fix needs)."""
+    if any(rule.whole_module for rule in selected):
+        return False
+    return not (
+        options.prior_imports
+        or options.prior_names
+        or options.device_name
+        or not options.insert_statements
+    )
+
+
+def _run_rules(
+    prepared: Prepared,
+    selected: list[type[Rule]],
+    options: Options,
+    statement_level: bool,
+    names: ModuleNames | None = None,
+) -> net.Attempt:
+    """One run of the rules over the parsed text, and the text their fixes make (`names`:
+    the module's names, made from the original text, when it is the text the rules see)."""
     text = prepared.original
     module = prepared.module
     assert module is not None
-    ctx = RuleContext(prepared.text, options, module)
+    tree, known = (prepared.tree, names) if prepared.text is text else (None, None)
+    ctx = RuleContext(prepared.text, options, module, tree, known)
+    if prepared.skipped is not None:
+        ctx.unparsed = _unparsed(prepared, module)
+    if statement_level:
+        ctx.fast_position = statement_position
     ctx.index_statements()
     _module_imports(module, ctx)
     rules: list[Rule] = [rule(ctx) for rule in selected]
@@ -115,6 +166,22 @@ def _attempt(prepared: Prepared, selected: list[type[Rule]], options: Options) -
         required_imports=tuple(ctx.required_imports),
     )
     return net.Attempt(new_text, result, device_keys)
+
+
+def _unparsed(prepared: Prepared, module: cst.Module) -> dict[int, Callable[[], cst.BaseStatement]]:
+    """For each placeholder of a statement held out of libcst's parse that binds a name, a
+    function that parses the statement as written (`RuleContext.real_statement`)."""
+    held = {id(group.stmts[0]) for group in prepared.skipped or ()}
+    lines = _LINES.findall(prepared.text)
+    found: dict[int, Callable[[], cst.BaseStatement]] = {}
+    for group, stmt in zip(statements.groups(prepared.tree), module.body, strict=True):
+        if id(group.stmts[0]) not in held:
+            continue
+        if not any(isinstance(s, statements.BINDING) for s in group.stmts):
+            continue  # binds nothing the flow facts record: the placeholder says as much
+        code = "".join(lines[group.first - 1 : group.last])
+        found[id(stmt)] = functools.cache(functools.partial(cst.parse_statement, code))
+    return found
 
 
 def _guarded(fix, pending, failed):  # type: ignore[no-untyped-def]
@@ -334,6 +401,12 @@ class _ApplyFixes(cst.CSTTransformer):
         self.blank = cst.Module(body=[])
         self.top = ctx.statement_index()
         self.new_top: dict[int, object] = ctx.rewritten_statements
+        self.wanted = _fix_paths(ctx)
+
+    def on_visit(self, node):  # type: ignore[no-untyped-def]
+        # A subtree without a fix is kept as it is: libcst rebuilds every node it passes,
+        # which costs more than the parse (its leave still runs, for `new_top`).
+        return self.wanted is None or id(node) in self.wanted
 
     def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
         fixes = self.fixes.get(id(original_node))
@@ -352,6 +425,23 @@ class _ApplyFixes(cst.CSTTransformer):
         if index is not None:
             self.new_top[index] = node
         return node
+
+
+def _fix_paths(ctx: RuleContext) -> set[int] | None:
+    """Ids of the nodes with a fix and of all their ancestors (the traversal recorded the
+    parents); None when a fix sits on a node whose ancestors are unknown (visit all)."""
+    module = ctx.module
+    wanted = {id(module)}
+    parents = ctx.parents
+    for key in ctx.fixes:
+        node_id = key
+        while node_id not in wanted:
+            wanted.add(node_id)
+            parent = parents.get(node_id)
+            if parent is None:
+                return None
+            node_id = id(parent)
+    return wanted
 
 
 def _define_device(module: cst.Module, ctx: RuleContext) -> cst.Module:

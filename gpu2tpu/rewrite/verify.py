@@ -289,7 +289,7 @@ class _ModuleOrder:
             self.block(node.finalbody, local)
         elif isinstance(node, ast.Match):
             expr(node.subject, local)
-            for case in node.match_cases:
+            for case in node.cases:
                 for sub in ast.walk(case.pattern):
                     name = getattr(sub, "name", None) or getattr(sub, "rest", None)
                     if isinstance(name, str):

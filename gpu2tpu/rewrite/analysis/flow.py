@@ -390,7 +390,7 @@ class FlowFacts:
         self._skipped_bound = True
         table = self._bindings.setdefault(id(module), {})
         visited = self.ctx.parents
-        for stmt in module.body:
+        for stmt in map(self.ctx.real_statement, module.body):
             if any(id(child) in visited for child in stmt.children[:1]):
                 continue  # visited: its bindings are recorded already
             if isinstance(stmt, cst.ClassDef):

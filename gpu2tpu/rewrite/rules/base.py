@@ -84,12 +84,28 @@ class RuleContext:
     several times a parse, and most nodes are never asked about (docs/architecture.md).
     """
 
-    def __init__(self, source: str, options: Options, module: cst.Module | None = None) -> None:
+    def __init__(
+        self,
+        source: str,
+        options: Options,
+        module: cst.Module | None = None,
+        tree: ast.Module | None = None,
+        module_names: ModuleNames | None = None,
+    ) -> None:
         self.options = options
         self.source = source
         self.module = module
-        self._tree: ast.Module | None | bool = None
-        self._module_names: ModuleNames | None = None
+        # `tree`, `module_names`: made from `source` already by the caller (source.py).
+        self._tree: ast.Module | None | bool = tree
+        # Top-level statements libcst did not parse (nothing in them is rewritten; see
+        # rewrite/statements.py): id of the placeholder in `module.body` -> a function that
+        # parses the real statement on demand (for module-wide facts such as bindings).
+        self.unparsed: dict[int, Callable[[], cst.BaseStatement]] = {}
+        # A faster way to place a node, tried first by `position` (rewrite/positions.py: lay
+        # out the innermost statement only); None from it, or no function: the layout below.
+        self.fast_position: Callable[[RuleContext, cst.CSTNode], tuple[int, int] | None] | None
+        self.fast_position = None
+        self._module_names: ModuleNames | None = module_names
         self.parents: dict[int, cst.CSTNode] = {}
         self.qualified_cache: dict[int, str | None] = {}
         self.defined_attributes: dict[str, bool] = {}
@@ -203,6 +219,10 @@ class RuleContext:
         before it come from the code of the statements before it.
         """
         assert self.module is not None
+        if self.fast_position is not None:
+            found = self.fast_position(self, node)
+            if found is not None:
+                return found
         top = node
         while True:
             parent = self.parents.get(id(top))
@@ -271,6 +291,12 @@ class RuleContext:
                 return None
             self._spans = spans
         return self._spans  # type: ignore[return-value]
+
+    def real_statement(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
+        """A top-level statement of `module.body` as written (parsed now if libcst was given
+        a placeholder for it)."""
+        load = self.unparsed.get(id(stmt))
+        return stmt if load is None else load()
 
     def statement_index(self) -> dict[int, int]:
         """Original top-level statement id -> its index in the module's body."""

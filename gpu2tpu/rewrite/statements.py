@@ -1,0 +1,178 @@
+"""Which top-level statements libcst need not parse: the statement-level path of the codemod.
+
+Most of a large file has nothing to rewrite. Python's own parser (C, about a tenth of a libcst
+parse) already says where every top-level statement is; a statement whose text holds no token
+of any selected rule is neither visited by the rules nor changed by a fix, so libcst gets a
+placeholder of the same lines instead (parsing.py holds it out and puts it back verbatim).
+The text around it, and so every line and column, the blank lines and comments each statement
+owns, and the module's layout settings, stay as a whole-module parse would have them — that is
+the condition for holding a statement out, checked here:
+
+- the statement holds no token, and no name that an import of a token binds (after
+  `from torch.cuda import synchronize`, a bare `synchronize()` must be visited), nor the name
+  of a CUDA-only package (analysis/branches.py scans what follows a CUDA assertion for them);
+- it is not a simple statement next to a kept one, with only simple statements between:
+  rules read the lines around the one they visit (a seed call before a CUDA seed call);
+- it is not an import and not part of the module's start-up block (docstring, imports, set-up,
+  up to the place of the device line): module-level fixes (`import torch`, `import time`, the
+  device line) read and edit that block;
+- a compound statement is followed, up to the next statement, only by empty lines and comments
+  in column 0: libcst gives a block the indented comments and blank lines with spaces after
+  its last line (its footer), a placeholder would hand them to the next statement;
+- the module's default indent (libcst takes it from the first indented block, and leaves
+  unset the indent of each block indented alike) stays: when the first statement with an
+  indented block is held out, its placeholder is a block of that indent (read with
+  `tokenize`).
+
+Everything else — rules that see the whole module (`Rule.whole_module`), files with statements
+held out for depth, short modules — takes the whole-module parse (`statement_level` False).
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .analysis.branches import CUDA_ONLY_PACKAGES
+from .analysis.placement import device_line_after
+
+# Statements that must be parsed for the module-level edits, whatever their text.
+_IMPORTS = (ast.Import, ast.ImportFrom)
+_SIMPLE = (
+    ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Raise, ast.Assert,
+    ast.Delete, ast.Pass, ast.Break, ast.Continue, ast.Import, ast.ImportFrom, ast.Global,
+    ast.Nonlocal,
+)  # fmt: skip
+# Statements that bind a module-level name the flow facts record (analysis/flow.py).
+BINDING = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Assign, ast.AnnAssign,
+           ast.AugAssign)  # fmt: skip
+MIN_STATEMENTS = 4  # shorter modules are parsed whole (as the traversal visits them whole)
+
+
+@dataclass(frozen=True)
+class Group:
+    """One top-level statement as libcst counts them (`a = 1; b = 2` is one): Python's
+    statements in it, and its first and last line (decorators included)."""
+
+    stmts: tuple[ast.stmt, ...]
+    first: int
+    last: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to hold out of libcst's parse: the groups, and the default indent to set on the
+    module when the block libcst would have read it from is held out (None: leave it)."""
+
+    held: tuple[Group, ...]
+    indent: str | None
+    # The held statement with the module's first indented block: its placeholder has a block
+    # indented alike, so that libcst takes the same default indent (and so leaves the same
+    # blocks' own indents unset) as from the whole module.
+    first_block: Group | None = None
+
+
+def groups(tree: ast.Module) -> list[Group]:
+    """The module's top-level statements grouped as libcst groups them."""
+    return group_statements(tree.body)
+
+
+def group_statements(body: list[ast.stmt]) -> list[Group]:
+    """The statements of one block grouped as libcst groups them."""
+    out: list[Group] = []
+    previous_end = -1
+    for stmt in body:
+        first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
+        last = stmt.end_lineno or stmt.lineno
+        if out and first == previous_end and isinstance(stmt, _SIMPLE):
+            head = out[-1]
+            out[-1] = Group((*head.stmts, stmt), head.first, last)
+        else:
+            out.append(Group((stmt,), first, last))
+        previous_end = last
+    return out
+
+
+def plan(
+    tree: ast.Module, lines: list[str], tokens: Iterable[str], imports: dict[str, str]
+) -> Plan | None:
+    """The top-level statements libcst need not parse (None: none, parse the whole module).
+
+    `lines` are the text's lines with their ends (Python's line ends only); `tokens` those of
+    the selected rules; `imports` every name an import binds -> its qualified name.
+    """
+    found = groups(tree)
+    if len(found) < MIN_STATEMENTS:
+        return None
+    raw = set(tokens)
+    # The same widening as the traversal's filter (source._statements_to_visit).
+    raw |= {local for local, full in imports.items() if any(t in full for t in raw)}
+    raw |= CUDA_ONLY_PACKAGES  # what a region after `assert torch.cuda...` is scanned for
+    words = tuple(raw)
+    protected = device_line_after(tree)  # counted in Python's statements
+    keep: list[bool] = []
+    seen = 0
+    for group in found:
+        code = "".join(lines[group.first - 1 : group.last])
+        keep.append(
+            seen < protected
+            or any(isinstance(s, _IMPORTS) for s in group.stmts)
+            or any(t in code for t in words)
+        )
+        seen += len(group.stmts)
+    # Rules read the statements next to the one they visit (`torch.manual_seed(s)` before a
+    # CUDA seed call, seeding lines between): the simple statements around a kept one are
+    # kept too, up to the next compound statement.
+    simple = [all(isinstance(s, _SIMPLE) for s in g.stmts) for g in found]
+    for index in [i for i, k in enumerate(keep) if k]:
+        for step in (-1, 1):
+            j = index + step
+            while 0 <= j < len(found) and simple[j] and not keep[j]:
+                keep[j] = True
+                j += step
+    held: list[Group] = []
+    for index, group in enumerate(found):
+        if keep[index]:
+            continue
+        if not simple[index]:
+            end = found[index + 1].first - 1 if index + 1 < len(found) else len(lines)
+            if not _clean_gap(lines[group.last : end]):
+                continue
+        held.append(group)
+    if not held:
+        return None
+    first = _first_indented(found, lines)
+    if first is None or first[0] not in held:
+        return Plan(tuple(held), None)
+    group, indent = first
+    if indent is None or indent.strip(" \t") != "":
+        held.remove(group)  # its indent is unknown: libcst reads it from the statement
+        return Plan(tuple(held), None) if held else None
+    return Plan(tuple(held), indent, group)
+
+
+def _clean_gap(gap: list[str]) -> bool:
+    """Whether the lines after a block hold only empty lines and comments in column 0 (which
+    libcst gives to the next statement, as it would after a placeholder)."""
+    return all(line in ("\n", "\r\n", "\r") or line.startswith("#") for line in gap)
+
+
+def _first_indented(found: list[Group], lines: list[str]) -> tuple[Group, str | None] | None:
+    """The first statement whose text has an indented block, and the block's indent (libcst's
+    default indent for the module); None when no statement has one. The indent is None when
+    `tokenize` cannot tell it."""
+    for group in found:
+        stmt = group.stmts[0]
+        if isinstance(stmt, _SIMPLE) or group.last == group.first:
+            continue  # no block, or one on the same line: no INDENT token
+        text = "".join(lines[group.first - 1 : group.last])
+        try:
+            for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+                if tok.type == tokenize.INDENT:
+                    return group, tok.string
+        except (tokenize.TokenError, SyntaxError, IndentationError):
+            return group, None
+    return None

@@ -1,0 +1,262 @@
+"""The statement-level path gives the same answers as a whole-module parse.
+
+`rewrite_source` lets libcst parse only the top-level statements that hold a token of a
+selected rule (gpu2tpu/rewrite/statements.py); `statement_level=False` parses the whole module.
+Both must return the same `Result`: the same text byte for byte, the same edits and findings
+with the same lines and columns, in `check` (no fixes) and in `rewrite` — on generated files
+built to stress what a placeholder could change (comments and blank lines after blocks,
+whitespace-only lines, decorators, semicolons, two-space and tab indents, CRLF), on a sample
+of torch's own sources and on the corpus packages.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import tarfile
+from pathlib import Path
+
+import pytest
+from corpus import harness
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpu2tpu.rewrite import parsing, statements
+from gpu2tpu.rewrite.model import Options
+from gpu2tpu.rewrite.source import SourceError, rewrite_source
+
+MODES = (Options(fix=False), Options(), Options(unsafe_fixes=True))
+
+CUDA = [
+    "{v} = torch.zeros({n}).cuda()",
+    "{v} = torch.randn({n}, device='cuda')",
+    "torch.cuda.synchronize()",
+    "{v} = torch.cuda.device_count() + {n}",
+    "if torch.cuda.is_available(): {v} = {n}",
+    "torch.backends.cudnn.benchmark = True",
+    "{v} = synchronize()",
+    "{v} = torch.cuda.amp.autocast()",
+    "torch.cuda.manual_seed({n})",
+    "{v} = [t.cuda() for t in ({v}, {v})]",
+    "for batch in loader:\n    loss = model(batch)\n    loss.backward()\n    print(loss.item())",
+]
+PLAIN = [
+    "{v} = {n}",
+    "{v} = torch.zeros({n})",
+    "{v} = nn.Linear({n}, {n})",
+    "print({v!r}); {v} = {n}",
+    "pass  # a comment about {v}",
+    "{v} = ({n},\n    {n} + 1)",
+    "class Model{n}(nn.Module):\n    pass",
+]
+BLOCKS = [
+    "{body}",
+    "def f_{n}(a, b={n}):\n{ibody}\n    return a",
+    "@decorator\ndef g_{n}():\n{ibody}",
+    "for i in range({n}):\n{ibody}\nelse:\n    pass",
+    "if {n} > 1:\n{ibody}\nelif {n}:\n    pass\nelse:\n    pass",
+    "try:\n{ibody}\nexcept ValueError:\n    pass\nfinally:\n    pass",
+    "with open('x') as fh:\n{ibody}",
+    "class C{n}:\n    def m(self):\n{iibody}",
+    "match {n}:\n    case 1:\n{iibody}\n    case _:\n        pass",
+]
+# What may follow a block before the next statement: whose lines libcst gives to whom.
+GAPS = ["\n", "\n\n", "\n# a comment\n", "\n    # an indented comment\n", "\n    \n", "\n\t\n",
+        "\n\n# two\n\n# comments\n\n", "\n  # odd indent\n\n"]  # fmt: skip
+HEADERS = [
+    "import torch\nimport torch.nn as nn\nfrom torch.cuda import synchronize\n",
+    '"""Docstring."""\nfrom __future__ import annotations\n\nimport os\nimport torch\n'
+    "import torch.nn as nn\nfrom torch.cuda import synchronize\n",
+    "# a leading comment\nimport torch\nimport torch.nn as nn\nfrom torch.cuda import synchronize\n"
+    "os.environ['CUDA_VISIBLE_DEVICES'] = '0'\n",
+    "import torch.nn as nn\nfrom torch.cuda import synchronize\n",  # no `import torch`
+]
+
+names = st.sampled_from(["a", "x", "model", "batch", "device", "out", "accel_device", "time"])
+numbers = st.integers(min_value=0, max_value=9)
+
+
+@st.composite
+def statement(draw: st.DrawFn, pool: list[str]) -> str:
+    return draw(st.sampled_from(pool)).format(v=draw(names), n=draw(numbers))
+
+
+@st.composite
+def block(draw: st.DrawFn) -> str:
+    cuda = draw(st.booleans())
+    pool = PLAIN + CUDA if cuda else PLAIN
+    stmts = draw(st.lists(statement(pool), min_size=1, max_size=3))
+    indent = draw(st.sampled_from(["    ", "  ", "\t"]))
+
+    def indented(depth: int) -> str:
+        lines = "\n".join(stmts).split("\n")
+        return "\n".join(indent * depth + line for line in lines)
+
+    wrapper = draw(st.sampled_from(BLOCKS)).replace("    ", indent)
+    return wrapper.format(
+        body="\n".join(stmts), ibody=indented(1), iibody=indented(2), n=draw(numbers)
+    )
+
+
+@st.composite
+def program(draw: st.DrawFn) -> str:
+    blocks = draw(st.lists(block(), min_size=3, max_size=9))
+    text = draw(st.sampled_from(HEADERS))
+    for item in blocks:
+        text += draw(st.sampled_from(GAPS)) + item
+    text += draw(st.sampled_from(["\n", "\n    # the end\n", "\n\n", ""]))
+    if draw(st.booleans()):
+        text = text.replace("\n", "\r\n")
+    return text
+
+
+def assert_same(text: str, options: Options) -> None:
+    try:
+        whole = rewrite_source(text, options, statement_level=False)
+    except SourceError as err:
+        with pytest.raises(SourceError) as again:
+            rewrite_source(text, options)
+        assert (again.value.reason, again.value.line) == (err.reason, err.line)
+        return
+    fast = rewrite_source(text, options)
+    assert fast.new_text == whole.new_text
+    assert fast.edits == whole.edits  # lines, columns, before and after included
+    assert fast.findings == whole.findings
+    assert fast == whole
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program(), st.sampled_from(MODES))
+def test_generated_files_give_the_same_result(text: str, options: Options) -> None:
+    ast.parse(text)  # the generator makes valid programs
+    assert_same(text, options)
+
+
+def _held_lines(text: str) -> int:
+    """How many lines the statement-level path kept from libcst in `text`."""
+    seen: list[parsing.Prepared] = []
+    real = parsing.prepare
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(real(*args, **kwargs))
+        return seen[-1]
+
+    import gpu2tpu.rewrite.source as source
+
+    source.prepare = spy  # type: ignore[assignment]
+    try:
+        rewrite_source(text, Options(fix=False))
+    finally:
+        source.prepare = real  # type: ignore[assignment]
+    skipped = seen[0].skipped or ()
+    return sum(g.last - g.first + 1 for g in skipped)
+
+
+def test_the_statement_level_path_holds_statements_out() -> None:
+    """Not vacuous: a file with one CUDA statement among plain ones keeps libcst off the rest,
+    and the rewrite is still the same as with the whole module parsed."""
+    text = (
+        "import torch\n\n\nclass Plain:\n    def m(self):\n        return 1\n\n\n"
+        "def helper(x):\n    return x + 1\n\n\nx = torch.zeros(2).cuda()\n\n\n"
+        "def more():\n    # a comment\n    return [i for i in range(3)]\n"
+    )
+    assert _held_lines(text) == 3 + 2 + 3
+    for options in MODES:
+        assert_same(text, options)
+    assert "device" in rewrite_source(text).new_text
+
+
+def test_a_block_with_an_indented_comment_after_it_is_parsed() -> None:
+    """libcst gives the indented comment to the block (its footer); a placeholder would hand
+    it to the next statement, so the block is not held out."""
+    lines = ["import torch\n", "def f():\n", "    pass\n", "    # owned by f\n", "x = 1\n",
+             "y = 2\n", "def g():\n", "    pass\n", "z = torch.zeros(1).cuda()\n"]  # fmt: skip
+    plan = statements.plan(ast.parse("".join(lines)), lines, ("cuda",), {"torch": "torch"})
+    assert plan is not None
+    held = [g.stmts[0] for g in plan.held]
+    assert [type(s).__name__ for s in held] == ["Assign", "Assign", "FunctionDef"]
+    assert held[-1].name == "g"  # type: ignore[attr-defined]
+
+
+def test_the_default_indent_is_kept_when_its_block_is_held_out() -> None:
+    text = (
+        "import torch\n\n\ndef two():\n  return 2\n\n\ndef four():\n    return 4\n\n\n"
+        "if torch.cuda.is_available():\n    x = 1\n"
+    )
+    assert _held_lines(text) > 0
+    for options in MODES:
+        assert_same(text, options)
+
+
+def _torch_sample() -> list[Path]:
+    spec = importlib.util.find_spec("torch")
+    assert spec is not None and spec.origin is not None
+    root = Path(spec.origin).parent
+    files = sorted(p for p in root.rglob("*.py") if b"cuda" in p.read_bytes())
+    return files[::25]  # every 25th: about 40 files from all of torch
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", _torch_sample(), ids=lambda p: p.name)
+def test_torch_sources_give_the_same_result(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    for options in MODES[:2]:
+        assert_same(text, options)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_corpus_files_give_the_same_result(tmp_path: Path) -> None:
+    try:
+        cache = harness.prepare()
+    except harness.CorpusError as err:
+        pytest.fail(f"the corpus could not be prepared: {err}")
+    compared = 0
+    for pkg in harness.load_manifest():
+        with tarfile.open(cache / "sdists" / pkg.sdist) as tar:
+            members = sorted(
+                (m for m in tar.getmembers() if m.isfile() and m.name.endswith(".py")),
+                key=lambda m: m.name,
+            )
+            for member in members[::7]:
+                handle = tar.extractfile(member)
+                assert handle is not None
+                data = handle.read()
+                if b"cuda" not in data:
+                    continue
+                try:
+                    text = data.decode("utf-8")
+                except UnicodeDecodeError:
+                    continue
+                for options in MODES[:2]:
+                    assert_same(text, options)
+                compared += 1
+    assert compared > 20
+
+
+FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("**/*.py"))
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: str(p.relative_to(p.parents[1])))
+def test_rule_fixtures_give_the_same_result(path: Path) -> None:
+    """The fixtures are each rule's edge cases: the statement-level path must not change one
+    answer, with the fixture's own options, in `check` and in `rewrite`."""
+    from test_rule_fixtures import options_for
+
+    text = path.read_text(encoding="utf-8")
+    options = options_for(text)
+    for mode in (options, dataclasses.replace(options, fix=False)):
+        assert_same(text, mode)
+
+
+def test_a_module_level_match_statement_is_rewritten() -> None:
+    """The safety net walks module-level statements in order; a `match` among them once
+    crashed it (`ast.Match` has `cases`)."""
+    text = "import torch\n\nmatch 0:\n    case 1:\n        a = 0\n    case _:\n        pass\n"
+    text += "a = torch.zeros(0).cuda()\n"
+    result = rewrite_source(text)
+    assert ".to(device)" in result.new_text
+    compile(result.new_text, "m.py", "exec")
+    for options in MODES:
+        assert_same(text, options)
