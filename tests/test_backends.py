@@ -161,6 +161,37 @@ def test_activate_routes_the_accelerator_and_restores_it_on_error() -> None:
     assert torch.accelerator.current_accelerator is original
 
 
+def test_rewritten_device_and_memory_calls_answer_for_the_backend() -> None:
+    """What the codemod writes for `torch.cuda.device_count()`, `max_memory_allocated()`,
+    `reset_peak_memory_stats()`, ... answers from the backend, not from torch's own
+    accelerator (on this machine CUDA without a GPU, which raises when asked)."""
+    from gpu2tpu.backends import MemoryInfo
+
+    resets: list[str] = []
+    memory = torch.accelerator.memory
+    originals = {n: getattr(memory, n) for n in ("max_memory_allocated", "memory_stats")}
+    with accelerator_answers(
+        torch.device("meta"),
+        memory=lambda: MemoryInfo(in_use_bytes=10, peak_bytes=30, total_bytes=100),
+        reset_peak=lambda: resets.append("peak"),
+        count=lambda: 4,
+    ):
+        assert torch.accelerator.device_count() == 4
+        assert torch.accelerator.current_device_index() == 0
+        with torch.accelerator.device_index(0):
+            torch.accelerator.set_device_index(0)
+        assert memory.memory_allocated() == 10 and memory.max_memory_allocated() == 30
+        assert memory.memory_stats()["allocated_bytes.all.peak"] == 30
+        assert memory.get_memory_info() == (90, 100)
+        memory.reset_peak_memory_stats()
+        memory.empty_cache()
+    assert resets == ["peak"]
+    assert {n: getattr(memory, n) for n in originals} == originals
+    with accelerator_answers(torch.device("meta"), memory=lambda: None):
+        assert memory.max_memory_allocated() == 0 and memory.get_memory_info() == (0, 0)
+        assert torch.accelerator.device_count() == 1
+
+
 def test_torch_itself_gets_torchs_own_accelerator_answers() -> None:
     """The user's code asks for the backend's device; torch's modules keep their answers,
     so a DataLoader that pins its batches does not try to pin them for the backend (on

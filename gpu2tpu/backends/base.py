@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -297,8 +297,17 @@ class Backend:
         it, and break what only host tensors do (docs/backends.md, "The default device").
         """
         dev = self.device()
-        with accelerator_answers(dev, synchronize=self.synchronize):
+        with accelerator_answers(dev, **self.answers()):
             yield dev
+
+    def answers(self) -> dict[str, Any]:
+        """What `torch.accelerator` answers from inside `activate()` (`accelerator_answers`)."""
+        return {
+            "synchronize": self.synchronize,
+            "memory": self.memory,
+            "reset_peak": self.reset_peak_memory,
+            "count": lambda: self.chip().count,
+        }
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
@@ -316,26 +325,35 @@ def accelerator_answers(
     dev: torch.device,
     synchronize: Callable[[], None] | None = None,
     force: bool = False,
+    memory: Callable[[], MemoryInfo | None] | None = None,
+    reset_peak: Callable[[], None] | None = None,
+    count: Callable[[], int] | None = None,
 ) -> Iterator[None]:
     """Make `torch.accelerator` answer for `dev` inside the block.
 
     `current_accelerator()` returns `dev` (None for the CPU, so the codemod's
     `... or torch.device("cpu")` picks the CPU), `is_available()` says whether `dev` is an
-    accelerator, and `synchronize()` calls the backend's own synchronize. Nothing is patched
-    when torch's accelerator already is `dev`, unless `force` (torchax registers "jax" as the
-    accelerator but leaves its synchronize broken).
+    accelerator, `synchronize()` calls the backend's own synchronize, and the rest of what
+    rewritten code calls answers for the backend too: `device_count()` from `count`, the
+    device index functions for its one device, and the memory functions
+    (`torch.accelerator.memory.*`: allocated, peak, stats, free and total) from `memory`,
+    with 0 where the backend cannot tell (as torch answers for an accelerator whose
+    allocator it does not know); resetting the peak calls `reset_peak`, emptying the cache
+    does nothing. Without that, a rewritten `torch.cuda.reset_peak_memory_stats()` behind
+    `is_available()` reached torch's own accelerator, CUDA without a GPU, on XLA. Nothing is
+    patched when torch's accelerator already is `dev`, unless `force` (torchax registers
+    "jax" as the accelerator but leaves its synchronize broken).
 
-    The two questions answer `dev` to the user's code and gpu2tpu's, not to torch itself:
-    torch asks them to choose what only its own accelerators support (a DataLoader with
+    The answers are for the user's code and gpu2tpu's, not for torch itself: torch asks the
+    same questions to choose what only its own accelerators support (a DataLoader with
     `pin_memory=True` pins its batches for the current accelerator, which fails for XLA), so
     torch's modules keep torch's own answers, as on a TPU VM where XLA is no accelerator.
     """
     import torch
 
     accel = torch.accelerator
-    originals = (accel.current_accelerator, accel.is_available, accel.synchronize)
     try:
-        current = originals[0](check_available=True)
+        current = accel.current_accelerator(check_available=True)
     except RuntimeError:
         current = None
     native = (current.type if current is not None else "cpu") == dev.type
@@ -345,24 +363,94 @@ def accelerator_answers(
     target = torch.device(dev.type)
     is_accel = target.type != "cpu"
 
-    def current_accelerator(check_available: bool = False) -> torch.device | None:
-        if asked_by_torch():
-            return originals[0](check_available)
-        return target if is_accel else None
+    def known() -> MemoryInfo:
+        try:
+            info = memory() if memory is not None else None
+        except Exception:  # a runtime that cannot tell: unknown, as where it has no API
+            info = None
+        return info or MemoryInfo()
 
-    def is_available() -> bool:
-        if asked_by_torch():
-            return originals[1]()
-        return is_accel
+    def stats(*_: object, **__: object) -> dict[str, int]:
+        info = known()
+        in_use = info.in_use_bytes or 0
+        peak = info.peak_bytes or in_use
+        return {
+            "allocated_bytes.all.current": in_use,
+            "allocated_bytes.all.peak": peak,
+            "reserved_bytes.all.current": in_use,
+            "reserved_bytes.all.peak": peak,
+        }
+
+    def memory_info(*_: object, **__: object) -> tuple[int, int]:
+        info = known()
+        total = info.total_bytes or 0
+        return (max(total - (info.in_use_bytes or 0), 0), total)
+
+    def devices() -> int:
+        if not is_accel:
+            return 0
+        try:
+            return count() if count is not None else 1
+        except Exception:  # a runtime that cannot count: its one device
+            return 1
+
+    def reset(*_: object, **__: object) -> None:
+        if reset_peak is not None:
+            reset_peak()
+
+    def nothing(*_: object, **__: object) -> None:
+        return None
 
     def accel_synchronize(device: object = None) -> None:
         if synchronize is not None:
             synchronize()
 
-    accel.current_accelerator = current_accelerator  # type: ignore[assignment]
-    accel.is_available = is_available  # type: ignore[assignment]
+    index = dev.index or 0
+    answers: dict[str, Callable[..., Any]] = {
+        "current_accelerator": lambda check_available=False: target if is_accel else None,
+        "is_available": lambda: is_accel,
+        "device_count": devices,
+        "current_device_index": lambda: index,
+        "current_device_idx": lambda: index,
+        "set_device_index": nothing,
+        "set_device_idx": nothing,
+        "device_index": lambda *_, **__: nullcontext(),
+        "memory_allocated": lambda *_, **__: stats()["allocated_bytes.all.current"],
+        "max_memory_allocated": lambda *_, **__: stats()["allocated_bytes.all.peak"],
+        "memory_reserved": lambda *_, **__: stats()["reserved_bytes.all.current"],
+        "max_memory_reserved": lambda *_, **__: stats()["reserved_bytes.all.peak"],
+        "memory_stats": stats,
+        "get_memory_info": memory_info,
+        "reset_peak_memory_stats": reset,
+        "reset_accumulated_memory_stats": nothing,
+        "empty_cache": nothing,
+    }
+    patched: list[tuple[Any, str, Any]] = []
+    for module in (accel, getattr(accel, "memory", None)):
+        if module is None:
+            continue
+        for name, ours in answers.items():
+            real = getattr(module, name, None)
+            if real is not None:
+                patched.append((module, name, real))
+                setattr(module, name, _routed(real, ours))
+    patched.append((accel, "synchronize", accel.synchronize))
     accel.synchronize = accel_synchronize  # type: ignore[assignment]
     try:
         yield
     finally:
-        accel.current_accelerator, accel.is_available, accel.synchronize = originals  # type: ignore[assignment]
+        for module, name, real in reversed(patched):
+            setattr(module, name, real)
+
+
+def _routed(real: Callable[..., Any], ours: Callable[..., Any]) -> Callable[..., Any]:
+    """`ours` for the user's code and gpu2tpu's, `real` for torch's own modules."""
+
+    def answer(*args: Any, **kwargs: Any) -> Any:
+        if asked_by_torch():
+            return real(*args, **kwargs)
+        return ours(*args, **kwargs)
+
+    answer.__name__ = getattr(real, "__name__", "answer")
+    answer.__doc__ = getattr(real, "__doc__", None)
+    return answer

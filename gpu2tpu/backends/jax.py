@@ -196,5 +196,5 @@ class JAXBackend(Backend):
         """
         env = self._env()
         dev = self.device()
-        with env, accelerator_answers(dev, synchronize=self.synchronize, force=True):
+        with env, accelerator_answers(dev, force=True, **self.answers()):
             yield dev

@@ -213,7 +213,7 @@ class TorchTPUBackend(Backend):
     @contextmanager
     def activate(self) -> Iterator[torch.device]:
         dev = self.device()
-        with accelerator_answers(dev, synchronize=self.synchronize), self._eager_mode():
+        with accelerator_answers(dev, **self.answers()), self._eager_mode():
             yield dev
 
     @contextmanager
