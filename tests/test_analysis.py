@@ -166,3 +166,63 @@ def test_without_statements_the_time_import_comes_back_as_required() -> None:
     assert result.required_imports == ("import time",)
     prior = rewrite_source(text, Options(insert_statements=False, prior_imports=("import time",)))
     assert prior.required_imports == ()
+
+
+# -- ranks and processes ---------------------------------------------------------------------
+
+
+def _context(text: str):  # type: ignore[no-untyped-def]
+    from gpu2tpu.rewrite.rules.base import RuleContext
+
+    return RuleContext(text, Options())
+
+
+def test_device_indices_are_found_by_what_the_module_does_with_them() -> None:
+    from gpu2tpu.rewrite.analysis.ranks import device_index_names
+
+    text = (
+        "import os\nimport torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "class T:\n    def __init__(self, model, gpu_id, device):\n"
+        '        self.slot = int(os.environ["LOCAL_RANK"])\n'
+        "        torch.cuda.set_device(gpu_id)\n"
+        "        self.model = DDP(model, device_ids=[self.which], output_device=device)\n"
+    )
+    # `device` is a device, never an ordinal, even where DDP takes it as output_device.
+    assert device_index_names(_context(text)) == {"slot", "gpu_id", "which"}
+    assert device_index_names(_context("import torch\nx = torch.zeros(1).to(gpu_id)\n")) == set()
+
+
+def test_spawn_counts_resolve_through_the_imports() -> None:
+    from gpu2tpu.rewrite.analysis.ranks import spawn_counts
+
+    text = (
+        "import torch\nimport torch.multiprocessing as mp\n"
+        "world_size = torch.cuda.device_count()\n"
+        "mp.spawn(main, args=(world_size,), nprocs=world_size)\n"
+        "pool.spawn(work, (), workers)\n"  # not torch's spawn
+        "torch.multiprocessing.spawn(main, (), n)\n"
+    )
+    assert spawn_counts(_context(text)) == {"world_size", "n"}
+
+
+def test_a_device_count_only_feeds_spawn_as_at_least_one() -> None:
+    text = (
+        "import torch\nimport torch.multiprocessing as mp\n"
+        "n_gpus = torch.cuda.device_count()\nworld_size = torch.cuda.device_count()\n"
+        "mp.spawn(main, nprocs=world_size)\n"
+    )
+    new = rewrite_source(text).new_text
+    assert "n_gpus = torch.accelerator.device_count()\n" in new
+    assert "world_size = torch.accelerator.device_count() or 1\n" in new
+
+
+def test_a_parameter_default_runs_before_the_device_line_is_withheld() -> None:
+    """`def f(device="cuda")` above `import torch`: its default would read the device variable
+    before the device line binds it, so the safety net withholds that one fix."""
+    text = (
+        'def f(device="cuda"):\n    return device\n\n\nimport torch\n\nx = torch.zeros(1).cuda()\n'
+    )
+    result = rewrite_source(text)
+    assert 'def f(device="cuda"):' in result.new_text
+    assert [f.code for f in result.edits] == ["G2T101"]
+    assert any(f.code == "G2T113" and "withheld" in f.message for f in result.findings)
