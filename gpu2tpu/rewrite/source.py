@@ -2,8 +2,10 @@
 
 One libcst parse, every selected rule in one traversal over qualified names, one transformer
 pass that applies the fixes, one codegen. Text that no rule could touch comes back as the very
-same string object, and top-level statements that hold no token of any selected rule are not
-visited at all (docs/architecture.md explains the speed budget behind this).
+same string object, and top-level statements that hold no token of any selected rule are
+neither parsed by libcst (a placeholder of the same lines stands in: statements.py) nor
+visited; the transformer descends only towards the nodes it fixes (docs/architecture.md
+explains the speed budget behind this).
 """
 
 from __future__ import annotations
