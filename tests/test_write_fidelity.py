@@ -198,22 +198,31 @@ def test_json_and_csv_are_utf8_for_a_file_name_that_is_not(tmp_path: Path) -> No
     assert proc.stdout.startswith(b"caf\xe9.py:2:5: G2T101")
 
 
-def _children(pid: int) -> set[int]:
-    found: set[int] = set()
+def _children(pid: int) -> set[tuple[int, str]]:
+    """The children of `pid`, each as (pid, start time): a pid alone may be reused."""
+    found: set[tuple[int, str]] = set()
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
-            found |= {int(c) for c in (task / "children").read_text().split()}
+            pids = {int(c) for c in (task / "children").read_text().split()}
         except OSError:
             continue
+        found |= {(child, started) for child in pids if (started := _stat(child)[1])}
     return found
 
 
-def _alive(pid: int) -> bool:
+def _stat(pid: int) -> tuple[str, str]:
+    """(state, start time in clock ticks) of a process, or ("", "") when it is gone."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return False
-    return state != "Z"
+        return "", ""
+    return fields[0], fields[19]
+
+
+def _alive(worker: tuple[int, str]) -> bool:
+    """Still running, and still the same process (the machine may reuse its pid at once)."""
+    state, started = _stat(worker[0])
+    return started == worker[1] and state not in ("", "Z")
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
@@ -225,7 +234,7 @@ def test_workers_stop_when_the_run_is_killed(tmp_path: Path) -> None:
         [sys.executable, "-m", "gpu2tpu", "rewrite", "-q", "-j", "2", "."], cwd=tmp_path,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    workers: set[int] = set()
+    workers: set[tuple[int, str]] = set()
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
@@ -249,9 +258,10 @@ def test_workers_stop_when_the_run_is_killed(tmp_path: Path) -> None:
         for data in snapshot.values():  # every file is either as it was or fully rewritten
             assert data in whole
     finally:
-        for pid in workers:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        for worker in workers:
+            if _alive(worker):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker[0], signal.SIGKILL)
 
 
 def run_text(text: str) -> str:
