@@ -232,7 +232,7 @@ def test_tpu_info_shows_its_table(shell) -> None:
     assert info["success"] and info["error"] is None
     assert f"[missing] tpu   TorchTPU: {NO_CHIP}" in info["stdout"]
     assert "[found]   cpu   CPU" in info["stdout"]
-    assert "torch-tpu 0.2.0" in info["stdout"]
+    assert "torch_tpu 0.2.0" in info["stdout"]
     assert "Traceback" not in info["stdout"] + info["stderr"]
 
 
