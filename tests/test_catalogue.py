@@ -68,7 +68,7 @@ def test_missing_prices_say_why(cat):
 @pytest.mark.parametrize(
     ("key", "peak", "hbm", "bandwidth"),
     [
-        # backends.md §6, with each source's own unit
+        # the catalogue's dated sources (hardware.toml), each in its source's own unit
         ("v4", 275e12, 32 * 2**30, 1200e9),
         ("v5e", 197e12, 16 * 2**30, 819e9),
         ("v5p", 459e12, 95 * 2**30, 2765e9),

@@ -35,7 +35,7 @@ from ..model import Finding, Options, Safety, Severity
 Fix = Callable[[cst.CSTNode], cst.CSTNode]
 
 # The device definition the codemod writes: checked, because a CUDA build of torch without a
-# GPU reports `cuda` from a plain `current_accelerator()` (shared/docs/DESIGN.md).
+# GPU reports `cuda` from a plain `current_accelerator()` (docs/backends.md).
 DEVICE_EXPR = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
 # The same answer for a target-torch older than 2.7, which has no `check_available`.
 DEVICE_EXPR_2_6 = (
