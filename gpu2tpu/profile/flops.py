@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 # aten ops that need a value on the host before the program can go on.
@@ -54,9 +54,6 @@ class StepCount:
             "sync_ops": [list(op) for op in self.sync_ops],
             "source": self.source,
         }
-
-    def with_source(self, source: str) -> StepCount:
-        return replace(self, source=source)
 
 
 def _op_name(func: Any) -> str:

@@ -360,7 +360,3 @@ def exit_code(report: RunReport) -> int:
     if report.mode in (Mode.DRY, Mode.DIFF):
         return int(report.count(Status.WOULD_REWRITE) > 0)
     return int(any(o.findings for o in report.files))
-
-
-def outcome_has_output(outcome: FileOutcome) -> bool:
-    return bool(outcome.edits or outcome.findings or outcome.error)

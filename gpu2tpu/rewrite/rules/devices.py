@@ -312,13 +312,10 @@ def _idiom_parts(rule: Rule, node: cst.CSTNode) -> str | None:
     if not isinstance(node, cst.IfExp):
         return None
     test, body, orelse = node.test, node.body, node.orelse
-    negated = False
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        test, negated = test.expression, True
-        body, orelse = orelse, body
+        test, body, orelse = test.expression, orelse, body
     if not (isinstance(test, cst.Call) and rule.matches_name(test, "torch.cuda.is_available")):
         return None
-    del negated
 
     def kind(expr: cst.BaseExpression, want_cuda: bool) -> str | None:
         if isinstance(expr, cst.Call) and _is_torch_device_call(rule, expr) and expr.args:
