@@ -93,8 +93,12 @@ class BatchSearch:
         if guess is None:
             return False
         best = self._clamp(self._round(guess + 1e-4 * self.granularity))  # 127.99999 is 128
-        at_ceiling = self.ceiling is not None and best >= self._round(self.ceiling)
-        checks = [best] if at_ceiling else [best, best + self._step(best)]
+        ceiling = self._round(self.ceiling) if self.ceiling is not None else None
+        at_ceiling = ceiling is not None and best >= ceiling
+        above = best + self._step(best)
+        if ceiling is not None:
+            above = min(above, ceiling)  # the check never compiles past the ceiling either
+        checks = [best] if at_ceiling else [best, above]
         for batch in checks:
             if batch not in self.points and not self._try(batch):
                 return False
