@@ -146,15 +146,17 @@ def test_a_notebook_shows_a_live_status_per_target(tmp_path: Path) -> None:
     assert all(u["transient"]["display_id"] == handle for u in updates)
     texts = [u["data"]["text/plain"] for u in updates]
     assert any(re.search(r"v5e\s+compiling at batch 32 \[0:\d\d\]", t) for t in texts)
-    assert any(re.search(r"v6e\s+compiling at batch 32", t) for t in texts)
+    # v6e waits its turn, then compiles; an update may come too late to catch a short compile.
+    assert any(re.search(r"v6e\s+(waiting|compiling at batch 32)", t) for t in texts)
+    assert not re.search(r"✓ v6e", texts[0])  # the status was live, not only the final table
     final = texts[-1]
     assert re.search(r"✓ v5e\s+fits at batch 32", final)
     assert re.search(r"✓ v6e\s+fits at batch 32", final)
     assert "<table" in updates[-1]["data"]["text/html"]
     # Stdout has the cell's own print; nothing from the forecast lands on stderr (pink).
     streams = [m for m in client.messages if m["type"] == "stream"]
-    assert [m["name"] for m in streams] == ["stdout"]
-    assert "statuses ['compiled', 'compiled']" in streams[0]["text"]
+    assert {m["name"] for m in streams} == {"stdout"}  # a loaded kernel may send it in pieces
+    assert "statuses ['compiled', 'compiled']" in "".join(m["text"] for m in streams)
     # The saved notebook keeps the final state of the display.
     saved = [o for o in nb.cells[0].outputs if o.output_type == "display_data"]
     assert any("✓ v6e" in o.data["text/plain"] for o in saved)
