@@ -61,7 +61,7 @@ from .extrapolate import (
     find_block_stack,
     with_depth,
 )
-from .isolate import can_fork, run_streaming
+from .isolate import can_fork, jax_started, run_streaming
 from .optimizers import OptimizerPlan, UnsupportedOptimizer, plan_optimizer, to_optax
 from .progress import ForecastProgress, format_clock
 
@@ -565,7 +565,7 @@ def forecast(
         batch_search, time_budget_s, versions, **options,
     )  # fmt: skip
     in_child = isolate and can_fork() and "torchax" not in sys.modules
-    if in_child and _jax_started():
+    if in_child and jax_started():
         in_child = False  # a fork after JAX started its thread pools deadlocks in the child
         warnings.warn(
             "gpu2tpu.forecast: JAX is already running in this process, so the forecast compiles "
@@ -574,15 +574,6 @@ def forecast(
             stacklevel=2,
         )
     return _run(job, in_child, started)
-
-
-def _jax_started() -> bool:
-    """Whether JAX has started its backends (and their threads) in this process."""
-    if "jax" not in sys.modules:
-        return False
-    bridge = sys.modules.get("jax._src.xla_bridge")
-    backends = getattr(bridge, "_backends", None)
-    return True if backends is None else bool(backends)
 
 
 @dataclass

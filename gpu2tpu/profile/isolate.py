@@ -46,6 +46,16 @@ def can_fork() -> bool:
     return hasattr(os, "fork") and "fork" in multiprocessing.get_all_start_methods()
 
 
+def jax_started() -> bool:
+    """Whether JAX has started its backends (and their threads) in this process: a fork
+    after that deadlocks in the child, so callers then work in-process instead."""
+    if "jax" not in sys.modules:
+        return False
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    backends = getattr(bridge, "_backends", None)
+    return True if backends is None else bool(backends)
+
+
 def in_child() -> bool:
     """Whether this code runs inside `run_in_child` (events then reach the parent)."""
     return _channel is not None

@@ -526,10 +526,9 @@ def lowering_table(live: bool | None = None) -> LoweringTable:
                 return live_lowering_table()
             # Importing torchax here would make "jax" torch's accelerator for the rest of the
             # user's process: read the registry in a forked child instead, when that is safe.
-            from ..profile.forecast import _jax_started
-            from ..profile.isolate import can_fork, run_in_child
+            from ..profile.isolate import can_fork, jax_started, run_in_child
 
-            if can_fork() and not _jax_started():
+            if can_fork() and not jax_started():
                 return run_in_child(live_lowering_table)
         except Exception:  # the registry moved or torchax fails to import: keep the table
             return shipped
