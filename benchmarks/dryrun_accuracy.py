@@ -11,7 +11,7 @@ Every case of benchmarks/dryrun_cases.py runs twice in this process:
      tensors before each sync (`torch_xla._XLAC._get_xla_tensors_hlo`);
    - dynamic shape / cpu fallback: an `aten::<op>` fallback counter grew, for an op torch tags
      as data-dependent (dynamic shape) or for any other op (cpu fallback);
-2. on the CPU under the dry run (gpu2tpu.profile.dryrun), all steps under one detector; its
+2. on the CPU under the dry run (gpu2tpu.readiness.dryrun), all steps under one detector; its
    report's hazard kinds are the prediction, and for "cpu fallback" its op coverage against
    PyTorch/XLA's lowerings (gpu2tpu/readiness/torch_xla_ops.json), ops torch tags as
    data-dependent aside.
@@ -42,7 +42,7 @@ import torch_xla  # noqa: E402
 import torch_xla.debug.metrics as met  # noqa: E402
 from dryrun_cases import CASES, KINDS, STEPS, WARMUP, Case  # noqa: E402
 
-from gpu2tpu.profile.dryrun import DryRunDetector, HazardKind  # noqa: E402
+from gpu2tpu.readiness.dryrun import DryRunDetector, HazardKind  # noqa: E402
 
 _HOST_READ = "aten::_local_scalar_dense"
 _DYNAMIC_TAGS = (torch.Tag.dynamic_output_shape, torch.Tag.data_dependent_output)

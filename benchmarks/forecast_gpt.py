@@ -232,7 +232,7 @@ def run_bare(model_name: str, target: str) -> dict:
 
 
 def run_forecast(model_name: str, target: str, cache: str, options: dict) -> dict:
-    from gpu2tpu.profile.forecast import forecast
+    from gpu2tpu.forecasting.forecast import forecast
 
     model, batch, loss_fn = build(model_name)
     optimizer = optimizer_for(model)

@@ -133,8 +133,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
-    from gpu2tpu.profile.compare import format_bytes
-    from gpu2tpu.profile.forecast import forecast
+    from gpu2tpu.forecasting.forecast import forecast
+    from gpu2tpu.views.format import format_bytes
 
     with torch.device("meta"):
         model = Llama(layers=args.layers).to(torch.bfloat16)

@@ -66,7 +66,7 @@ def bare_loop(step: Callable[[], object], sync: Callable[[], None], n: int) -> f
 
 def bookkeeping_per_step(backend: object, n: int = 20000) -> float:
     """Seconds `prof.step()` costs beyond a bare `synchronize()`, on an empty step (best of 5)."""
-    from gpu2tpu.profile import Profiler
+    from gpu2tpu.measure import Profiler
 
     sync = backend.synchronize  # type: ignore[attr-defined]
     extra = []
@@ -90,8 +90,8 @@ def main() -> None:
     parser.add_argument("--backend", default="cpu")
     args = parser.parse_args()
 
-    from gpu2tpu.profile import Profiler, profile
-    from gpu2tpu.profile.timer import resolve_backend
+    from gpu2tpu.measure import Profiler, profile
+    from gpu2tpu.measure.timer import resolve_backend
 
     backend = resolve_backend(args.backend)
     sync = backend.synchronize

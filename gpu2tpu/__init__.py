@@ -20,15 +20,15 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-# public name -> (module, attribute or None for the module itself), imported on first use
-_LAZY: dict[str, tuple[str, str | None]] = {
+# public name -> (module, attribute), imported on first use
+_LAZY: dict[str, tuple[str, str]] = {
     "rewrite_source": ("gpu2tpu.rewrite.source", "rewrite_source"),
     "Options": ("gpu2tpu.rewrite.model", "Options"),
     "rewrite_notebook": ("gpu2tpu.rewrite.notebook", "rewrite_notebook"),
-    "profile": ("gpu2tpu.profile", None),
-    "Profiler": ("gpu2tpu.profile", "Profiler"),
-    "forecast": ("gpu2tpu.profile.forecast", "forecast"),
-    "dry_run": ("gpu2tpu.profile.dryrun", "dry_run"),
+    "profile": ("gpu2tpu.measure", "profile"),
+    "Profiler": ("gpu2tpu.measure", "Profiler"),
+    "forecast": ("gpu2tpu.forecasting.forecast", "forecast"),
+    "dry_run": ("gpu2tpu.readiness.dryrun", "dry_run"),
 }
 
 # These measure or compile torch code: without torch, asking for them names the extra.
@@ -47,7 +47,7 @@ def __getattr__(name: str) -> Any:
         require(f"gpu2tpu.{name}", "torch")
     with extra_needed(f"gpu2tpu.{name}"):
         module = importlib.import_module(module_name)
-    value = module if attr is None else getattr(module, attr)
+    value = getattr(module, attr)
     globals()[name] = value
     return value
 

@@ -276,7 +276,7 @@ def forecast_gpt(script: Path, workdir: Path, progress: Progress) -> Any:
 
     import torch
 
-    from .profile.forecast import forecast
+    from .forecasting.forecast import forecast
 
     config = runpy.run_path(str(script), run_name="gpu2tpu_demo_gpt")  # defines, never trains
     gpt_config = config["GPTConfig"](
@@ -397,7 +397,7 @@ def run_demo(args: argparse.Namespace, out: TextIO) -> int:
         why = "--no-forecast" if args.no_forecast else "pip install 'gpu2tpu[forecast]'"
         progress.say(f"  skipped ({why})")
     else:
-        from .profile.forecast import ForecastError, ForecastUnavailable
+        from .forecasting.forecast import ForecastError, ForecastUnavailable
 
         try:
             result = forecast_gpt(workdir / "migrated" / SCRIPT, workdir, progress)

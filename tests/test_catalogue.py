@@ -9,7 +9,7 @@ from datetime import date
 
 import pytest
 
-from gpu2tpu.profile.catalogue import (
+from gpu2tpu.pricing.catalogue import (
     DEFAULT_PATH,
     PRICE_FIELDS,
     QUANTITY_FIELDS,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu2tpu.profile.catalogue import HardwareCatalogue
-from gpu2tpu.profile.cost import (
+from gpu2tpu.pricing.catalogue import HardwareCatalogue
+from gpu2tpu.pricing.cost import (
     cost_per_million_tokens,
     cost_per_step,
     efficiency_from_run,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpu2tpu.profile.dryrun import FIX, DryRunReport, HazardKind, dry_run
+from gpu2tpu.readiness.dryrun import FIX, DryRunReport, HazardKind, dry_run
 
 
 def line_of(fn, text: str) -> int:

@@ -17,9 +17,9 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from gpu2tpu.profile import aot
-from gpu2tpu.profile import forecast as fc
-from gpu2tpu.profile.optimizers import UnsupportedOptimizer, plan_optimizer, to_optax
+from gpu2tpu.forecasting import aot
+from gpu2tpu.forecasting import forecast as fc
+from gpu2tpu.forecasting.optimizers import UnsupportedOptimizer, plan_optimizer, to_optax
 
 # These tests call the compile path in this process too: torchax, once imported, makes
 # "jax" torch's accelerator for the rest of the process, so they run last (conftest.py).
@@ -313,7 +313,7 @@ def test_missing_extra_is_one_sentence_and_the_rest_of_gpu2tpu_works():
         import gpu2tpu
         from gpu2tpu.rewrite.model import Options
         from gpu2tpu.rewrite.source import rewrite_source
-        from gpu2tpu.profile.forecast import ForecastUnavailable, forecast
+        from gpu2tpu.forecasting.forecast import ForecastUnavailable, forecast
         rewritten = rewrite_source("import torch\\nx = torch.zeros(1).cuda()\\n", Options())
         assert ".to(device)" in rewritten.new_text
         try:

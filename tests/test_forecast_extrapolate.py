@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from gpu2tpu.profile.aot import CompileOutcome
-from gpu2tpu.profile.extrapolate import (
+from gpu2tpu.forecasting.aot import CompileOutcome
+from gpu2tpu.forecasting.extrapolate import (
     extrapolate_outcome,
     find_block_stack,
     with_depth,
@@ -166,7 +166,7 @@ class ResidualStack(nn.Module):
 def test_extrapolated_figures_are_within_5_percent_of_the_full_compile():
     """One and two blocks extended to eight, against eight compiled (v5p: no memory pressure).
     Measured: FLOPs +0.00002%, bytes -0.13%, memory per chip +0.83%."""
-    from gpu2tpu.profile.forecast import forecast
+    from gpu2tpu.forecasting.forecast import forecast
 
     # No skip: `make test` installs the forecast extra (requirements/dev.lock), so a missing
     # one is a broken environment and the forecast's own ForecastUnavailable says so.

@@ -10,7 +10,7 @@ import types
 import torch
 from torch import nn
 
-from gpu2tpu.profile.fingerprint import recipe_key
+from gpu2tpu.forecasting.fingerprint import recipe_key
 
 SOURCE = """
 import torch

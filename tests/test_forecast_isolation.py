@@ -50,7 +50,7 @@ def test_forecast_compiles_in_a_child_and_leaves_torch_alone() -> None:
 
 INTERRUPTED = """
 import multiprocessing, sys, torch
-from gpu2tpu.profile.forecast import forecast
+from gpu2tpu.forecasting.forecast import forecast
 torch.manual_seed(0)
 model = torch.nn.Sequential(
     torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
@@ -106,7 +106,7 @@ def test_ctrl_c_keeps_the_finished_targets_and_ends_the_child_quietly() -> None:
 
 NOTEBOOK_CELL = """
 import torch
-from gpu2tpu.profile.forecast import forecast
+from gpu2tpu.forecasting.forecast import forecast
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
 batch = (torch.randn(32, 64), torch.randint(0, 4, (32,)))
@@ -163,7 +163,7 @@ def test_a_notebook_shows_a_live_status_per_target(tmp_path: Path) -> None:
 
 
 def test_the_progress_lines_render_state_and_clock() -> None:
-    from gpu2tpu.profile.progress import ForecastProgress, format_clock
+    from gpu2tpu.forecasting.progress import ForecastProgress, format_clock
 
     progress = ForecastProgress(["v5e", "v6e:2x4"], mode="off", title="gpu2tpu forecast: GPT")
     progress.status("v5e", "compiling at batch 8")

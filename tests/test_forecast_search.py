@@ -14,8 +14,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gpu2tpu.profile.aot import CompileOutcome
-from gpu2tpu.profile.batchsearch import MAX_SEARCH_COMPILES, BatchSearch
+from gpu2tpu.forecasting.aot import CompileOutcome
+from gpu2tpu.forecasting.batchsearch import MAX_SEARCH_COMPILES, BatchSearch
 
 STATE = 300  # argument = output = alias bytes: what memory_bytes adds on top of temporaries
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from gpu2tpu.profile.isolate import ChildDied, emit, in_child, run_in_child, run_streaming
+from gpu2tpu.forecasting.isolate import ChildDied, emit, in_child, run_in_child, run_streaming
 
 
 class Local:

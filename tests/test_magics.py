@@ -17,8 +17,9 @@ from IPython.utils.capture import capture_output
 from standins import forget_standins, use_standins
 from traitlets.config import Config
 
-import gpu2tpu.profile
-from gpu2tpu.profile.dryrun import DryRunReport, HazardKind
+import gpu2tpu.forecasting.forecast
+import gpu2tpu.measure
+from gpu2tpu.readiness.dryrun import DryRunReport, HazardKind
 
 LINE_MAGICS = ("tpu_auto", "tpu_info", "tpu_doctor")
 NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
@@ -501,8 +502,8 @@ def test_profile_and_forecast_dispatch_to_the_profile_package(
         calls.append(("forecast", targets, backend.name, "counter" in source, options))
         return "forecast"
 
-    monkeypatch.setattr(gpu2tpu.profile, "cell_profile", cell_profile, raising=False)
-    monkeypatch.setattr(gpu2tpu.profile, "forecast_cell", forecast_cell, raising=False)
+    monkeypatch.setattr(gpu2tpu.measure, "cell_profile", cell_profile)
+    monkeypatch.setattr(gpu2tpu.forecasting.forecast, "forecast_cell", forecast_cell)
     ip.user_ns["counter"] = 0
     cell = (
         "counter += 1\nmodel = torch.nn.Linear(4, 2)\nbatch = (torch.ones(8, 4), None)\ncounter\n"
@@ -523,11 +524,6 @@ def test_profile_and_forecast_dispatch_to_the_profile_package(
     assert calls[1] == ("forecast", ["v5e", "v6e"], "cpu", True, {"batch_search": False})
     ip.run_cell_magic("tpu", "--backend cpu --forecast v5e --search --chips 2", cell)
     assert calls[2][-1] == {"batch_search": True, "chips": 2}
-    # An install without the forecast: neither the attribute nor its lazy entry.
-    monkeypatch.delattr(gpu2tpu.profile, "forecast_cell")
-    monkeypatch.delitem(gpu2tpu.profile._LAZY, "forecast_cell")
-    with pytest.raises(UsageError, match="forecast_cell"):
-        ip.run_cell_magic("tpu", "--backend cpu --forecast v5e", cell)
 
 
 def test_profile_of_a_forecast_model_uses_the_compiled_tpu_figures(
@@ -541,7 +537,7 @@ def test_profile_of_a_forecast_model_uses_the_compiled_tpu_figures(
         run_cell()
         return forecast
 
-    monkeypatch.setattr(gpu2tpu.profile, "forecast_cell", forecast_cell, raising=False)
+    monkeypatch.setattr(gpu2tpu.forecasting.forecast, "forecast_cell", forecast_cell)
     setup = (
         "%%tpu --backend cpu --forecast v5e,v6e\nmodel = torch.nn.Linear(32, 32)\n"
         "batch = (torch.randn(64, 32), torch.randn(64, 32))\n"
@@ -574,7 +570,7 @@ def test_forecast_says_which_earlier_values_it_used(
         seen.append(targets)
         return "forecast"
 
-    monkeypatch.setattr(gpu2tpu.profile, "forecast_cell", forecast_cell, raising=False)
+    monkeypatch.setattr(gpu2tpu.forecasting.forecast, "forecast_cell", forecast_cell)
     for name in ("model", "batch", "example_batch"):
         ip.user_ns.pop(name, None)
     result, _ = run(ip, "%%tpu --backend cpu --forecast v5e\nx = 1\n")

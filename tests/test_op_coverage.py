@@ -214,7 +214,7 @@ def test_renderings() -> None:
 
 
 def test_dry_run_report_joins_the_coverage() -> None:
-    from gpu2tpu.profile.dryrun import dry_run
+    from gpu2tpu.readiness.dryrun import dry_run
 
     model = PoolNet()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

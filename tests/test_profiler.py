@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from gpu2tpu.backends.base import Backend, ChipInfo, MemoryInfo
-from gpu2tpu.profile import (
+from gpu2tpu.measure import (
     ProfileError,
     Profiler,
     StepTimer,
@@ -23,9 +23,9 @@ from gpu2tpu.profile import (
     profile,
     summarize,
 )
-from gpu2tpu.profile.catalogue import HardwareCatalogue, PriceOverrideError, UnknownChip
-from gpu2tpu.profile.cost import roofline_seconds, steps_per_epoch
-from gpu2tpu.profile.result import FIXED_COST_SECONDS, load_baseline
+from gpu2tpu.measure.result import FIXED_COST_SECONDS, load_baseline
+from gpu2tpu.pricing.catalogue import HardwareCatalogue, PriceOverrideError, UnknownChip
+from gpu2tpu.pricing.cost import roofline_seconds, steps_per_epoch
 
 B, IN, OUT = 16, 64, 32
 FORWARD_FLOPS = 2 * B * IN * OUT  # one addmm
@@ -447,6 +447,6 @@ def test_rich_table(linear_step):
 
 
 def test_importing_the_profiler_is_cheap():
-    code = "import sys, gpu2tpu.profile; print('torch' in sys.modules)"
+    code = "import sys, gpu2tpu.measure; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -7,10 +7,9 @@ import re
 import ipywidgets
 import pytest
 
-from gpu2tpu.profile.catalogue import HardwareCatalogue
-from gpu2tpu.profile.compare import Comparison, ComparisonRow
-from gpu2tpu.widgets import comparison_view, static_html
-from gpu2tpu.widgets.render import (
+from gpu2tpu.pricing.catalogue import HardwareCatalogue
+from gpu2tpu.pricing.compare import Comparison, ComparisonRow
+from gpu2tpu.views.html import (
     bars_svg,
     charts_html,
     legend_html,
@@ -18,6 +17,7 @@ from gpu2tpu.widgets.render import (
     series_svg,
     table_html,
 )
+from gpu2tpu.views.widgets import comparison_view, static_html
 
 CAT = HardwareCatalogue.load()
 
@@ -268,7 +268,7 @@ def test_in_a_kernel_the_result_displays_as_a_widget_with_an_html_fallback(tmp_p
 
     code = (
         "import torch\n"
-        "from gpu2tpu.profile import profile\n"
+        "from gpu2tpu import profile\n"
         "layer = torch.nn.Linear(32, 32)\n"
         "x = torch.randn(8, 32)\n"
         "profile(lambda: layer(x), steps=3, warmup=1, backend='cpu', targets=['v5e'])"
@@ -288,7 +288,7 @@ def test_in_a_kernel_the_result_displays_as_a_widget_with_an_html_fallback(tmp_p
 
 def make_forecast():  # type: ignore[no-untyped-def]
     """A forecast as `gpu2tpu.forecast` returns one: two TPU targets compiled, one too small."""
-    from gpu2tpu.profile.forecast import Forecast, TargetForecast
+    from gpu2tpu.forecasting.forecast import Forecast, TargetForecast
 
     gib = 2**30
     targets = [
@@ -323,7 +323,7 @@ def make_forecast():  # type: ignore[no-untyped-def]
 
 
 def test_forecast_view_shows_memory_batch_bound_and_compile_time_and_no_series():
-    from gpu2tpu.widgets import forecast_html, forecast_view
+    from gpu2tpu.views.widgets import forecast_html, forecast_view
 
     forecast = make_forecast()
     view = forecast_view(forecast)
@@ -349,7 +349,7 @@ def test_forecast_view_shows_memory_batch_bound_and_compile_time_and_no_series()
 def test_dry_run_html_lists_ops_without_a_lowering_first_and_folds_the_rest():
     import torch
 
-    from gpu2tpu.profile.dryrun import dry_run
+    from gpu2tpu.readiness.dryrun import dry_run
 
     def step():  # type: ignore[no-untyped-def]
         x = torch.randn(4, 4)

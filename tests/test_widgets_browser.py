@@ -73,7 +73,7 @@ def test_npm_pin_matches_the_html_manager_ipywidgets_expects():
 @pytest.fixture(scope="module")
 def result():
     """A real CPU profile of a small training step, compared with TPUs and GPUs."""
-    from gpu2tpu.profile import profile
+    from gpu2tpu import profile
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -240,7 +240,7 @@ def test_price_toggle_works_in_the_saved_page_without_a_kernel(tmp_path, result)
     view = result.widget()
     spot = result.comparison.repriced("spot")
     want = {r.label: r.price_per_hour for r in spot.rows if r.price_per_hour is not None}
-    from gpu2tpu.widgets.render import money_format
+    from gpu2tpu.views.html import money_format
 
     with opened(view, tmp_path) as browser:
         page = browser.page
@@ -295,7 +295,7 @@ def test_narrow_layout_scrolls_tables_not_the_page(tmp_path, result):
 def test_forecast_view_renders_in_headless_chromium(tmp_path):
     from test_widgets import make_forecast
 
-    from gpu2tpu.widgets import forecast_view
+    from gpu2tpu.views.widgets import forecast_view
 
     forecast = make_forecast()
     with opened(forecast_view(forecast), tmp_path) as browser:

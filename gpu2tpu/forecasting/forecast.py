@@ -1,7 +1,7 @@
 """Forecast a PyTorch training step on TPUs, on a machine that has none.
 
 ```
-from gpu2tpu.profile.forecast import forecast
+from gpu2tpu import forecast
 result = forecast(model, (inputs, targets), loss_fn=F.cross_entropy, optimizer=opt)
 result            # a widget in a notebook, a table in a terminal
 result.to_json()
@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..pricing.compare import ComparisonExports
 from .aot import (
     SHARDINGS,
     BatchLayout,
@@ -51,7 +52,6 @@ from .aot import (
     usable_hbm,
 )
 from .batchsearch import MAX_BATCH_FACTOR, MAX_SEARCH_COMPILES, BatchSearch
-from .compare import ComparisonExports
 from .extrapolate import (
     AUTO_MIN_DEPTH,
     BlockStack,
@@ -68,8 +68,8 @@ from .progress import ForecastProgress, format_clock
 if TYPE_CHECKING:
     import torch
 
-    from .catalogue import Chip, HardwareCatalogue
-    from .compare import Comparison
+    from ..pricing.catalogue import Chip, HardwareCatalogue
+    from ..pricing.compare import Comparison
 
 __all__ = [
     "DEFAULT_FORECAST_GPUS",
@@ -204,7 +204,7 @@ class TargetForecast:
 
     def summary(self) -> str:
         """One line for progress output and notes."""
-        from .compare import format_bytes, format_money, format_seconds
+        from ..views.format import format_bytes, format_money, format_seconds
 
         if self.status == "unsupported":
             return f"does not compile: no TPU lowering for {', '.join(self.unsupported_ops)}"
@@ -285,7 +285,7 @@ class Forecast(ComparisonExports):
 
     def details(self) -> dict[str, str]:
         """Label -> text for the widget's details tab and the terminal summary."""
-        from .compare import format_flops
+        from ..views.format import format_flops
 
         d = {
             "Model": f"{self.model}: {self.parameters:,} parameters ({self.trainable_parameters:,} trainable), {self.dtype}",
@@ -367,19 +367,19 @@ class Forecast(ComparisonExports):
         ]
 
     def to_html(self) -> str:
-        from gpu2tpu.widgets import forecast_html
+        from gpu2tpu.views.widgets import forecast_html
 
         return forecast_html(self)
 
     def widget(self) -> Any:
         """The notebook view: per target memory, fit, largest batch, bound, compile time; costs."""
-        from gpu2tpu.widgets import forecast_view
+        from gpu2tpu.views.widgets import forecast_view
 
         return forecast_view(self)
 
     def table_cells(self) -> tuple[list[str], list[list[str]]]:
         """Per-target figures as text: headers and one row per target."""
-        from .compare import format_bytes, format_flops, format_money, format_seconds
+        from ..views.format import format_bytes, format_flops, format_money, format_seconds
 
         headers = [
             "Target", "Status", "FLOPs/step", "Memory/chip", "Usable HBM", "Fits",
@@ -414,15 +414,10 @@ class Forecast(ComparisonExports):
         return headers, rows
 
     def __repr__(self) -> str:
-        headers, body = self.table_cells()
-        widths = [
-            max(len(h), *(len(r[i]) for r in body)) if body else len(h)
-            for i, h in enumerate(headers)
-        ]
+        from ..views.table import padded_lines
+
         lines = [f"Forecast: {self.model}, batch {self.batch}, {self.optimizer}"]
-        lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
-        lines.append("  ".join("-" * w for w in widths))
-        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in body]
+        lines += padded_lines(*self.table_cells())
         problems = [
             f"  {t.label}: {t.summary()}"
             for t in self.targets
@@ -460,7 +455,7 @@ class Forecast(ComparisonExports):
         return Group(*parts)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        from .compare import mimebundle
+        from ..views.display import mimebundle
 
         return mimebundle(self, repr(self), self.to_html, self.widget)
 
@@ -628,7 +623,7 @@ def _prepare(
 ) -> _Job:
     import torch
 
-    from .catalogue import HardwareCatalogue
+    from ..pricing.catalogue import HardwareCatalogue
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}.")
@@ -826,7 +821,7 @@ def _assemble(
     interrupted: bool,
 ) -> Forecast:
     """The Forecast: per-target figures, the comparison table, and notes."""
-    from .compare import Comparison
+    from ..pricing.compare import Comparison
 
     model = job.model
     named = list(model.named_parameters())
@@ -1194,7 +1189,7 @@ def _fill_figures(
 
 def _price(result: TargetForecast, chip: Chip, tokens_per_step: float | None, price: str) -> None:
     """The roofline step time and the costs, on the catalogue's figures for `chip`."""
-    from .cost import cost_per_million_tokens, cost_per_step, roofline_seconds
+    from ..pricing.cost import cost_per_million_tokens, cost_per_step, roofline_seconds
 
     result.step_seconds = result.compute_seconds = result.memory_seconds = None
     result.cost_per_step = result.cost_per_1m_tokens = None
@@ -1243,7 +1238,8 @@ def _reference(results: list[TargetForecast]) -> TargetForecast | None:
 def _tpu_row(
     result: TargetForecast, chip: Chip, batch: int, tokens_per_step: float | None, price: str
 ) -> Any:
-    from .compare import ComparisonRow, format_bytes
+    from ..pricing.compare import ComparisonRow
+    from ..views.format import format_bytes
 
     note = ""
     if result.status == "does not fit":
@@ -1281,8 +1277,8 @@ def _gpu_row(
     reference: TargetForecast, gpu: Chip, batch: int, tokens_per_step: float | None, price: str
 ) -> Any:
     """As many GPUs as the reference slice has chips, each doing its share of its FLOPs and bytes."""
-    from .compare import ComparisonRow
-    from .cost import roofline_seconds
+    from ..pricing.compare import ComparisonRow
+    from ..pricing.cost import roofline_seconds
 
     assert reference.flops is not None and reference.bytes_accessed is not None
     chips = reference.chips

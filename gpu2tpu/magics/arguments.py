@@ -131,8 +131,8 @@ def forecast_targets(text: str, chips: int) -> tuple[str, ...]:
     TPU generations become compile targets (`v5e`, `v5p:2x2x1`); GPU names are allowed
     beside them (roofline rows), as `forecast()` takes them; at least one TPU is needed.
     """
-    from ..profile.aot import topology_for
-    from ..profile.catalogue import HardwareCatalogue
+    from ..forecasting.aot import topology_for
+    from ..pricing.catalogue import HardwareCatalogue
 
     targets = tuple(t for t in (part.strip() for part in text.replace(" ", ",").split(",")) if t)
     if not targets:

@@ -52,7 +52,7 @@ from .forecasts import ForecastMemory
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
-    from ..profile.dryrun import DryRunReport
+    from ..readiness.dryrun import DryRunReport
     from ..rewrite.notebook import CellRewrite
     from .auto import AutoMode
 
@@ -220,7 +220,7 @@ class CellRunner:
             self.recent.pop(next(iter(self.recent)))
 
     def dry_run_history(self, key: str) -> Any:
-        from ..profile.dryrun import ShapeHistory
+        from ..readiness.dryrun import ShapeHistory
 
         history = self.histories.pop(key, None) or ShapeHistory()
         self.histories[key] = history  # most recent last
@@ -323,7 +323,7 @@ class TPUMagics(Magics):
     @magic_arguments.argument(
         "--profile",
         action="store_true",
-        help="run the cell as a training step under the profiler (gpu2tpu.profile.cell_profile)",
+        help="run the cell as a training step under the profiler (gpu2tpu.measure.cell_profile)",
     )
     @magic_arguments.argument(
         "--forecast",
@@ -331,7 +331,7 @@ class TPUMagics(Magics):
         default=None,
         help=(
             "comma-separated TPU targets (e.g. v5e,v6e) to forecast the training step the "
-            "cell defines (`model` and `batch`) for (gpu2tpu.profile.forecast_cell)"
+            "cell defines (`model` and `batch`) for (gpu2tpu.forecasting.forecast.forecast_cell)"
         ),
     )
     @magic_arguments.argument(
@@ -453,7 +453,7 @@ class TPUMagics(Magics):
         __tracebackhide__ = True  # noqa: F841
         from IPython.display import display
 
-        from ..profile.dryrun import DryRunDetector
+        from ..readiness.dryrun import DryRunDetector
 
         history = self.runner.dry_run_history(prepared.rewritten)
         detector = DryRunDetector({prepared.filename}, label=label, history=history)
@@ -478,25 +478,16 @@ class TPUMagics(Magics):
         self, plan: CellPlan, run: Callable[[], Any], backend: Backend, prepared: PreparedCell
     ) -> Any:
         """`--profile` / `--forecast`: hand the cell to the profiler or the forecast."""
-        import importlib
-
-        profile = importlib.import_module("gpu2tpu.profile")
         if plan.profile:
-            cell_profile = getattr(profile, "cell_profile", None)
-            if cell_profile is None:
-                raise UsageError(
-                    "%%tpu --profile needs gpu2tpu.profile.cell_profile, which this install lacks"
-                )
+            from ..measure import cell_profile
+
             result = cell_profile(run, backend=backend, **plan.profile_options)
             said = self.forecasts.apply(result, self.shell.user_ns.get("model"))
             if said:
                 print(said)
             return result
-        forecast_cell = getattr(profile, "forecast_cell", None)
-        if forecast_cell is None:
-            raise UsageError(
-                "%%tpu --forecast needs gpu2tpu.profile.forecast_cell, which this install lacks"
-            )
+        from ..forecasting.forecast import forecast_cell
+
         self._say_forecast_inputs(prepared)
         result = forecast_cell(
             run,

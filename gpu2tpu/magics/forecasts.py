@@ -54,7 +54,7 @@ class ForecastMemory:
         batch = getattr(result, "samples_per_step", None)
         if batch is not None and batch != getattr(forecast, "batch", batch):
             return None
-        from ..profile.compare import Comparison, ComparisonRow
+        from ..pricing.compare import Comparison, ComparisonRow
 
         comparison = result.comparison
         catalogue = comparison.catalogue

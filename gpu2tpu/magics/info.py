@@ -133,7 +133,7 @@ def show_info(shell: Any) -> TPUInfo:
     front ends without a widget manager and for saved notebooks), print text in a terminal."""
     info = collect_info()
     if getattr(shell, "kernel", None) is not None:
-        from ..widgets import display_with_fallbacks
+        from ..views.widgets import display_with_fallbacks
 
         display_with_fallbacks(info.widget, info._repr_html_(), str(info))
     else:
@@ -147,7 +147,7 @@ def show_doctor(shell: Any) -> Any:
 
     report = diagnose()
     if getattr(shell, "kernel", None) is not None:
-        from ..widgets import display_with_fallbacks
+        from ..views.widgets import display_with_fallbacks
 
         display_with_fallbacks(report.widget, report._repr_html_(), str(report))
     else:

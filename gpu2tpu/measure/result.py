@@ -21,23 +21,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .catalogue import Chip, HardwareCatalogue
-from .compare import (
-    Comparison,
-    ComparisonExports,
-    ComparisonRow,
-    format_bytes,
-    format_flops,
-    format_percent,
-    format_seconds,
-    mimebundle,
-)
-from .cost import efficiency_from_run, roofline_seconds
-from .timer import Costing, ProfileError, StepStats, summarize
+from ..pricing.catalogue import Chip, HardwareCatalogue
+from ..pricing.compare import Comparison, ComparisonExports, ComparisonRow
+from ..pricing.cost import efficiency_from_run, roofline_seconds
+from .records import Costing, ProfileError, StepStats, summarize
 
 if TYPE_CHECKING:
     from .flops import HostPeak, StepCount
-    from .timer import RunRecord
+    from .records import RunRecord
 
 BASELINE_FORMAT = 1
 # A baseline whose step did a different amount of work than this one is flagged.
@@ -287,6 +278,8 @@ class ProfileResult(ComparisonExports):
 
     def details(self) -> dict[str, str]:
         """Label -> text for the details tab and the terminal summary."""
+        from ..views.format import format_bytes, format_flops, format_percent, format_seconds
+
         d: dict[str, str] = {}
         d["Device"] = f"{self.device_name} ({self.device_key}) x{self.chips} via {self.backend}"
         d["Steps"] = f"{self.warmup} warm-up + {self.stats.n} timed" + (
@@ -398,7 +391,7 @@ class ProfileResult(ComparisonExports):
 
     def widget(self) -> Any:
         """The notebook view: table, bars, step-time series, details."""
-        from gpu2tpu.widgets import comparison_view
+        from gpu2tpu.views.widgets import comparison_view
 
         return comparison_view(self.comparison, series=self.series(), details=self.details())
 
@@ -426,6 +419,8 @@ class ProfileResult(ComparisonExports):
         return Group(summary, self.comparison.__rich__())
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        from ..views.display import mimebundle
+
         return mimebundle(self, repr(self), self.to_html, self.widget)
 
 
@@ -518,6 +513,8 @@ def _measured_peak(
 
 def build_result(record: RunRecord, costing: Costing) -> ProfileResult:
     """Cost a timed run and compare it with the baseline and target chips."""
+    from ..views.format import format_flops
+
     catalogue = costing.catalogue or HardwareCatalogue.load()
     if costing.prices is not None:
         catalogue = catalogue.with_overrides(costing.prices)
@@ -713,6 +710,8 @@ def _estimate(
     device_memory: int | None,
     common: Mapping[str, Any],
 ) -> ComparisonRow:
+    from ..views.format import format_seconds
+
     if efficiency is None or not target.has_peak:
         why = (
             f"{target.name} has no peak figure in the catalogue"

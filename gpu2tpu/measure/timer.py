@@ -17,15 +17,22 @@ import contextlib
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .records import (
+    DEFAULT_TARGETS,
+    Costing,
+    ProfileError,
+    RunRecord,
+    check_count,
+)
 
 if TYPE_CHECKING:
     from gpu2tpu.backends import Backend
 
-    from .catalogue import HardwareCatalogue
+    from ..pricing.catalogue import HardwareCatalogue
     from .flops import StepCount
     from .result import ProfileResult
 
@@ -38,66 +45,6 @@ MIN_TRUSTED_STEP_S = 20e-6
 GROUP_TARGET_S = 2e-3
 # Re-timing a very fast step never takes longer than this.
 MAX_RETIME_S = 2.0
-
-DEFAULT_TARGETS = ("v5e", "v6e", "v5p", "tpu7x", "a100-80gb", "h100")
-
-
-class ProfileError(ValueError):
-    """Arguments the profiler cannot work with; the message names the argument."""
-
-
-@dataclass(frozen=True)
-class StepStats:
-    """Summary of steady step times in seconds; `spread` is (p90 - p10) / median."""
-
-    n: int
-    median: float
-    p10: float
-    p90: float
-    mean: float
-    min: float
-    max: float
-
-    @property
-    def spread(self) -> float:
-        return (self.p90 - self.p10) / self.median if self.median > 0 else 0.0
-
-    def to_dict(self) -> dict[str, float]:
-        return {
-            "n": self.n,
-            "median": self.median,
-            "p10": self.p10,
-            "p90": self.p90,
-            "mean": self.mean,
-            "min": self.min,
-            "max": self.max,
-            "spread": self.spread,
-        }
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100) with linear interpolation, as numpy's default."""
-    if not values:
-        raise ValueError("percentile of no values.")
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-def summarize(times: Sequence[float]) -> StepStats:
-    """Median, p10, p90, mean, min and max of step times."""
-    if not times:
-        raise ValueError("no step times to summarize.")
-    return StepStats(
-        n=len(times),
-        median=statistics.median(times),
-        p10=percentile(times, 10),
-        p90=percentile(times, 90),
-        mean=statistics.fmean(times),
-        min=min(times),
-        max=max(times),
-    )
 
 
 class StepTimer:
@@ -197,84 +144,6 @@ def _diff(after: Any, before: Any) -> Any:
     return None if after is None or before is None else after - before
 
 
-def _check_count(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ProfileError(f"{name} must be a whole number, not {value!r}.")
-    if value < minimum:
-        raise ProfileError(f"{name} must be at least {minimum}, got {value}.")
-    return value
-
-
-def _check_optional_positive(value: Any, name: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ProfileError(f"{name} must be a positive number, not {value!r}.")
-    return float(value)
-
-
-@dataclass
-class RunRecord:
-    """What a measurement produced, before it is costed and compared (see result.py)."""
-
-    backend: Backend
-    warmup_times: list[float]
-    step_times: list[float]
-    group_size: int
-    timed_wall_seconds: float
-    timer_floor: float
-    count: StepCount | None
-    compilations_warmup: int | None
-    compilations_timed: int | None
-    memory_peak_bytes: int | None
-    memory_kind: str
-    notes: list[str]
-    host_syncs_timed: int | None = None
-    # Seconds the runtime itself reports compiling (XLA's CompileTime), None where unknown.
-    compile_seconds_warmup: float | None = None
-    compile_seconds_timed: float | None = None
-
-
-@dataclass(frozen=True)
-class Costing:
-    """How to cost and compare a run: everything `profile()` takes besides the step itself."""
-
-    tokens_per_step: float | None = None
-    samples_per_step: float | None = None
-    compare_to: Any = None
-    targets: Iterable[str | tuple[str, int]] = DEFAULT_TARGETS
-    baseline: str | None = None
-    dataset_size: int | None = None
-    prices: Mapping[str, Mapping[str, Any]] | str | Path | None = None
-    price: str = "on_demand"
-    chips: int | None = None
-    catalogue: HardwareCatalogue | None = None
-    flops_per_step: float | None = None
-    bytes_per_step: float | None = None
-
-    def validated(self) -> Costing:
-        _check_optional_positive(self.tokens_per_step, "tokens_per_step")
-        _check_optional_positive(self.samples_per_step, "samples_per_step")
-        if self.dataset_size is not None:
-            _check_count(self.dataset_size, "dataset_size", 1)
-        if self.chips is not None:
-            _check_count(self.chips, "chips", 1)
-        if self.price not in ("on_demand", "spot"):
-            raise ProfileError(f"price must be 'on_demand' or 'spot', not {self.price!r}.")
-        for name in ("flops_per_step", "bytes_per_step"):
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | float) or value < 0
-            ):
-                raise ProfileError(f"{name} must be a non-negative number, not {value!r}.")
-        if isinstance(self.targets, str):
-            raise ProfileError(
-                f"targets must be a list of chip keys such as ['v5e', 'h100'], not the string "
-                f"{self.targets!r}."
-            )
-        return self
-
-
 def _memory_peak(backend: Backend) -> tuple[int | None, str]:
     try:
         info = backend.memory()
@@ -334,8 +203,8 @@ def profile(
     measured run; `compare_to` is a baseline file saved with `result.save_baseline(path)`
     (or a ProfileResult); `baseline` picks the chip the ratios are against.
     """
-    steps = _check_count(steps, "steps", 1)
-    warmup = _check_count(warmup, "warmup", 0)
+    steps = check_count(steps, "steps", 1)
+    warmup = check_count(warmup, "warmup", 0)
     if not callable(step_fn):
         raise ProfileError(f"step_fn must be callable, not {type(step_fn).__name__}.")
     costing = Costing(
@@ -521,8 +390,8 @@ class Profiler:
         count_flops: bool = True,
         **costing: Any,
     ) -> None:
-        self.warmup = _check_count(warmup, "warmup", 0)
-        self.steps = None if steps is None else _check_count(steps, "steps", 1)
+        self.warmup = check_count(warmup, "warmup", 0)
+        self.steps = None if steps is None else check_count(steps, "steps", 1)
         self.count_flops = count_flops and costing.get("flops_per_step") is None
         try:
             self.costing = Costing(**costing).validated()

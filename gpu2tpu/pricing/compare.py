@@ -14,7 +14,7 @@ import csv
 import io
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import date
 from typing import Any
@@ -307,105 +307,37 @@ class Comparison:
         frame.attrs["prices_used"] = self.prices_used
         return frame
 
-    # -- text --------------------------------------------------------------------------------
-
-    def columns(self, *, compact: bool = False) -> list[Column]:
-        """The display columns that have at least one value (an all-empty column is noise).
-
-        `compact` drops the columns a narrow view can spare ($/step, which $/1k steps says
-        more readably); the data exports always keep every field.
-        """
-        return [
-            c
-            for c in COLUMNS
-            if (c.always or any(c.value(r) is not None for r in self.rows))
-            and not (compact and c.spare)
-        ]
-
-    def table_cells(self) -> tuple[list[str], list[list[str]]]:
-        cols = self.columns()
-        return [c.header for c in cols], [[c.text(r, self) for c in cols] for r in self.rows]
+    # -- views (gpu2tpu.views draws them) ------------------------------------------------------
 
     def __repr__(self) -> str:
-        headers, body = self.table_cells()
-        widths = [
-            max(len(h), *(len(r[i]) for r in body)) if body else len(h)
-            for i, h in enumerate(headers)
-        ]
-        lines = [self.title]
-        lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
-        lines.append("  ".join("-" * w for w in widths))
-        for cells in body:
-            lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)))
-        if self.baseline_key:
-            lines.append(f"Ratios are against {self.baseline_key}.")
-        lines.append(self.prices_summary())
-        notes = [f"  {r.label} ({r.source}): {r.note}" for r in self.rows if r.note]
-        if notes:
-            lines.append("Notes:")
-            lines.extend(notes)
-        return "\n".join(lines)
+        from gpu2tpu.views.table import comparison_text
+
+        return comparison_text(self)
 
     __str__ = __repr__
 
     def __rich__(self) -> Any:
-        from rich.table import Table
+        from gpu2tpu.views.table import comparison_rich
 
-        headers, body = self.table_cells()
-        caption = self.prices_summary()
-        if self.baseline_key:
-            caption = f"Ratios are against {self.baseline_key}. " + caption
-        table = Table(title=self.title, caption=caption, caption_justify="left")
-        for col in self.columns():
-            table.add_column(
-                col.header, justify="left" if col.key in ("device", "source") else "right"
-            )
-        styles = {"measured": "bold", "baseline": "green", "estimated": "dim", "compiled": "cyan"}
-        for row, cells in zip(self.rows, body, strict=True):
-            table.add_row(*cells, style=styles.get(row.source))
-        return table
+        return comparison_rich(self)
 
     # -- notebook ------------------------------------------------------------------------------
 
     def to_html(self, *, series: Any = None, details: Mapping[str, Any] | None = None) -> str:
         """Static HTML (table, SVG bars, series, details): for nbconvert, GitHub, e-mail."""
-        from gpu2tpu.widgets.render import static_html
+        from gpu2tpu.views.html import static_html
 
         return static_html(self, series=series, details=details)
 
     def widget(self, *, series: Any = None, details: Mapping[str, Any] | None = None) -> Any:
-        from gpu2tpu.widgets import comparison_view
+        from gpu2tpu.views.widgets import comparison_view
 
         return comparison_view(self, series=series, details=details)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        from gpu2tpu.views.display import mimebundle
+
         return mimebundle(self, repr(self), self.to_html, self.widget)
-
-
-def mimebundle(obj: Any, text: str, html: Any, widget: Any) -> dict[str, Any]:
-    """text/plain + static text/html always; the live widget too when a kernel can show it.
-
-    Frontends without the widget manager (nbconvert, GitHub, a bare console) fall back to
-    the HTML or the text, as tqdm learnt to (docs/profiler.md, "Views").
-    """
-    bundle: dict[str, Any] = {"text/plain": text, "text/html": html()}
-    if _in_kernel():
-        try:
-            view = widget()
-            bundle.update(view._repr_mimebundle_() or {})
-            bundle["text/plain"] = text
-        except Exception:  # no widget support here: the HTML fallback is already in the bundle
-            pass
-    return bundle
-
-
-def _in_kernel() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def _json_safe(value: Any) -> Any:
@@ -416,136 +348,6 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
     return value
-
-
-# -- formatting --------------------------------------------------------------------------------
-
-
-def format_seconds(value: float | None) -> str:
-    """ "812 µs", "12.3 ms", "1.52 s"; an em dash for no value."""
-    if value is None:
-        return "—"
-    if value < 1e-3:
-        return f"{value * 1e6:.3g} µs"
-    if value < 1:
-        return f"{value * 1e3:.3g} ms"
-    return f"{value:.3g} s"
-
-
-def format_money(value: float | None) -> str:
-    """USD, about three significant digits: "$1.19e-05", "$0.0123", "$4.56", "$1,234"."""
-    if value is None:
-        return "—"
-    if value == 0:
-        return "$0"
-    if abs(value) >= 1000:
-        return f"${value:,.0f}"
-    if abs(value) >= 1:
-        return f"${value:.2f}"
-    if abs(value) < 1e-3:
-        return f"${value:.3g}"
-    return f"${value:.{2 - math.floor(math.log10(abs(value)))}f}"
-
-
-def format_rate(value: float | None) -> str:
-    if value is None:
-        return "—"
-    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if value >= scale:
-            return f"{value / scale:.3g}{suffix}"
-    return f"{value:.3g}"
-
-
-def format_ratio(value: float | None) -> str:
-    """ "2.41×", "0.0029×": three significant digits, so small ratios do not read as zero."""
-    return "—" if value is None else f"{value:.3g}×"
-
-
-def format_percent(value: float | None) -> str:
-    """ "41.3%", "0.047%": small fractions keep two significant digits."""
-    if value is None:
-        return "—"
-    if 0 < abs(value) < 0.01:
-        return f"{value * 100:.2g}%"
-    return f"{value * 100:.1f}%"
-
-
-def format_bytes(value: float | None) -> str:
-    if value is None:
-        return "—"
-    for scale, suffix in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if value >= scale:
-            return f"{value / scale:.3g} {suffix}"
-    return f"{value:.0f} B"
-
-
-def format_flops(value: float | None) -> str:
-    """ "1.23 TFLOP" for a count (append "/s" yourself for a rate)."""
-    if value is None:
-        return "—"
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if value >= scale:
-            return f"{value / scale:.3g} {prefix}FLOP"
-    return f"{value:.3g} FLOP"
-
-
-@dataclass(frozen=True)
-class Column:
-    key: str
-    header: str
-    always: bool = False
-    spare: bool = False  # left out of compact views
-
-    def value(self, row: ComparisonRow) -> Any:
-        if self.key == "device":
-            return row.label
-        if self.key == "fits":
-            return row.fits
-        return getattr(row, self.key)
-
-    def text(self, row: ComparisonRow, comparison: Comparison) -> str:
-        value = self.value(row)
-        if self.key == "device":
-            return value
-        if self.key == "source":
-            return row.source
-        if self.key == "step_seconds":
-            text = format_seconds(value)
-            if row.step_p10 is not None and row.step_p90 is not None and value is not None:
-                text += f" ({format_seconds(row.step_p10)}–{format_seconds(row.step_p90)})"
-            return text
-        if self.key in ("samples_per_s", "tokens_per_s"):
-            return format_rate(value)
-        if self.key.startswith("cost_per") or self.key == "price_per_hour":
-            return format_money(value)
-        if self.key in ("speedup_vs_baseline", "cost_ratio_vs_baseline"):
-            return format_ratio(value)
-        if self.key == "mfu":
-            return format_percent(value)
-        if self.key == "memory_bytes":
-            return format_bytes(value)
-        if self.key == "fits":
-            return "—" if value is None else ("yes" if value else "no")
-        return "—" if value is None else str(value)
-
-
-COLUMNS: Sequence[Column] = (
-    Column("device", "Device", always=True),
-    Column("source", "Source", always=True),
-    Column("step_seconds", "Step p50 (p10–p90)", always=True),
-    Column("samples_per_s", "Samples/s"),
-    Column("tokens_per_s", "Tokens/s"),
-    Column("price_per_hour", "$/hour"),
-    Column("cost_per_step", "$/step", spare=True),
-    Column("cost_per_1k_steps", "$/1k steps"),
-    Column("cost_per_epoch", "$/epoch"),
-    Column("cost_per_1m_tokens", "$/1M tokens"),
-    Column("speedup_vs_baseline", "Speed-up"),
-    Column("cost_ratio_vs_baseline", "Cost ratio"),
-    Column("mfu", "MFU"),
-    Column("memory_bytes", "Memory"),
-    Column("fits", "Fits"),
-)
 
 
 class ComparisonExports:

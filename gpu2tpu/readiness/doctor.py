@@ -270,7 +270,7 @@ class DoctorReport:
         return "".join(out)
 
     def _repr_html_(self) -> str:
-        from ..widgets.render import STYLE
+        from ..views.html import STYLE
 
         return f"{STYLE}{WRAP_STYLE}<div class='g2t-view g2t-doctor'>{self._html_body()}</div>"
 

@@ -59,6 +59,16 @@ class HazardKind(StrEnum):
     SHAPE_CHANGE = "shape change"
     GRAD_SCALER = "unneeded GradScaler"
 
+    @property
+    def why(self) -> str:
+        """Why this kind hurts on a TPU."""
+        return WHY[self]
+
+    @property
+    def fix(self) -> str:
+        """The one-line fix."""
+        return FIX[self]
+
 
 # Why each kind hurts on a TPU, and the one-line fix.
 WHY: dict[HazardKind, str] = {
@@ -160,6 +170,14 @@ class Hazard:
             "fix": FIX[self.kind],
         }
 
+    def cause_text(self, most: int = 3) -> str:
+        """The most frequent causes, and the detail, in one phrase."""
+        ranked = [name for name, _ in self.causes.most_common()]
+        text = ", ".join(ranked[:most])
+        if len(ranked) > most:
+            text += f" and {len(ranked) - most} more"
+        return text + (f" ({self.detail})" if self.detail else "")
+
 
 class ShapeHistory:
     """Input shapes seen per (line, op) across runs of the same code.
@@ -222,6 +240,10 @@ class DryRunReport:
     def by_kind(self, kind: HazardKind | str) -> list[Hazard]:
         return [h for h in self.hazards if h.kind == HazardKind(kind)]
 
+    def kinds_found(self) -> list[HazardKind]:
+        """The kinds of hazard this run found, in HazardKind's order."""
+        return [kind for kind in HazardKind if self.by_kind(kind)]
+
     def lines(self, kind: HazardKind | str) -> list[int | None]:
         return [h.line for h in self.by_kind(kind)]
 
@@ -232,7 +254,7 @@ class DryRunReport:
     def coverage(self) -> Any:
         """Every ATen op the run used, marked lowered or not for XLA (a CPU fallback or a
         failure on a TPU), from torchax's registry or the table shipped with gpu2tpu."""
-        from ..readiness.op_coverage import coverage_of_dry_run
+        from .op_coverage import coverage_of_dry_run
 
         return coverage_of_dry_run(self)
 
@@ -240,7 +262,7 @@ class DryRunReport:
     def xla_coverage(self) -> Any:
         """The same ops marked against PyTorch/XLA's lowerings (what torch_xla runs on the
         device and what it hands to the CPU), from the table shipped with gpu2tpu."""
-        from ..readiness.op_coverage import coverage_of_dry_run, shipped_torch_xla_table
+        from .op_coverage import coverage_of_dry_run, shipped_torch_xla_table
 
         return coverage_of_dry_run(self, table=shipped_torch_xla_table())
 
@@ -278,7 +300,9 @@ class DryRunReport:
             total = sum(h.count for h in found)
             out.append(f"{kind} ({total}): {WHY[kind]}")
             for h in found:
-                out.append(f"  {self._where(h.line):<9} x{h.count:<4} {h.code}  <- {_causes(h)}")
+                out.append(
+                    f"  {self._where(h.line):<9} x{h.count:<4} {h.code}  <- {h.cause_text()}"
+                )
             out.append(f"  fix: {FIX[kind]}")
         out.append(coverage)
         return "\n".join(out)
@@ -293,18 +317,9 @@ class DryRunReport:
         return str(self)
 
     def _repr_html_(self) -> str:
-        from ..widgets.render import dry_run_html
+        from ..views.html import dry_run_html
 
         return dry_run_html(self)
-
-
-def _causes(hazard: Hazard, most: int = 3) -> str:
-    """The most frequent causes of a hazard, and its detail, in one phrase."""
-    ranked = [name for name, _ in hazard.causes.most_common()]
-    text = ", ".join(ranked[:most])
-    if len(ranked) > most:
-        text += f" and {len(ranked) - most} more"
-    return text + (f" ({hazard.detail})" if hazard.detail else "")
 
 
 def _line_dict(lines: Counter[int | None]) -> dict[str, int]:

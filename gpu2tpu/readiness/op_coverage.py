@@ -526,7 +526,7 @@ def lowering_table(live: bool | None = None) -> LoweringTable:
                 return live_lowering_table()
             # Importing torchax here would make "jax" torch's accelerator for the rest of the
             # user's process: read the registry in a forked child instead, when that is safe.
-            from ..profile.isolate import can_fork, jax_started, run_in_child
+            from ..forecasting.isolate import can_fork, jax_started, run_in_child
 
             if can_fork() and not jax_started():
                 return run_in_child(live_lowering_table)
@@ -710,6 +710,11 @@ class OpCoverage:
             "code": self.code,
         }
 
+    @property
+    def where(self) -> str:
+        """The lines that ran the op, for a person: "lines 3, 7", "outside your code"."""
+        return _where(self.lines)
+
 
 _ORDER = (Status.NOT_LOWERED, Status.UNKNOWN, Status.LOWERED, Status.NOT_NEEDED)
 
@@ -791,7 +796,7 @@ class CoverageReport:
         return str(self)
 
     def _repr_html_(self) -> str:
-        from ..widgets.render import STYLE, coverage_html
+        from ..views.html import STYLE, coverage_html
 
         return f"{STYLE}<div class='g2t-view'>{coverage_html(self)}</div>"
 
@@ -849,7 +854,7 @@ def coverage(
 def coverage_of_dry_run(
     report: Any, table: LoweringTable | TorchXLATable | None = None
 ) -> CoverageReport:
-    """Coverage of the ops a `gpu2tpu.profile.dryrun.DryRunReport` recorded.
+    """Coverage of the ops a `gpu2tpu.readiness.dryrun.DryRunReport` recorded.
 
     The dry run records ops by packet ('aten.mul'), so an op lowered for only some of its
     overloads can come out unknown here where `op_coverage` would know which overload ran.

@@ -14,10 +14,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpu2tpu.profile.compare import format_bytes, format_seconds
+from .format import format_bytes, format_seconds
+from .table import columns
 
 if TYPE_CHECKING:
-    from gpu2tpu.profile.compare import Comparison, ComparisonRow
+    from gpu2tpu.pricing.compare import Comparison, ComparisonRow
 
 # One colour per row source, and a legend sentence for each.
 SOURCE_COLOURS = {
@@ -151,7 +152,7 @@ def table_html(comparison: Comparison, meanings: Mapping[str, str] | None = None
     Step times share one unit and money columns one format per column; estimated rows from
     a CPU-only run say they are for sizing only; rooflines under 100 µs are marked ≥.
     """
-    cols = comparison.columns(compact=True)
+    cols = columns(comparison, compact=True)
     head = "".join(
         f'<th class="{"g2t-left" if c.key in ("device", "source") else ""}">{_e(HTML_HEADERS.get(c.key, c.header))}</th>'
         for c in cols
@@ -192,7 +193,7 @@ def table_html(comparison: Comparison, meanings: Mapping[str, str] | None = None
                 money = money_format([c.value(r) for r in rows])
                 cells.append(f"<td>{_e(money(c.value(row)))}</td>")
             else:
-                cells.append(f"<td>{_e(c.text(row, comparison))}</td>")
+                cells.append(f"<td>{_e(c.text(row))}</td>")
         body.append(f'<tr class="g2t-row g2t-{_e(row.source)}">{"".join(cells)}</tr>')
     caption = ""
     if base is not None:
@@ -582,14 +583,8 @@ def forecast_html(forecast: Any) -> str:
 def coverage_html(report: Any) -> str:
     """Ops without an XLA lowering (and unknown ones) first, in a table; the ops that lower
     folded below them, as they need no action."""
-    from gpu2tpu.readiness.op_coverage import Status, _where
-
-    colours = {
-        Status.NOT_LOWERED: "#a33",
-        Status.UNKNOWN: "#b36b00",
-        Status.LOWERED: "#1b7f3b",
-        Status.NOT_NEEDED: "#777",
-    }
+    colours = {"not lowered": "#a33", "unknown": "#b36b00", "lowered": "#1b7f3b"}
+    attention_statuses = ("not lowered", "unknown")
 
     def rows(entries: Sequence[Any]) -> str:
         out = []
@@ -599,7 +594,7 @@ def coverage_html(report: Any) -> str:
                 f'<tr class="g2t-op"><td class="g2t-left"><code>{_e(entry.op)}</code></td>'
                 f'<td>{entry.count}</td><td class="g2t-left" style=\'color:'
                 f"{colours.get(entry.status, '#777')}'>{_e(entry.status)}</td>"
-                f'<td class="g2t-left g2t-wrap">{_e(_where(entry.lines))}{code}</td>'
+                f'<td class="g2t-left g2t-wrap">{_e(entry.where)}{code}</td>'
                 f'<td class="g2t-left g2t-wrap">{_e(entry.hint or entry.via)}</td></tr>'
             )
         return "".join(out)
@@ -609,8 +604,8 @@ def coverage_html(report: Any) -> str:
         '</th><th class="g2t-left">where</th><th class="g2t-left">why / what instead</th>'
         "</tr></thead>"
     )
-    attention = [e for e in report.ops if e.status in (Status.NOT_LOWERED, Status.UNKNOWN)]
-    rest = [e for e in report.ops if e.status not in (Status.NOT_LOWERED, Status.UNKNOWN)]
+    attention = [e for e in report.ops if e.status in attention_statuses]
+    rest = [e for e in report.ops if e.status not in attention_statuses]
     out = [
         '<div class="g2t-op-coverage">',
         f"<p><b>Op coverage</b> against {_e(report.table)}: {_e(report.summary())}</p>",
@@ -633,8 +628,6 @@ def coverage_html(report: Any) -> str:
 
 def dry_run_html(report: Any) -> str:
     """A dry-run report: its hazards by line, then the op coverage (unlowered ops first)."""
-    from gpu2tpu.profile.dryrun import FIX, WHY, HazardKind, _causes
-
     out = [
         f'{STYLE}<div class="g2t-view gpu2tpu-dry-run">',
         f"<p><b>Dry run of {_e(report.label)} on the CPU</b>: {report.total_ops:,} ATen ops "
@@ -654,13 +647,12 @@ def dry_run_html(report: Any) -> str:
             where = f"line {h.line}" if h.line is not None else "outside your code"
             out.append(
                 f'<tr><td class="g2t-left">{_e(h.kind)}</td><td class="g2t-left">{_e(where)}'
-                f'</td><td>{h.count}</td><td class="g2t-left g2t-wrap">{_e(_causes(h))}</td>'
+                f'</td><td>{h.count}</td><td class="g2t-left g2t-wrap">{_e(h.cause_text())}</td>'
                 f'<td class="g2t-left"><code>{_e(h.code)}</code></td></tr>'
             )
         out.append("</tbody></table></div><ul>")
-        for kind in HazardKind:
-            if report.by_kind(kind):
-                out.append(f"<li><b>{_e(kind)}</b>: {_e(WHY[kind])}. Fix: {_e(FIX[kind])}</li>")
+        for kind in report.kinds_found():
+            out.append(f"<li><b>{_e(kind)}</b>: {_e(kind.why)}. Fix: {_e(kind.fix)}</li>")
         out.append("</ul>")
     out.append(coverage_html(report.coverage))
     out.append("</div>")

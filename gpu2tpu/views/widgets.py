@@ -2,7 +2,7 @@
 
 No custom front-end model, so they render in JupyterLab, classic Notebook, VS Code and Colab
 (which shows only core widgets without extra set-up) and export to static HTML with
-`ipywidgets.embed`. The strings come from `render.py`; this module only arranges them.
+`ipywidgets.embed`. The strings come from `html.py`; this module only arranges them.
 
 The on-demand/spot toggle needs no kernel: both price columns are rendered up front, each
 in a page of a `Stack`, and the toggle's index is linked to the stacks in the front end
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .render import (
+from .html import (
     FORECAST_MEANING,
     STYLE,
     charts_html,
@@ -34,7 +34,7 @@ from .render import (
 if TYPE_CHECKING:
     import ipywidgets
 
-    from gpu2tpu.profile.compare import Comparison
+    from gpu2tpu.pricing.compare import Comparison
 
 __all__ = [
     "comparison_view",

@@ -7,8 +7,8 @@ import itertools
 import torch
 import torch.nn.functional as F
 
+from gpu2tpu import profile
 from gpu2tpu.backends import get_backend
-from gpu2tpu.profile import profile
 
 
 def _trainer(dev: torch.device):  # type: ignore[no-untyped-def]
