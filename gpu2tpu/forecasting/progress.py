@@ -195,15 +195,9 @@ class ForecastProgress:
 
 def detect_mode() -> str:
     """ "notebook" in a Jupyter kernel, "terminal" when stdout is a terminal, else "lines"."""
-    shell = None
-    if "IPython" in sys.modules:
-        try:
-            from IPython import get_ipython
+    from ..views.display import in_kernel
 
-            shell = get_ipython()
-        except Exception:
-            shell = None
-    if shell is not None and getattr(shell, "kernel", None) is not None:
+    if in_kernel():
         return "notebook"
     try:
         if sys.stdout.isatty():

@@ -131,25 +131,18 @@ def collect_info() -> TPUInfo:
 def show_info(shell: Any) -> TPUInfo:
     """Display the widget in a notebook kernel (with an HTML table and text beside it, for
     front ends without a widget manager and for saved notebooks), print text in a terminal."""
-    info = collect_info()
-    if getattr(shell, "kernel", None) is not None:
-        from ..views.widgets import display_with_fallbacks
+    from ..views.display import show
 
-        display_with_fallbacks(info.widget, info._repr_html_(), str(info))
-    else:
-        print(info)
+    info = collect_info()
+    show(info, shell)
     return info
 
 
 def show_doctor(shell: Any) -> Any:
     """`%tpu_doctor`: the environment report, displayed like `%tpu_info`."""
     from ..readiness.doctor import diagnose
+    from ..views.display import show
 
     report = diagnose()
-    if getattr(shell, "kernel", None) is not None:
-        from ..views.widgets import display_with_fallbacks
-
-        display_with_fallbacks(report.widget, report._repr_html_(), str(report))
-    else:
-        print(report)
+    show(report, shell)
     return report

@@ -38,35 +38,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "comparison_view",
-    "display_with_fallbacks",
     "forecast_html",
     "forecast_view",
     "static_html",
 ]
 
-WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 PRICES = (("On-demand prices", "on_demand"), ("Spot prices", "spot"))
-
-
-def display_with_fallbacks(widget: Any, html: str, text: str) -> None:
-    """Display a widget together with an HTML and a text version of the same content.
-
-    A live front end shows the widget; a saved notebook opened without the kernel's widget
-    state (GitHub, VS Code's viewer, nbconvert) shows the HTML table, a terminal the text,
-    instead of a widget's repr. `widget` is the widget or a function that builds it; when
-    it cannot be built here (no ipywidgets), the HTML and the text are displayed alone.
-    """
-    from IPython.display import display
-
-    bundle: dict[str, Any] = {"text/html": html, "text/plain": text}
-    try:
-        view = widget() if callable(widget) else widget
-        data = view._repr_mimebundle_() or {}
-    except Exception:  # no widget support here: the fallbacks are already in the bundle
-        data = {}
-    if WIDGET_MIME in data:
-        bundle[WIDGET_MIME] = data[WIDGET_MIME]
-    display(bundle, raw=True)
 
 
 def _priced(comparison: Comparison) -> dict[str, Comparison]:
