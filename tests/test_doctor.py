@@ -20,7 +20,8 @@ from rich.console import Console
 from standins import forget_standins, use_standins
 from standins.metadata import STANDIN_SETS, build_site
 
-from gpu2tpu.readiness.doctor import DoctorReport, diagnose, main
+from gpu2tpu.cli import main
+from gpu2tpu.readiness.doctor import DoctorReport, diagnose
 from gpu2tpu.readiness.environment import chips_in_slice, detect_environment
 from gpu2tpu.readiness.versions import TCMALLOC_INSTALL, check_versions, read_installed
 
@@ -450,7 +451,7 @@ def test_renderings_carry_every_problem_and_fix(tmp_path: Path) -> None:
 
 
 def test_main_exits_0_on_the_healthy_environment(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--format", "json"]) == 0
+    assert main(["doctor", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is True
     assert data["environment"]["label"]
@@ -463,7 +464,7 @@ def test_main_exits_1_when_versions_clash(
     site = build_site(tmp_path, "torchtpu_torch_too_old")
     monkeypatch.syspath_prepend(str(site))
     importlib.invalidate_caches()
-    assert main([]) == 1
+    assert main(["doctor"]) == 1
     out = capsys.readouterr().out
     assert "torch_tpu 0.2.0 needs torch" in out
     assert 'fix: pip install "torch==' in out

@@ -9,6 +9,7 @@ the three kernels side by side.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -24,12 +25,14 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from gpu2tpu.backends.base import has_module
-from gpu2tpu.templates import TEMPLATES, TemplateError, create_notebook, main, template_text
+from gpu2tpu.cli import main
+from gpu2tpu.templates import TEMPLATES, TemplateError, create_notebook, template_text
 
 
 def _main(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), stdout=out, stderr=err)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["new", *argv])
     return code, out.getvalue(), err.getvalue()
 
 

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
     from ..backends import BackendStatus
 
-__all__ = ["DoctorReport", "Missing", "Note", "Problem", "diagnose", "main"]
+__all__ = ["DoctorReport", "Missing", "Note", "Problem", "add_arguments", "diagnose", "run"]
 
 # A problem with these distributions means torch itself might not import cleanly.
 _UNSAFE_TO_IMPORT = {"torch", "torch-tpu", "torch-xla", "python"}
@@ -592,19 +592,13 @@ def _minor_of(version: str) -> tuple[str, ...]:
 # -- front ends ------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="gpu2tpu doctor",
-        description="Check that this environment can run PyTorch on a TPU, and say how to fix "
-        "what is wrong.",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`gpu2tpu doctor`'s options (the CLI builds the parser)."""
     parser.add_argument("--format", choices=["text", "json"], default="text")
-    return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def run(args: argparse.Namespace) -> int:
     """`gpu2tpu doctor [--format text|json]`: 0 when nothing is wrong, 1 otherwise."""
-    args = build_parser().parse_args(list(argv) if argv is not None else None)
     report = diagnose()
     if args.format == "json":
         print(json.dumps(report.to_dict(), indent=2))
@@ -615,7 +609,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(report)
     return 0 if report.ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

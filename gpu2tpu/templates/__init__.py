@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import TextIO
 
 __all__ = [
     "DEFAULT_TEMPLATE",
     "TEMPLATES",
     "TemplateError",
     "create_notebook",
-    "main",
+    "add_arguments",
+    "run",
     "template_text",
 ]
 
@@ -77,12 +76,9 @@ def create_notebook(
     return target
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="gpu2tpu new",
-        description="Create a notebook from one of gpu2tpu's templates.",
-        epilog="templates: " + "; ".join(f"{k}: {v}" for k, v in TEMPLATES.items()),
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`gpu2tpu new`'s options (the CLI builds the parser)."""
+    parser.epilog = "templates: " + "; ".join(f"{k}: {v}" for k, v in TEMPLATES.items())
     parser.add_argument("name", nargs="?", metavar="NAME.ipynb", help="the notebook to create")
     parser.add_argument(
         "--template",
@@ -93,32 +89,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--force", action="store_true", help="replace NAME if it exists")
     parser.add_argument("--list", action="store_true", help="list the templates and exit")
-    return parser
 
 
-def main(
-    argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None
-) -> int:
+def run(args: argparse.Namespace) -> int:
     """`gpu2tpu new`: 0 when the notebook was written (or the list shown), 2 otherwise."""
-    out = stdout or sys.stdout
-    err = stderr or sys.stderr
-    parser = _parser()
-    try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
     if args.list:
         width = max(map(len, TEMPLATES))
         for name, description in TEMPLATES.items():
-            print(f"{name:<{width}}  {description}", file=out)
+            print(f"{name:<{width}}  {description}")
         return 0
     if args.name is None:
-        print("gpu2tpu new: error: give the notebook to create, e.g. demo.ipynb", file=err)
+        print("gpu2tpu new: error: give the notebook to create, e.g. demo.ipynb", file=sys.stderr)
         return 2
     try:
         target = create_notebook(args.name, args.template, args.force)
     except TemplateError as exc:
-        print(f"gpu2tpu new: error: {exc}", file=err)
+        print(f"gpu2tpu new: error: {exc}", file=sys.stderr)
         return 2
-    print(f"created {target} from the {args.template} template", file=out)
+    print(f"created {target} from the {args.template} template")
     return 0
