@@ -151,6 +151,35 @@ def test_an_accelerator_run_is_costed_from_the_catalogue():
     assert r.comparison.baseline_key == "h100"  # no GPU measured: estimated H100 baseline
 
 
+def test_costing_decides_from_the_gathered_context_alone():
+    """`cost_run` is pure: the chip, the baselines, the host peak and the time come from the
+    context `gather_context` read, never from the backend, files or the clock again."""
+    from gpu2tpu.measure.records import Costing, RunRecord
+    from gpu2tpu.measure.result import RunContext, cost_run, gather_context
+
+    dev = FakeDevice(ChipInfo("TPU v5 lite", "v5e", 4))
+    record = RunRecord(
+        backend=dev, warmup_times=[0.02], step_times=[0.01] * 5, group_size=1,
+        timed_wall_seconds=0.05, timer_floor=1e-6, count=None, compilations_warmup=None,
+        compilations_timed=None, memory_peak_bytes=None, memory_kind="unknown", notes=[],
+    )  # fmt: skip
+    costing = Costing(targets=["v6e"], flops_per_step=1e12, bytes_per_step=1e9).validated()
+    gathered = gather_context(record, costing)
+    assert (gathered.chip.key, gathered.chips, gathered.host_peak) == ("v5e", 4, None)
+
+    catalogue = HardwareCatalogue.load()
+    context = RunContext(
+        catalogue=catalogue, runtime_name="NVIDIA H100", chip=catalogue.get("h100"), chips=2,
+        baselines=[], host_peak=None, created="2026-01-02T03:04:05+00:00",
+    )  # fmt: skip
+    dev._chip = None  # the backend is not asked again: asking would fail
+    result = cost_run(record, costing, context)
+    assert (result.device_key, result.chips, result.created) == ("h100", 2, context.created)
+    assert result.comparison.baseline_key == "h100"  # a GPU run is its own baseline
+    assert {r.device_key for r in result.comparison.rows} == {"h100", "v6e"}
+    assert result.peak_flops == pytest.approx(2 * catalogue.get("h100").peak_bf16_flops)
+
+
 def test_host_syncs_are_counted(linear_step):
     def step_with_item():
         return linear_step().sum().item()

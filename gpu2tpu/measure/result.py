@@ -1,10 +1,12 @@
 """A profile's result: the measurement, its costs beside other chips, and baseline files.
 
-`build_result` turns a timed run into a `ProfileResult`: step statistics, throughput, FLOPs
-and MFU, memory, compilations and host syncs, and a `Comparison` with the measured device,
-any loaded GPU baseline and estimated targets. Estimates scale the roofline of the measured
-step's FLOPs and bytes on each target by the efficiency the measured run reached on its own
-roofline (docs/profiler.md explains the method and its error).
+`build_result` turns a timed run into a `ProfileResult` in two steps. `gather_context`
+reads what costing needs from outside the run: the catalogue, the backend's chip, baseline
+files, a host benchmark, the clock. `cost_run` then decides, with no I/O: step statistics,
+throughput, FLOPs and MFU, memory, compilations and host syncs, and a `Comparison` with the
+measured device, any loaded GPU baseline and estimated targets. Estimates scale the roofline
+of the measured step's FLOPs and bytes on each target by the efficiency the measured run
+reached on its own roofline (docs/profiler.md explains the method and its error).
 
 A baseline file (`result.save_baseline(path)` on a GPU machine, `compare_to=path` elsewhere)
 is small JSON: the step-time statistics, the workload (FLOPs, tokens and samples per step)
@@ -488,33 +490,43 @@ def _baseline_records(compare_to: Any) -> list[BaselineRecord]:
     return records
 
 
-def _measured_peak(
-    chip: Chip, chips: int
-) -> tuple[float | None, float | None, str | None, HostPeak | None]:
+def _peak(
+    chip: Chip, chips: int, host: HostPeak | None
+) -> tuple[float | None, float | None, str | None]:
+    """The peak FLOP rate and bandwidth MFU and the estimates rest on, and where they came
+    from: the catalogue's, or (a CPU has none) this host's measured rate."""
     if chip.has_peak:
         return (
             chip.peak_bf16_flops * chips,
             chip.hbm_bandwidth * chips,
             f"{chip.name} x{chips} catalogue peak ({chip.peak_bf16_flops / 1e12:g} TFLOP/s BF16 each)",
-            None,
         )
-    if chip.kind == "cpu":
-        from .flops import measure_host_peak
-
-        host = measure_host_peak()
+    if host is not None:
         return (
             host.flops_per_s,
             host.bytes_per_s,
             f"this host's measured matmul rate ({host.flops_per_s / 1e9:.3g} GFLOP/s; {host.method})",
-            host,
         )
-    return None, None, None, None
+    return None, None, None
 
 
-def build_result(record: RunRecord, costing: Costing) -> ProfileResult:
-    """Cost a timed run and compare it with the baseline and target chips."""
-    from ..views.format import format_flops
+@dataclass(frozen=True)
+class RunContext:
+    """What costing a run needs from outside it, read once at the edge (`gather_context`):
+    the catalogue with the user's prices, the chip the backend names, the baselines from
+    their files, this host's peak where the chip has no catalogue peak, and the time."""
 
+    catalogue: HardwareCatalogue
+    runtime_name: str
+    chip: Chip
+    chips: int
+    baselines: list[BaselineRecord]
+    host_peak: HostPeak | None
+    created: str
+
+
+def gather_context(record: RunRecord, costing: Costing) -> RunContext:
+    """The I/O of costing a run: files, the backend, a host benchmark, the clock."""
     catalogue = costing.catalogue or HardwareCatalogue.load()
     if costing.prices is not None:
         catalogue = catalogue.with_overrides(costing.prices)
@@ -529,7 +541,34 @@ def build_result(record: RunRecord, costing: Costing) -> ProfileResult:
         chip = _unknown_chip(
             kind_key, runtime_name, "tpu" if "tpu" in runtime_name.lower() else "gpu"
         )
-    chips = costing.chips or max(1, int(count or 1))
+    host = None
+    if not chip.has_peak and chip.kind == "cpu":
+        from .flops import measure_host_peak
+
+        host = measure_host_peak()
+    return RunContext(
+        catalogue=catalogue,
+        runtime_name=runtime_name,
+        chip=chip,
+        chips=costing.chips or max(1, int(count or 1)),
+        baselines=_baseline_records(costing.compare_to),
+        host_peak=host,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+
+
+def build_result(record: RunRecord, costing: Costing) -> ProfileResult:
+    """Cost a timed run and compare it with the baseline and target chips."""
+    return cost_run(record, costing, gather_context(record, costing))
+
+
+def cost_run(record: RunRecord, costing: Costing, context: RunContext) -> ProfileResult:
+    """The decisions of costing a run, pure: the measured row, the baselines' rows, which
+    chip the ratios are against, and the estimated rows for the targets."""
+    from ..views.format import format_flops
+
+    catalogue, chip, chips = context.catalogue, context.chip, context.chips
+    runtime_name, backend = context.runtime_name, record.backend
     stats = summarize(record.step_times)
     notes = list(record.notes)
     if stats.spread > 0.25 and stats.n >= 5:
@@ -558,7 +597,7 @@ def build_result(record: RunRecord, costing: Costing) -> ProfileResult:
             "is not reported and estimates rest on bytes moved alone."
         )
 
-    peak, bandwidth, peak_source, _host = _measured_peak(chip, chips)
+    peak, bandwidth, peak_source = _peak(chip, chips, context.host_peak)
     efficiency = None
     if peak and bandwidth and ((flops or 0) > 0 or (bytes_ or 0) > 0):
         efficiency = efficiency_from_run(stats.median, flops or 0.0, bytes_ or 0.0, peak, bandwidth)
@@ -603,7 +642,7 @@ def build_result(record: RunRecord, costing: Costing) -> ProfileResult:
     ]
     present = {(chip.key, chips)}
 
-    for base in _baseline_records(costing.compare_to):
+    for base in context.baselines:
         base_chip = catalogue.find(base.device_key) or _unknown_chip(
             base.device_key, base.device_name, "gpu"
         )
@@ -694,7 +733,7 @@ def build_result(record: RunRecord, costing: Costing) -> ProfileResult:
         sync_ops=list(count_.sync_ops) if count_ else [],
         comparison=comparison,
         notes=notes,
-        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        created=context.created,
         compile_seconds_warmup=record.compile_seconds_warmup,
         compile_seconds_timed=record.compile_seconds_timed,
     )
