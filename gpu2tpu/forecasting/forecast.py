@@ -457,7 +457,7 @@ class Forecast(ComparisonExports):
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         from ..views.display import mimebundle
 
-        return mimebundle(self, repr(self), self.to_html, self.widget)
+        return mimebundle(repr(self), self.to_html, self.widget)
 
 
 # -- the forecast ----------------------------------------------------------------------------

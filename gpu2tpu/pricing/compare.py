@@ -337,7 +337,7 @@ class Comparison:
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         from gpu2tpu.views.display import mimebundle
 
-        return mimebundle(self, repr(self), self.to_html, self.widget)
+        return mimebundle(repr(self), self.to_html, self.widget)
 
 
 def _json_safe(value: Any) -> Any:

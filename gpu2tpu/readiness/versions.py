@@ -328,7 +328,7 @@ def _candidates(rules: Sequence[Constraint]) -> list[str]:
     return out
 
 
-def _pin(target: str, rules: Sequence[Constraint]) -> str | None:
+def _pin(rules: Sequence[Constraint]) -> str | None:
     """'==2.12.1' (or '==0.0.42.*'): the highest candidate satisfying every rule; else None."""
     best: tuple[Version, str] | None = None
     for candidate in _candidates(rules):
@@ -367,7 +367,7 @@ def _install_command(target: str, rules: Sequence[Constraint], tpu_present: bool
     name = display_name(target)
     if target == "jax" and tpu_present:
         name = "jax[tpu]"
-    pin = _pin(target, rules)
+    pin = _pin(rules)
     if pin is None:
         combined = ",".join(sorted({s for r in rules for s in r.specifier.split(",")}))
         pin = combined
@@ -450,7 +450,7 @@ def check_versions(
             scope = [*binding, rule] if rule not in binding else binding
             fix = _install_command(target, scope, tpu_present)
             conflict = ""
-            if _pin(target, scope) is None and _pin(target, [rule]) is not None:
+            if _pin(scope) is None and _pin([rule]) is not None:
                 others = [r.required_by for r in scope if r is not rule]
                 conflict = (
                     f"; no {name} release satisfies it and {', '.join(others)} together, "

@@ -22,7 +22,7 @@ def in_kernel(shell: Any = None) -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
-def mimebundle(obj: Any, text: str, html: Any, widget: Any) -> dict[str, Any]:
+def mimebundle(text: str, html: Any, widget: Any) -> dict[str, Any]:
     """text/plain + static text/html always; the live widget too when a kernel can show it.
 
     Frontends without the widget manager (nbconvert, GitHub, a bare console) fall back to
