@@ -14,7 +14,6 @@ exists to explain.
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import os
 import platform
@@ -59,12 +58,6 @@ EXTRA_PURPOSE = {
 # What the forecast needs (pyproject's `forecast` extra), as distributions.
 _FORECAST = tuple(canonicalize_name(m) for m, extra in EXTRA_OF.items() if extra == "forecast")
 _OPTIONAL_BACKENDS = {"torch-tpu": "tpu", "torch-xla": "xla", "torchax": "jax"}
-# Sentences and commands wrap inside their cells (the shared table style keeps cells on one
-# line); a wrapped command still copies as one line.
-WRAP_STYLE = (
-    "<style>.g2t-table td.g2t-wrap{white-space:normal;max-width:38em;vertical-align:top}"
-    ".g2t-table td.g2t-wrap code{white-space:pre-wrap;word-break:break-word}</style>"
-)
 
 
 @dataclass(frozen=True)
@@ -152,135 +145,32 @@ class DoctorReport:
             "probe_note": self.probe_note,
         }
 
-    # -- text ----------------------------------------------------------------------------------
-
-    def _versions_line(self) -> str:
-        shown = [f"{name} {v}" for name, v in self.versions.items() if v]
-        return "Versions: " + (", ".join(shown) or "none of the packages gpu2tpu reports")
+    # -- views (gpu2tpu.views.doctor draws them) ---------------------------------------------
 
     def __str__(self) -> str:
-        out = [f"gpu2tpu doctor: {self.environment.label}, Python {self.python}", self.headline]
-        for i, problem in enumerate(self.problems, 1):
-            out.append(f"  {i}. {problem.message}")
-            out.append(f"     fix: {problem.fix}")
-        if self.usable:
-            out.append("Usable here:")
-            out += [f"  - {line}" for line in self.usable]
-        if self.missing:
-            out.append("Not installed:")
-            out += [f"  - {m.line}" for m in self.missing]
-        if self.missing_optional:
-            out.append(f"Not installed (optional): {', '.join(self.missing_optional)}")
-        if self.probe_note:
-            out.append(self.probe_note)
-        if self.notes:
-            out.append("Notes:")
-            for note in self.notes:
-                out.append(f"  - {note.message}")
-                if note.fix:
-                    out.append(f"    where it matters: {note.fix}")
-        out.append(self._versions_line())
-        return "\n".join(out)
+        from ..views.doctor import doctor_text
+
+        return doctor_text(self)
 
     def __repr__(self) -> str:
         return str(self)
 
-    # -- rich ----------------------------------------------------------------------------------
-
     def __rich__(self) -> RenderableType:
         """A rich rendering for terminals: `rich.print(report)`."""
-        from rich.console import Group
-        from rich.text import Text
+        from ..views.doctor import doctor_rich
 
-        parts: list[Any] = [
-            Text.assemble(
-                ("gpu2tpu doctor: ", "bold"), f"{self.environment.label}, Python {self.python}"
-            )
-        ]
-        parts.append(Text(self.headline, style="bold green" if self.ok else "bold red"))
-        for i, problem in enumerate(self.problems, 1):
-            parts.append(Text(f"{i:>3}. {problem.message}"))
-            # One unbroken line, so the command can be copied as it is.
-            fix = Text.assemble("     fix: ", (problem.fix, "bold cyan"))
-            fix.no_wrap, fix.overflow = True, "ignore"
-            parts.append(fix)
-        if self.usable:
-            parts.append(Text("Usable here:", style="bold"))
-            parts += [Text(f"  • {line}") for line in self.usable]
-        if self.missing:
-            parts.append(Text("Not installed:", style="bold"))
-            for m in self.missing:
-                parts.append(
-                    Text.assemble(
-                        f"  • {', '.join(m.packages)}, needed by {m.needed_for}: ",
-                        (m.install, "bold cyan"),
-                    )
-                )
-        if self.missing_optional:
-            parts.append(Text(f"Not installed (optional): {', '.join(self.missing_optional)}"))
-        if self.probe_note:
-            parts.append(Text(self.probe_note, style="yellow"))
-        for note in self.notes:
-            fix = f" (where it matters: {note.fix})" if note.fix else ""
-            parts.append(Text(f"note: {note.message}{fix}", style="dim"))
-        parts.append(Text(self._versions_line(), style="dim"))
-        return Group(*parts)
-
-    # -- HTML and the notebook widget ----------------------------------------------------------
-
-    def _html_body(self) -> str:
-        e = html.escape
-        colour = "#1b7f3b" if self.ok else "#a33"
-        out = [
-            f"<h3>gpu2tpu doctor: {e(self.environment.label)}, Python {e(self.python)}</h3>",
-            f"<p style='color:{colour};font-weight:600'>{e(self.headline)}</p>",
-        ]
-        if self.problems:
-            rows = "".join(
-                f"<tr><td>{i}</td><td class='g2t-left g2t-wrap'>{e(p.message)}</td>"
-                f"<td class='g2t-left g2t-wrap'><code>{e(p.fix)}</code></td></tr>"
-                for i, p in enumerate(self.problems, 1)
-            )
-            out.append(
-                "<table class='g2t-table g2t-doctor-problems'><thead><tr><th>#</th>"
-                "<th class='g2t-left'>problem</th><th class='g2t-left'>fix</th></tr></thead>"
-                f"<tbody>{rows}</tbody></table>"
-            )
-        if self.usable:
-            items = "".join(f"<li>{e(line)}</li>" for line in self.usable)
-            out.append(f"<p><b>Usable here</b></p><ul class='g2t-doctor-usable'>{items}</ul>")
-        if self.missing:
-            items = "".join(
-                f"<li>{e(', '.join(m.packages))}, needed by {e(m.needed_for)}: "
-                f"<code>{e(m.install)}</code></li>"
-                for m in self.missing
-            )
-            out.append(f"<p><b>Not installed</b></p><ul class='g2t-doctor-missing'>{items}</ul>")
-        if self.missing_optional:
-            out.append(
-                f"<p class='g2t-note'>Not installed (optional): "
-                f"{e(', '.join(self.missing_optional))}</p>"
-            )
-        if self.probe_note:
-            out.append(f"<div class='g2t-warn'>{e(self.probe_note)}</div>")
-        for note in self.notes:
-            fix = f" Where it matters: <code>{e(note.fix)}</code>" if note.fix else ""
-            out.append(f"<p class='g2t-note'>Note: {e(note.message)}{fix}</p>")
-        out.append(f"<p class='g2t-small'>{e(self._versions_line())}</p>")
-        return "".join(out)
+        return doctor_rich(self)
 
     def _repr_html_(self) -> str:
-        from ..views.html import STYLE
+        from ..views.doctor import doctor_html
 
-        return f"{STYLE}{WRAP_STYLE}<div class='g2t-view g2t-doctor'>{self._html_body()}</div>"
+        return doctor_html(self)
 
     def widget(self) -> ipywidgets.VBox:
         """Core ipywidgets only (a VBox of HTML), so it renders in Colab without set-up."""
-        import ipywidgets as w
+        from ..views.doctor import doctor_widget
 
-        view = w.VBox([w.HTML(self._repr_html_())])
-        view.add_class("g2t-view")
-        return view
+        return doctor_widget(self)
 
 
 # -- diagnosing ------------------------------------------------------------------------------

@@ -796,9 +796,9 @@ class CoverageReport:
         return str(self)
 
     def _repr_html_(self) -> str:
-        from ..views.html import STYLE, coverage_html
+        from ..views.html import coverage_page
 
-        return f"{STYLE}<div class='g2t-view'>{coverage_html(self)}</div>"
+        return coverage_page(self)
 
 
 def _where(lines: list[int]) -> str:

@@ -626,6 +626,11 @@ def coverage_html(report: Any) -> str:
     return "".join(out)
 
 
+def coverage_page(report: Any) -> str:
+    """The op coverage alone, with the shared style (`CoverageReport._repr_html_`)."""
+    return f"{STYLE}<div class='g2t-view'>{coverage_html(report)}</div>"
+
+
 def dry_run_html(report: Any) -> str:
     """A dry-run report: its hazards by line, then the op coverage (unlowered ops first)."""
     out = [
