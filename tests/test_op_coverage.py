@@ -27,9 +27,9 @@ from gpu2tpu.readiness.op_coverage import (
     Status,
     coverage,
     coverage_of_dry_run,
+    coverage_of_run,
     live_lowering_table,
     lowering_table,
-    op_coverage,
     shipped_lowering_table,
 )
 
@@ -73,7 +73,7 @@ def test_unlowered_op_in_a_training_step_is_reported_with_its_line() -> None:
     torch.manual_seed(0)
     model = PoolNet()
     opt = torch.optim.AdamW(model.parameters())
-    report = op_coverage(train_step, model, opt, *pool_batch())
+    report = coverage_of_run(train_step, model, opt, *pool_batch())
     entry = report.get("aten::fractional_max_pool2d")
     assert entry is not None and entry.status is Status.NOT_LOWERED
     assert entry.lines == [line_of(PoolNet.forward, "fractional_max_pool2d")]
@@ -91,7 +91,7 @@ def test_unlowered_op_in_a_training_step_is_reported_with_its_line() -> None:
 def test_plain_mlp_training_step_is_fully_covered() -> None:
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
     opt = torch.optim.AdamW(model.parameters())
-    report = op_coverage(train_step, model, opt, torch.randn(4, 8), torch.tensor([0, 1, 2, 3]))
+    report = coverage_of_run(train_step, model, opt, torch.randn(4, 8), torch.tensor([0, 1, 2, 3]))
     assert report.fully_covered, str(report)
     assert report.get("aten::addmm").status is Status.LOWERED
     forward_line = line_of(train_step, "cross_entropy")
@@ -103,19 +103,19 @@ def test_geqrf_is_not_lowered_and_its_replacement_is() -> None:
     def factorise(a: torch.Tensor):
         return torch.geqrf(a)
 
-    report = op_coverage(factorise, torch.randn(4, 4))
+    report = coverage_of_run(factorise, torch.randn(4, 4))
     entry = report.get("aten::geqrf")
     assert entry.status is Status.NOT_LOWERED
     assert entry.lines == [line_of(factorise, "torch.geqrf")]
     assert "torch.linalg.qr" in entry.hint
-    qr = op_coverage(lambda a: torch.linalg.qr(a), torch.randn(4, 4))
+    qr = coverage_of_run(lambda a: torch.linalg.qr(a), torch.randn(4, 4))
     assert qr.fully_covered, str(qr)
 
 
 def test_lstm_cpu_kernel_is_not_needed_on_a_tpu() -> None:
     # On the CPU nn.LSTM runs oneDNN's mkldnn_rnn_layer; on a TPU torch takes the generic path.
     lstm = nn.LSTM(4, 8, batch_first=True)
-    report = op_coverage(lambda x: lstm(x)[0].sum(), torch.randn(2, 3, 4))
+    report = coverage_of_run(lambda x: lstm(x)[0].sum(), torch.randn(2, 3, 4))
     entry = report.get("aten::mkldnn_rnn_layer")
     assert entry is not None and entry.status is Status.NOT_NEEDED
     assert report.fully_covered, str(report)
@@ -127,7 +127,7 @@ def test_an_error_in_the_code_carries_the_coverage_so_far() -> None:
         raise ValueError("stop")
 
     with pytest.raises(ValueError) as caught:
-        op_coverage(broken, torch.randn(3, 3))
+        coverage_of_run(broken, torch.randn(3, 3))
     assert caught.value.op_coverage_report.get("aten::geqrf").status is Status.NOT_LOWERED
 
 

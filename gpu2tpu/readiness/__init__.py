@@ -3,11 +3,11 @@
 - `diagnose()` (doctor.py) says where the code runs (Colab, Kaggle, a Cloud TPU VM, a GPU
   machine, the CPU), whether the installed torch, torch_tpu, torch_xla, torchax, jax, jaxlib
   and libtpu fit together, and for each problem the one command that fixes it.
-- `coverage()` and `op_coverage()` (op_coverage.py) list the ATen operators code ran and mark
-  those with no XLA lowering, which fall back to the CPU or fail on a TPU.
+- `coverage()` and `coverage_of_run()` (op_coverage.py) list the ATen operators code ran and
+  mark those with no XLA lowering, which fall back to the CPU or fail on a TPU.
+- `dry_run()` (dryrun.py, `gpu2tpu.dry_run`) runs a step on the CPU and reports what would be
+  slow on a TPU (host syncs, float64, dynamic shapes), with the op coverage of what it ran.
 
-`op_coverage` is both a module and the function in it that runs code and reports its ops, so
-import the function by its full name: `from gpu2tpu.readiness.op_coverage import op_coverage`.
 Nothing here imports torch, jax or a TPU runtime until a function that needs it is called.
 """
 
@@ -22,6 +22,7 @@ __all__ = [
     "Environment",
     "LoweringTable",
     "coverage",
+    "coverage_of_run",
     "detect_environment",
     "diagnose",
     "lowering_table",
@@ -32,6 +33,7 @@ _HOME = {
     "CoverageReport": "op_coverage",
     "LoweringTable": "op_coverage",
     "coverage": "op_coverage",
+    "coverage_of_run": "op_coverage",
     "lowering_table": "op_coverage",
     "DoctorReport": "doctor",
     "diagnose": "doctor",

@@ -19,7 +19,7 @@ torchax or torch) or torchax is already imported, and otherwise the shipped tabl
 Importing torchax is avoided when not needed: it makes "jax" torch's accelerator for the
 whole process.
 
-`coverage(op_counts, lines)` marks each op; `op_coverage(fn, *args)` runs `fn` on the CPU under
+`coverage(op_counts, lines)` marks each op; `coverage_of_run(fn, *args)` runs `fn` on the CPU under
 a small dispatch mode that records every op with the user's line and whether autograd's
 backward pass ran it, and reports the coverage of what it saw.
 """
@@ -55,7 +55,7 @@ __all__ = [
     "coverage_of_dry_run",
     "live_lowering_table",
     "lowering_table",
-    "op_coverage",
+    "coverage_of_run",
     "shipped_lowering_table",
     "shipped_torch_xla_table",
     "TorchXLATable",
@@ -926,7 +926,7 @@ def _source_file(fn: Callable[..., Any]) -> str:
     return code.co_filename if code is not None else "<unknown>"
 
 
-def op_coverage(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> CoverageReport:
+def coverage_of_run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> CoverageReport:
     """Run `fn(*args, **kwargs)` on the CPU and report the coverage of every ATen op it ran.
 
     Lines are those of the file that defines `fn` (for a module, its `forward`). The
