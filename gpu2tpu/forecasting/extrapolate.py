@@ -19,7 +19,6 @@ Per-block settings that are all different (a layer index) are not a pattern and 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -220,12 +219,6 @@ def _period(settings: list[tuple]) -> int | None:
         if all(rows[i] == rows[i + p] for i in range(n - p)):
             return p
     return None
-
-
-def blocks_of(model: torch.nn.Module, stack: BlockStack) -> Iterator[torch.nn.Module]:
-    """The stack's blocks, in order."""
-    module = model.get_submodule(stack.path)
-    yield from module
 
 
 def describe_extrapolation(stack: BlockStack, outcome_depths: tuple[int, int]) -> dict[str, Any]:
