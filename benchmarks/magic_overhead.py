@@ -33,7 +33,7 @@ from IPython.utils.capture import capture_output  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 
 from gpu2tpu.magics.cells import compile_cell, prior_imports  # noqa: E402
-from gpu2tpu.profile.dryrun import dry_run  # noqa: E402
+from gpu2tpu.readiness.dryrun import dry_run  # noqa: E402
 from gpu2tpu.rewrite.model import Options  # noqa: E402
 from gpu2tpu.rewrite.notebook import rewrite_cell  # noqa: E402
 
