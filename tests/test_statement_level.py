@@ -26,7 +26,21 @@ from gpu2tpu.rewrite import parsing, statements
 from gpu2tpu.rewrite.model import Options
 from gpu2tpu.rewrite.source import SourceError, rewrite_source
 
-MODES = (Options(fix=False), Options(), Options(unsafe_fixes=True))
+# The CLI's modes, and those of the notebook callers (a `%%tpu` cell: the kernel's device
+# variable, earlier cells' imports, no statement may be added).
+CELL = Options(
+    device_name="device",
+    define_device=False,
+    insert_statements=False,
+    prior_imports=("import torch",),
+)
+MODES = (
+    Options(fix=False),
+    Options(),
+    Options(unsafe_fixes=True),
+    CELL,
+    dataclasses.replace(CELL, fix=False),
+)
 
 CUDA = [
     "{v} = torch.zeros({n}).cuda()",
@@ -260,3 +274,48 @@ def test_a_module_level_match_statement_is_rewritten() -> None:
     compile(result.new_text, "m.py", "exec")
     for options in MODES:
         assert_same(text, options)
+
+
+def _span_cases() -> list[Path]:
+    return _torch_sample()[::4] + FIXTURES
+
+
+@pytest.mark.parametrize("path", _span_cases(), ids=lambda p: p.name)
+def test_every_node_placed_from_pythons_tree_is_where_libcst_lays_it_out(path: Path) -> None:
+    """`positions.source_span` reads a node's line, column and text from Python's tree; for
+    every node of real files (torch's sources, the rules' fixtures) that it places, libcst's
+    own layout must give the same line and column, and its `code_for_node` the same text."""
+    import types
+
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from gpu2tpu.rewrite.positions import source_span
+
+    text = path.read_text(encoding="utf-8")
+    module = cst.parse_module(text)
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    layout = wrapper.resolve(PositionProvider)
+    parents: dict[int, cst.CSTNode] = {}
+    nodes: list[cst.CSTNode] = []
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        for child in node.children:
+            parents[id(child)] = node
+            nodes.append(child)
+            stack.append(child)
+    ctx = types.SimpleNamespace(module=module, tree=ast.parse(text), parents=parents, source=text)
+    placed = 0
+    for node in nodes:
+        span = source_span(ctx, node)
+        if span is None:
+            continue
+        placed += 1
+        pos = layout[node]
+        assert (span[0], span[1]) == (pos.start.line, pos.start.column + 1), cst.Module(
+            []
+        ).code_for_node(node)
+        if span[2] is not None:
+            assert span[2] == cst.Module([]).code_for_node(node)
+    assert placed > 0 or "\r" in text

@@ -172,7 +172,7 @@ def test_nothing_verifies_gives_the_original_back(
 def test_verification_runs_only_on_changed_texts(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
     real = verify.facts
-    monkeypatch.setattr(net, "facts", lambda text: calls.append(text) or real(text))
+    monkeypatch.setattr(net, "facts", lambda text, *rest: calls.append(text) or real(text, *rest))
     rewrite_source("import torch\nprint(torch.cuda.is_available)\n", Options(fix=False))
     rewrite_source("import torch  # nothing to change\n")
     assert calls == []

@@ -15,6 +15,7 @@ all go through `rewrite_source`.
 
 from __future__ import annotations
 
+import ast
 import bisect
 import re
 from collections.abc import Callable, Iterable
@@ -56,14 +57,24 @@ def verified(
     rerun: Rerun,
     spans: list[Span],
     known: Iterable[str] = (),
+    tree: ast.Module | None = None,
 ) -> Result:
-    """`first.result` if its text verifies; else the best verified rerun, or the original."""
-    return _Net(original, rerun, spans, frozenset(known)).run(first)
+    """`first.result` if its text verifies; else the best verified rerun, or the original
+    (`tree`: the original's tree from Python's parser, when the caller has it)."""
+    return _Net(original, rerun, spans, frozenset(known), tree).run(first)
 
 
 class _Net:
-    def __init__(self, original: str, rerun: Rerun, spans: list[Span], known: frozenset[str]):
+    def __init__(
+        self,
+        original: str,
+        rerun: Rerun,
+        spans: list[Span],
+        known: frozenset[str],
+        tree: ast.Module | None = None,
+    ) -> None:
         self.original = original
+        self.tree = tree
         self.rerun = rerun
         self.spans = spans
         self.starts = [a for a, _ in spans]
@@ -79,7 +90,7 @@ class _Net:
         if attempt.text == self.original:
             return []
         if self.before is None:
-            self.before = facts(self.original)
+            self.before = facts(self.original, self.tree)
         return new_problems(self.before, attempt.text, self.known)
 
     def run(self, first: Attempt) -> Result:

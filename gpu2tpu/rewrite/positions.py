@@ -61,7 +61,8 @@ def statement_position(ctx, node: cst.CSTNode) -> tuple[int, int] | None:  # typ
     found = _match(chain, tree, layouts)
     if found is None:
         return None
-    stmt, first, indents = found
+    stmt, group, indents = found
+    first = group.first
     computed = layouts.computed.get(id(stmt))
     if computed is None:
         provider = PositionProvider()
@@ -82,15 +83,16 @@ def statement_position(ctx, node: cst.CSTNode) -> tuple[int, int] | None:  # typ
 
 def _match(
     chain: list[cst.CSTNode], tree: ast.Module, layouts: _Layouts
-) -> tuple[cst.CSTNode, int, list[str]] | None:
-    """The innermost statement of `chain` (module first) that sits in a block, its first line
-    (decorators included) from Python's tree, and the indents of the blocks around it."""
+) -> tuple[cst.CSTNode, Group, list[str]] | None:
+    """The innermost statement of `chain` (module first) that sits in a block, its group of
+    Python's statements (which holds its first line, decorators included), and the indents
+    of the blocks around it."""
     module = chain[0]
     assert isinstance(module, cst.Module)
     block_ast: list[ast.stmt] = tree.body
     block_cst: cst.Module | cst.IndentedBlock = module
     indents: list[str] = []
-    best: tuple[cst.CSTNode, int, list[str]] | None = None
+    best: tuple[cst.CSTNode, Group, list[str]] | None = None
     i = 1
     while i < len(chain):
         stmt = chain[i]
@@ -102,7 +104,7 @@ def _match(
         if index is None:
             return best
         group = groups[index]
-        best = (stmt, group.first, list(indents))
+        best = (stmt, group, list(indents))
         if not isinstance(stmt, cst.BaseCompoundStatement) or len(group.stmts) != 1:
             return best
         node_ast = group.stmts[0]
@@ -233,3 +235,257 @@ class _Record:
         end = computed[self.end_node].end if self.end_node is not None else end
         computed[self.node] = CodeRange(start, end)
         return False
+
+
+# -- a reported node's position and text from Python's tree -----------------------------------
+#
+# Laying out a statement with libcst costs about half a millisecond per line; Python's tree
+# has every expression's start and end already. A reported node is reached from the innermost
+# statement around it by a path of fields (`Call.func`, an argument, `Attribute.value`, ...);
+# the same path in Python's tree gives its span, which `_Dispatch`'s reference (the layout
+# above) agrees with: both start after the node's own parentheses and before its first token.
+# Any step this table does not know gives None, and the caller lays the statement out.
+
+# libcst nodes that only wrap one expression of Python's tree (an argument, a list element, a
+# decorator): the path passes through them, but they are never the reported node themselves
+# (their own text adds a comma, an `@` or a keyword).
+_WRAPPERS = (
+    cst.Arg, cst.Element, cst.StarredElement, cst.AssignTarget, cst.Annotation,
+    cst.ComparisonTarget, cst.SubscriptElement, cst.Index, cst.Decorator, cst.WithItem,
+    cst.DictElement,
+)  # fmt: skip
+
+_SAME = object()  # a wrapper's child is the wrapper's own counterpart
+# The field of each plain wrapper that holds the expression it wraps.
+_WRAPPED: dict[type, str] = {
+    cst.Arg: "value",
+    cst.Element: "value",
+    cst.AssignTarget: "target",
+    cst.Annotation: "annotation",
+    cst.Index: "value",
+    cst.Decorator: "decorator",
+}
+
+
+def _expression_child(parent: cst.CSTNode, past: object, child: cst.CSTNode) -> object:
+    """The counterpart in Python's tree of `child`, a field of `parent` whose counterpart
+    is `past`; None when unknown."""
+    kind = type(parent)
+    if kind is cst.Call and isinstance(past, ast.Call):
+        if child is parent.func:
+            return past.func
+        positional = keyword = 0
+        for arg in parent.args:
+            if arg.keyword is not None or arg.star == "**":
+                if arg is child:
+                    found = past.keywords[keyword] if keyword < len(past.keywords) else None
+                    return found.value if found is not None else None
+                keyword += 1
+            else:
+                if arg is child:
+                    found = past.args[positional] if positional < len(past.args) else None
+                    if arg.star == "*":
+                        return found.value if isinstance(found, ast.Starred) else None
+                    return None if isinstance(found, ast.Starred) else found
+                positional += 1
+        return None
+    wrapped = _WRAPPED.get(kind)
+    if wrapped is not None:
+        return _SAME if child is getattr(parent, wrapped) else None
+    if kind is cst.StarredElement:
+        return past.value if isinstance(past, ast.Starred) and child is parent.value else None
+    if kind is cst.Attribute and isinstance(past, ast.Attribute):
+        return past.value if child is parent.value else None
+    if kind is cst.Subscript and isinstance(past, ast.Subscript):
+        if child is parent.value:
+            return past.value
+        if len(parent.slice) == 1 and child is parent.slice[0]:
+            return past.slice  # a single element: `x[i]`, `x[a:b]`
+        return None
+    if kind is cst.SubscriptElement:
+        return _SAME if child is parent.slice and isinstance(child, cst.Index) else None
+    if kind is cst.BinaryOperation and isinstance(past, ast.BinOp):
+        return past.left if child is parent.left else past.right if child is parent.right else None
+    if kind is cst.UnaryOperation and isinstance(past, ast.UnaryOp):
+        return past.operand if child is parent.expression else None
+    if kind is cst.Comparison and isinstance(past, ast.Compare):
+        if child is parent.left:
+            return past.left
+        for target, comparator in zip(parent.comparisons, past.comparators, strict=False):
+            if target is child:
+                return comparator
+        return None
+    if kind is cst.ComparisonTarget:
+        return _SAME if child is parent.comparator else None
+    if kind in (cst.Tuple, cst.List, cst.Set) and isinstance(past, ast.Tuple | ast.List | ast.Set):
+        if len(parent.elements) != len(past.elts):
+            return None
+        for element, elt in zip(parent.elements, past.elts, strict=True):
+            if element is child:
+                return elt
+        return None
+    if kind is cst.Dict and isinstance(past, ast.Dict):
+        if len(parent.elements) != len(past.keys):
+            return None
+        for i, element in enumerate(parent.elements):
+            if element is child:
+                if not isinstance(element, cst.DictElement) or past.keys[i] is None:
+                    return None
+                return (past.keys[i], past.values[i])
+        return None
+    if kind is cst.DictElement and isinstance(past, tuple):
+        return past[0] if child is parent.key else past[1] if child is parent.value else None
+    if kind is cst.IfExp and isinstance(past, ast.IfExp):
+        for mine, theirs in ((parent.test, past.test), (parent.body, past.body)):
+            if child is mine:
+                return theirs
+        return past.orelse if child is parent.orelse else None
+    if kind is cst.Await and isinstance(past, ast.Await):
+        return past.value if child is parent.expression else None
+    if kind is cst.NamedExpr and isinstance(past, ast.NamedExpr):
+        return past.value if child is parent.value else None
+    return None
+
+
+def _statement_child(parent: cst.CSTNode, past: object, child: cst.CSTNode) -> object:
+    """As `_expression_child`, for the fields of statements (`past` is a statement of Python's
+    tree, or the list of statements of a `a; b` line)."""
+    kind = type(parent)
+    if kind is cst.SimpleStatementLine or kind is cst.SimpleStatementSuite:
+        if not isinstance(past, list | tuple) or len(past) != len(parent.body):
+            return None
+        for small, stmt in zip(parent.body, past, strict=True):
+            if small is child:
+                return stmt
+        return None
+    if kind is cst.Expr and isinstance(past, ast.Expr):
+        return past.value if child is parent.value else None
+    if kind is cst.Assign and isinstance(past, ast.Assign):
+        if child is parent.value:
+            return past.value
+        for target, theirs in zip(parent.targets, past.targets, strict=False):
+            if target is child:
+                return theirs
+        return None
+    if kind is cst.AnnAssign and isinstance(past, ast.AnnAssign):
+        for mine, theirs in ((parent.target, past.target), (parent.annotation, past.annotation)):
+            if child is mine:
+                return theirs
+        return past.value if child is parent.value and past.value is not None else None
+    if kind is cst.AugAssign and isinstance(past, ast.AugAssign):
+        return (
+            past.target if child is parent.target else past.value if child is parent.value else None
+        )
+    if kind is cst.Return and isinstance(past, ast.Return):
+        return past.value if child is parent.value else None
+    if kind is cst.Assert and isinstance(past, ast.Assert):
+        return past.test if child is parent.test else past.msg if child is parent.msg else None
+    if kind in (cst.If, cst.While) and isinstance(past, ast.If | ast.While):
+        if child is parent.test:
+            return past.test
+        return (
+            past.body
+            if child is parent.body and isinstance(child, cst.SimpleStatementSuite)
+            else None
+        )
+    if kind is cst.For and isinstance(past, ast.For | ast.AsyncFor):
+        if child is parent.iter:
+            return past.iter
+        if child is parent.target:
+            return past.target
+        return (
+            past.body
+            if child is parent.body and isinstance(child, cst.SimpleStatementSuite)
+            else None
+        )
+    if kind is cst.With and isinstance(past, ast.With | ast.AsyncWith):
+        if len(parent.items) != len(past.items):
+            return None
+        for item, theirs in zip(parent.items, past.items, strict=True):
+            if item is child:
+                return theirs
+        return (
+            past.body
+            if child is parent.body and isinstance(child, cst.SimpleStatementSuite)
+            else None
+        )
+    if kind is cst.WithItem and isinstance(past, ast.withitem):
+        return past.context_expr if child is parent.item else None
+    if kind in (cst.FunctionDef, cst.ClassDef) and isinstance(
+        past, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+    ):
+        if len(parent.decorators) != len(past.decorator_list):
+            return None
+        for decorator, theirs in zip(parent.decorators, past.decorator_list, strict=True):
+            if decorator is child:
+                return theirs
+        return None
+    return _expression_child(parent, past, child)
+
+
+def source_span(ctx, node: cst.CSTNode) -> tuple[int, int, str | None] | None:  # type: ignore[no-untyped-def]
+    """1-based line, column and source text of `node` (an expression or a simple statement,
+    as libcst's `code_for_node` writes it; None for a node over several lines) read from
+    Python's tree and the text, without laying anything out; None where the two trees
+    cannot be walked side by side."""
+    module = ctx.module
+    tree = ctx.tree
+    if module is None or tree is None or isinstance(node, _WRAPPERS) or getattr(node, "lpar", ()):
+        return None
+    if isinstance(node, cst.BaseSmallStatement) and not isinstance(
+        getattr(node, "semicolon", cst.MaybeSentinel.DEFAULT), cst.MaybeSentinel
+    ):
+        return None  # its text would include its own `;`
+    if isinstance(node, cst.BaseCompoundStatement | cst.SimpleStatementLine | cst.GeneratorExp):
+        return None  # (a generator that is a call's only argument starts at the call's `(`)
+    parents = ctx.parents
+    chain = [node]
+    while chain[-1] is not module:
+        parent = parents.get(id(chain[-1]))
+        if parent is None:
+            return None
+        chain.append(parent)
+    chain.reverse()
+    layouts = ctx.__dict__.setdefault("_statement_layouts", _Layouts())
+    found = _match(chain, tree, layouts)
+    if found is None:
+        return None
+    stmt, group, _ = found
+    at = chain.index(stmt)
+    past: object = (
+        list(group.stmts) if isinstance(stmt, cst.SimpleStatementLine) else group.stmts[0]
+    )
+    for parent, child in zip(chain[at:], chain[at + 1 :], strict=False):
+        step = _statement_child(parent, past, child)
+        if step is None:
+            return None
+        if step is not _SAME:
+            past = step
+    if not isinstance(past, ast.expr | ast.stmt) or past.end_lineno is None:
+        return None
+    lines = _source_lines(ctx)
+    if lines is None or past.end_lineno > len(lines):
+        return None
+    first = lines[past.lineno - 1]
+    column = len(first[: past.col_offset].decode("utf-8", "surrogatepass")) + 1
+    if past.lineno != past.end_lineno:
+        # libcst writes a continuation line without the indent of the blocks around it
+        return past.lineno, column, None
+    text = first[past.col_offset : past.end_col_offset].decode("utf-8", "surrogatepass")
+    return past.lineno, column, text
+
+
+def _source_lines(ctx) -> list[bytes] | None:  # type: ignore[no-untyped-def]
+    """The text's lines as Python's parser counts them, in UTF-8 (its columns are bytes);
+    None for a text with a line end Python's tree may count otherwise (a lone carriage
+    return, a form feed's neighbours are fine)."""
+    found = ctx.__dict__.get("_source_lines", False)
+    if found is False:
+        text = ctx.source
+        found = (
+            None
+            if "\r" in text
+            else text.encode("utf-8", "surrogatepass").splitlines(keepends=True)
+        )
+        ctx.__dict__["_source_lines"] = found
+    return found

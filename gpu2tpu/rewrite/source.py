@@ -25,7 +25,7 @@ from .analysis.names import ModuleNames, caller_names
 from .analysis.placement import device_line_after, device_line_blocked, leading_imports_end
 from .model import Options, Result
 from .parsing import Prepared, SourceError, parse_module, prepare
-from .positions import statement_position
+from .positions import source_span, statement_position
 from .rules.base import Rule, RuleContext, finalize, rules_for
 
 __all__ = ["SourceError", "parse_module", "prefilter_tokens", "rewrite_source"]
@@ -89,21 +89,15 @@ def rewrite_source(
         options.prior_names,
         first.result.required_imports,
     )
-    return net.verified(text, first, rerun, _top_level_spans(prepared), known)
+    return net.verified(text, first, rerun, _top_level_spans(prepared), known, prepared.tree)
 
 
 def _statement_level(selected: list[type[Rule]], options: Options) -> bool:
     """Whether the statement-level parse may be tried: not for rules that see the whole
-    module, nor for the texts of callers that run texts one after another in a namespace
-    (notebook cells, the `%%tpu` magic: small texts, whose options change what a fix needs)."""
-    if any(rule.whole_module for rule in selected):
-        return False
-    return not (
-        options.prior_imports
-        or options.prior_names
-        or options.device_name
-        or not options.insert_statements
-    )
+    module."""
+    del options  # the callers' options (a notebook's device, its earlier imports) are facts
+    # of the whole text the plan reads from Python's tree, as the rules do
+    return not any(rule.whole_module for rule in selected)
 
 
 def _run_rules(
@@ -124,6 +118,7 @@ def _run_rules(
         ctx.unparsed = _unparsed(prepared, module)
     if statement_level:
         ctx.fast_position = statement_position
+        ctx.fast_span = source_span
     ctx.index_statements()
     _module_imports(module, ctx)
     rules: list[Rule] = [rule(ctx) for rule in selected]

@@ -67,14 +67,16 @@ class Facts:
     tree: ast.Module | None = None
 
 
-def facts(text: str) -> Facts:
-    """Compile `text` and collect its unbound names; never raises."""
+def facts(text: str, tree: ast.Module | None = None) -> Facts:
+    """Compile `text` and collect its unbound names; never raises (`tree`: its tree from
+    Python's parser, if the caller has it)."""
     out = Facts()
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
-        out.error, out.error_line = _describe(err)
-        return out
+    if tree is None:
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
+            out.error, out.error_line = _describe(err)
+            return out
     out.tree = tree
     try:
         # Top-level `await` is what an IPython cell may hold; a script's is a runtime error.

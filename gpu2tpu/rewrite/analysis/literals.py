@@ -26,7 +26,12 @@ def code_for(node: cst.CSTNode) -> str:
 
 def short(node: cst.CSTNode, limit: int = 40) -> str:
     """The node's source on one line, cut to `limit` characters (for messages)."""
-    text = " ".join(code_for(node).split())
+    return shorten(code_for(node), limit)
+
+
+def shorten(code: str, limit: int = 40) -> str:
+    """`code` on one line, cut to `limit` characters."""
+    text = " ".join(code.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -27,7 +27,7 @@ from libcst.metadata.position_provider import PositionProvidingCodegenState
 from ..analysis import names
 from ..analysis.branches import in_compat_fallback
 from ..analysis.flow import FlowFacts
-from ..analysis.literals import code_for, short
+from ..analysis.literals import code_for, shorten
 from ..analysis.names import ModuleNames, enclosing_scopes, variable_names
 from ..analysis.torch_api import checks_available, float16_tests
 from ..model import Finding, Options, Safety, Severity
@@ -105,6 +105,12 @@ class RuleContext:
         # out the innermost statement only); None from it, or no function: the layout below.
         self.fast_position: Callable[[RuleContext, cst.CSTNode], tuple[int, int] | None] | None
         self.fast_position = None
+        # (line, column, text) of a node from Python's tree (positions.source_span), or None
+        self.fast_span: (
+            Callable[[RuleContext, cst.CSTNode], tuple[int, int, str | None] | None] | None
+        )
+        self.fast_span = None
+        self._node_spans: dict[int, tuple[int, int, str | None] | None] = {}
         self._module_names: ModuleNames | None = module_names
         self.parents: dict[int, cst.CSTNode] = {}
         self.qualified_cache: dict[int, str | None] = {}
@@ -219,6 +225,9 @@ class RuleContext:
         before it come from the code of the statements before it.
         """
         assert self.module is not None
+        span = self._span(node)
+        if span is not None:
+            return span[0], span[1]
         if self.fast_position is not None:
             found = self.fast_position(self, node)
             if found is not None:
@@ -247,6 +256,19 @@ class RuleContext:
             computed = self._positions[index] = provider._computed
         pos = computed[node]  # type: ignore[index]
         return self._stmt_lines[index] + pos.start.line - 1, pos.start.column + 1  # type: ignore[attr-defined]
+
+    def _span(self, node: cst.CSTNode) -> tuple[int, int, str | None] | None:
+        if self.fast_span is None:
+            return None
+        key = id(node)
+        if key not in self._node_spans:
+            self._node_spans[key] = self.fast_span(self, node)
+        return self._node_spans[key]
+
+    def source_of(self, node: cst.CSTNode) -> str:
+        """The node's text as written (libcst's `code_for_node` of the original node)."""
+        span = self._span(node)
+        return span[2] if span is not None and span[2] is not None else code_for(node)
 
     def _statement_first_lines(self) -> list[int]:
         """The line each top-level statement starts on (its leading comments included)."""
@@ -330,6 +352,7 @@ class RuleContext:
         dropped: set[int] = set()
         for p in self.pending:
             p.line, p.col = self.position(p.node)
+            p.before = self.source_of(p.node)
             if self.suppressed(p.rule.code, p.line):
                 dropped.add(id(p))
                 continue
@@ -588,6 +611,10 @@ class Rule(cst.BatchableCSTVisitor):
     def code_for(self, node: cst.CSTNode) -> str:
         return code_for(node)
 
+    def short(self, node: cst.CSTNode, limit: int = 40) -> str:
+        """`literals.short`, from the text as written where Python's tree places the node."""
+        return shorten(self.ctx.source_of(node), limit)
+
     def report(
         self,
         node: cst.CSTNode,
@@ -621,13 +648,13 @@ class Rule(cst.BatchableCSTVisitor):
             apply = not self.ctx.options.withholds(self.code, self.ctx.position(node)[0])
         message = message or self.message
         if "{call}" in message:  # the rule's message names the user's construct
-            message = message.replace("{call}", short(node, 50))
+            message = message.replace("{call}", self.short(node, 50))
         pending = _Pending(
             rule=type(self),
             node=node,
             message=message,
             hint=hint if hint is not None else self.hint,
-            before=self.code_for(node),
+            before="",  # the node's text, read with its position (resolve_pending)
             fixed=bool(apply),
             fixable=bool(can_fix),
             uses_device=uses_device,

@@ -93,7 +93,7 @@ class CudaMethod(Rule):
         receiver = node.func.value  # type: ignore[attr-defined]
         if isinstance(receiver, cst.Name | cst.Attribute) and self.qualified_names(receiver):
             return  # `<imported module or class>.cuda(...)`, not a tensor or module method
-        message = self.message.format(call=short(node, 50))
+        message = self.message.format(call=self.short(node, 50))
         if unpacks(node):
             self.report(node, message, hint="unpacked arguments to `.cuda()`: move by hand")
             return
@@ -607,7 +607,7 @@ class _CudaRuntimeCall(Rule):
         self.rewrite(node)
 
     def message_for(self, node: cst.Call) -> str:
-        return self.message.format(call=short(node, 50))
+        return self.message.format(call=self.short(node, 50))
 
     def rewrite(self, node: cst.Call) -> None:
         message = self.message_for(node)
