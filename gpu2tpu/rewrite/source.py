@@ -14,7 +14,7 @@ import ast
 import dataclasses
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 import libcst as cst
@@ -135,7 +135,15 @@ def _run_rules(
     try:
         new_module = module.visit(_ApplyFixes(ctx))
         new_module = _define_device(new_module, ctx)
-        new_text, moved = prepared.restore(new_module.code)
+        code = _spliced(module, new_module, ctx) if statement_level else None
+        if (
+            code is not None
+            and ctx.source is text
+            and not (prepared.holds and prepared.marker in code)
+        ):
+            new_text, moved = code, 0  # copied from the original: no placeholder to put back
+        else:
+            new_text, moved = prepared.restore(new_module.code if code is None else code)
     except Exception as err:  # a fix that raises is withheld like one that breaks the text
         edits, findings = finalize(ctx)
         pending, cause = failed[0] if failed else (None, err)
@@ -163,6 +171,52 @@ def _run_rules(
         required_imports=tuple(ctx.required_imports),
     )
     return net.Attempt(new_text, result, device_keys)
+
+
+def _spliced(module: cst.Module, new_module: cst.Module, ctx: RuleContext) -> str | None:
+    """`new_module.code`, with libcst generating only the top-level statements that changed
+    or are new: the others are copied from the rules' text (`ctx.source`: the original, or
+    with statements too deep for libcst held out). None when the lines each statement owns
+    cannot be told from Python's tree (the caller generates it all).
+
+    libcst gives a top-level statement its leading blank and comment lines and whatever
+    follows its block up to the next statement's leading lines; Python's tree gives where each
+    statement starts, so statement i owns the lines from its start (less its leading lines) to
+    the line before statement i + 1's, the last one up to the module's footer.
+    """
+    if (
+        not module.body
+        or not module.has_trailing_newline
+        or not _same_nodes(new_module.header, module.header)
+        or not _same_nodes(new_module.footer, module.footer)
+    ):
+        return None
+    spans = ctx.statement_spans()
+    if spans is None:
+        return None
+    lines = _LINES.findall(ctx.source)
+    starts = [
+        first - len(stmt.leading_lines) for (first, _), stmt in zip(spans, module.body, strict=True)
+    ]
+    ends = [*(start - 1 for start in starts[1:]), len(lines) - len(module.footer)]
+    if starts[0] - 1 != len(module.header) or any(
+        end < last or start < 1 for start, end, (_, last) in zip(starts, ends, spans, strict=True)
+    ):
+        return None
+    index = {id(stmt): i for i, stmt in enumerate(module.body)}
+    pieces = ["".join(lines[: starts[0] - 1])]
+    for stmt in new_module.body:
+        i = index.get(id(stmt))
+        if i is None:
+            pieces.append(new_module.code_for_node(stmt))
+        else:
+            pieces.append("".join(lines[starts[i] - 1 : ends[i]]))
+    pieces.append("".join(lines[ends[-1] :]))
+    return "".join(pieces)
+
+
+def _same_nodes(a: Sequence[cst.CSTNode], b: Sequence[cst.CSTNode]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def _unparsed(prepared: Prepared, module: cst.Module) -> dict[int, Callable[[], cst.BaseStatement]]:
