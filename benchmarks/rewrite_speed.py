@@ -193,9 +193,19 @@ def _children_cpu() -> float:
 
 
 def cli_seconds(*args: str) -> Timing:
-    """Wall and CPU seconds (the command and its worker processes) of one `gpu2tpu` run."""
+    """Wall and CPU seconds (the command and its worker processes) of one `gpu2tpu` run.
+
+    It runs in the temporary folder, as in a project of its own: from this repository, the
+    tree would inherit gpu2tpu's own `torch>=2.6` pin as its target-torch, and the rules
+    whose fixes need a newer torch would run a second, report-only pass over every file.
+    """
     start, cpu = time.perf_counter(), _children_cpu()
-    proc = subprocess.run([sys.executable, "-m", "gpu2tpu", *args], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpu2tpu", *args],
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),
+    )
     elapsed, used = time.perf_counter() - start, _children_cpu() - cpu
     if proc.returncode not in (0, 1):
         raise SystemExit(f"gpu2tpu {' '.join(args)} failed:\n{proc.stderr}")
