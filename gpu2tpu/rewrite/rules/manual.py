@@ -162,12 +162,12 @@ class _CudaLibrary(_Manual):
     """A CUDA-only library: its imports are reported, and calls whose hint is specific.
 
     Calls go through names the imports bound (`amp.initialize`, `FusedAdam(...)`), in
-    statements without the library's name, so these rules see the whole module; files that
-    import such libraries are few.
+    statements without the library's name: the statement-level path keeps and visits those
+    statements too, since a name an import binds from a module holding a rule's token is a
+    token itself (`statements.plan`, `source._statements_to_visit`).
     """
 
     packages: ClassVar[tuple[str, ...]]
-    whole_module = True
 
     def usage_hint(self, qualified: str) -> str | None:
         """The hint for a call to `qualified`, or None when the import says enough."""
