@@ -13,6 +13,7 @@ falls back to the top-level layout.
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 
 import libcst as cst
 from libcst._position import CodePosition, CodeRange
@@ -267,6 +268,13 @@ _WRAPPED: dict[type, str] = {
 }
 
 
+def _paired(child: cst.CSTNode, mine: Sequence[cst.CSTNode], theirs: Sequence[object]) -> object:
+    """The item of `theirs` at `child`'s place in `mine` (None: not there, or lengths differ)."""
+    if len(mine) != len(theirs):
+        return None
+    return next((t for m, t in zip(mine, theirs, strict=True) if m is child), None)
+
+
 def _expression_child(parent: cst.CSTNode, past: object, child: cst.CSTNode) -> object:
     """The counterpart in Python's tree of `child`, a field of `parent` whose counterpart
     is `past`; None when unknown."""
@@ -309,21 +317,15 @@ def _expression_child(parent: cst.CSTNode, past: object, child: cst.CSTNode) -> 
     if kind is cst.UnaryOperation and isinstance(past, ast.UnaryOp):
         return past.operand if child is parent.expression else None
     if kind is cst.Comparison and isinstance(past, ast.Compare):
-        if child is parent.left:
-            return past.left
-        for target, comparator in zip(parent.comparisons, past.comparators, strict=False):
-            if target is child:
-                return comparator
-        return None
+        return (
+            past.left
+            if child is parent.left
+            else _paired(child, parent.comparisons, past.comparators)
+        )
     if kind is cst.ComparisonTarget:
         return _SAME if child is parent.comparator else None
     if kind in (cst.Tuple, cst.List, cst.Set) and isinstance(past, ast.Tuple | ast.List | ast.Set):
-        if len(parent.elements) != len(past.elts):
-            return None
-        for element, elt in zip(parent.elements, past.elts, strict=True):
-            if element is child:
-                return elt
-        return None
+        return _paired(child, parent.elements, past.elts)
     if kind is cst.Dict and isinstance(past, ast.Dict):
         if len(parent.elements) != len(past.keys):
             return None
@@ -352,21 +354,11 @@ def _statement_child(parent: cst.CSTNode, past: object, child: cst.CSTNode) -> o
     tree, or the list of statements of a `a; b` line)."""
     kind = type(parent)
     if kind is cst.SimpleStatementLine or kind is cst.SimpleStatementSuite:
-        if not isinstance(past, list | tuple) or len(past) != len(parent.body):
-            return None
-        for small, stmt in zip(parent.body, past, strict=True):
-            if small is child:
-                return stmt
-        return None
+        return _paired(child, parent.body, past) if isinstance(past, list | tuple) else None
     if kind is cst.Expr and isinstance(past, ast.Expr):
         return past.value if child is parent.value else None
     if kind is cst.Assign and isinstance(past, ast.Assign):
-        if child is parent.value:
-            return past.value
-        for target, theirs in zip(parent.targets, past.targets, strict=False):
-            if target is child:
-                return theirs
-        return None
+        return past.value if child is parent.value else _paired(child, parent.targets, past.targets)
     if kind is cst.AnnAssign and isinstance(past, ast.AnnAssign):
         for mine, theirs in ((parent.target, past.target), (parent.annotation, past.annotation)):
             if child is mine:
@@ -399,27 +391,15 @@ def _statement_child(parent: cst.CSTNode, past: object, child: cst.CSTNode) -> o
             else None
         )
     if kind is cst.With and isinstance(past, ast.With | ast.AsyncWith):
-        if len(parent.items) != len(past.items):
-            return None
-        for item, theirs in zip(parent.items, past.items, strict=True):
-            if item is child:
-                return theirs
-        return (
-            past.body
-            if child is parent.body and isinstance(child, cst.SimpleStatementSuite)
-            else None
-        )
+        if child is not parent.body:
+            return _paired(child, parent.items, past.items)
+        return past.body if isinstance(child, cst.SimpleStatementSuite) else None
     if kind is cst.WithItem and isinstance(past, ast.withitem):
         return past.context_expr if child is parent.item else None
     if kind in (cst.FunctionDef, cst.ClassDef) and isinstance(
         past, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
     ):
-        if len(parent.decorators) != len(past.decorator_list):
-            return None
-        for decorator, theirs in zip(parent.decorators, past.decorator_list, strict=True):
-            if decorator is child:
-                return theirs
-        return None
+        return _paired(child, parent.decorators, past.decorator_list)
     return _expression_child(parent, past, child)
 
 
