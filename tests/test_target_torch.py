@@ -3,12 +3,16 @@ applied; the target comes from the command line, `[tool.gpu2tpu]`, or the projec
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from conftest import run_cli
+from gpu2tpu.rewrite import source
 from gpu2tpu.rewrite.model import CellFinding, Options
 from gpu2tpu.rewrite.notebook import rewrite_notebook
 from gpu2tpu.rewrite.source import rewrite_source
@@ -173,6 +177,87 @@ def test_notebook_cells_hold_back_the_same_fixes() -> None:
     assert "torch.cuda.device(1)" in source and "torch.ones(2).to(device)" in source
     held = [f for f in result.findings if isinstance(f, CellFinding) and f.finding.needs_torch]
     assert [(f.cell_index, f.finding.code, f.finding.line) for f in held] == [(0, "G2T110", 2)]
+
+
+# -- one parse for both runs -------------------------------------------------------------------
+
+
+def _count_parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The texts `rewrite_source` parses from now on."""
+    parsed: list[str] = []
+    real = source.prepare
+
+    def spy(text, *args, **kwargs):  # type: ignore[no-untyped-def]
+        parsed.append(text)
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(source, "prepare", spy)
+    return parsed
+
+
+def _notebook(*cells: str) -> str:
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "id": f"c{i}",
+                "metadata": {},
+                "outputs": [],
+                "source": cell,
+            }
+            for i, cell in enumerate(cells)
+        ],  # fmt: skip
+        "metadata": {"language_info": {"name": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    return json.dumps(nb, indent=1) + "\n"
+
+
+def test_both_runs_share_each_texts_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed = _count_parses(monkeypatch)
+    for fix in (True, False):
+        parsed.clear()
+        result = rewrite_for_target(rewrite_source, SCRIPT, Options(target_torch="2.6", fix=fix))
+        assert [f.code for f in result.findings if f.needs_torch] == ["G2T301"]
+        assert parsed == [SCRIPT]  # the held-back rules' run reused the first run's parse
+    # a notebook: each cell's Python once, however many runs look at it
+    text = _notebook(
+        "import torch\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\n",
+        "x = torch.ones(2).cuda()\ntorch.cuda.empty_cache()\n",
+    )
+    parsed.clear()
+    rewrite_for_target(rewrite_notebook, text, Options(target_torch="2.6"))
+    assert parsed and len(parsed) == len(set(parsed))
+
+
+def _torch_sample() -> list[Path]:
+    spec = importlib.util.find_spec("torch")
+    assert spec is not None and spec.origin is not None
+    root = Path(spec.origin).parent
+    files = sorted(p for p in root.rglob("*.py") if b"cuda" in p.read_bytes())
+    return files[3::40]
+
+
+FIXTURES = sorted((Path(__file__).parent / "fixtures" / "rules").glob("**/*.py"))
+
+
+@pytest.mark.parametrize(
+    "path", [*FIXTURES, *_torch_sample()], ids=lambda p: "/".join(p.parts[-2:])
+)
+def test_the_shared_parse_gives_what_two_separate_runs_give(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each run's result is the same whether it parses the text for itself or reuses the parse
+    made for every rule of both runs (which keeps more statements than either needs)."""
+    text = path.read_text(encoding="utf-8")
+    for options in (Options(target_torch="2.6"), Options(target_torch="2.6", fix=False)):
+        with_one = rewrite_for_target(rewrite_source, text, options)
+        with monkeypatch.context() as m:
+            m.setattr(source, "one_parse", lambda rules: contextlib.nullcontext())
+            separate = rewrite_for_target(rewrite_source, text, options)
+        assert dataclasses.asdict(with_one) == dataclasses.asdict(separate)
 
 
 # -- the command line --------------------------------------------------------------------------

@@ -11,10 +11,12 @@ explains the speed budget behind this).
 from __future__ import annotations
 
 import ast
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import ClassVar
 
 import libcst as cst
@@ -28,7 +30,7 @@ from .parsing import Prepared, SourceError, parse_module, prepare
 from .positions import source_span, statement_position
 from .rules.base import Rule, RuleContext, finalize, rules_for
 
-__all__ = ["SourceError", "parse_module", "prefilter_tokens", "rewrite_source"]
+__all__ = ["SourceError", "one_parse", "parse_module", "prefilter_tokens", "rewrite_source"]
 
 _LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # Python's line ends only
 
@@ -63,19 +65,20 @@ def rewrite_source(
     selected = [r for r in rules_for(options) if any(t in data for t in r.tokens)]
     if not selected:
         return Result(text, (), (), options.device_name, False)
-    tokens = {t.decode("utf-8", "surrogateescape") for r in selected for t in r.tokens}
-    planner = None
-    names: list[ModuleNames] = []  # made once, for the plan and the rules
-    if statement_level and _statement_level(selected, options):
-
-        def planner(tree: ast.Module, lines: list[str]) -> statements.Plan | None:
-            names.append(ModuleNames(text, tree, options.prior_imports))
-            return statements.plan(tree, lines, tokens, names[0].imports)
-
-    prepared = prepare(text, tokens, planner)
-    attempt = functools.partial(
-        _run_rules, statement_level=statement_level, names=names[0] if names else None
-    )
+    shared = _SHARED.get()
+    if shared is not None and shared.covers(selected):
+        parsed_for = [r for r in shared.rules if any(t in data for t in r.tokens)]
+    else:
+        shared, parsed_for = None, selected
+    level = statement_level and _statement_level(parsed_for, options)
+    key = (text, options.prior_imports, level)
+    if shared is not None and key in shared.made:
+        prepared, names = shared.made[key]
+    else:
+        prepared, names = _prepare(text, parsed_for, options, level)
+        if shared is not None:
+            shared.made[key] = prepared, names
+    attempt = functools.partial(_run_rules, statement_level=statement_level, names=names)
     first = attempt(prepared, selected, options)
     if not options.fix or (first.text is text and first.problem is None):
         return first.result
@@ -90,6 +93,62 @@ def rewrite_source(
         first.result.required_imports,
     )
     return net.verified(text, first, rerun, _top_level_spans(prepared), known, prepared.tree)
+
+
+def _prepare(
+    text: str, rules: list[type[Rule]], options: Options, statement_level: bool
+) -> tuple[Prepared, ModuleNames | None]:
+    """The text parsed for `rules`: by statement, keeping those that hold one of their tokens
+    (and the module names the plan needed), or whole."""
+    tokens = {t.decode("utf-8", "surrogateescape") for r in rules for t in r.tokens}
+    planner = None
+    names: list[ModuleNames] = []  # made once, for the plan and the rules
+    if statement_level:
+
+        def planner(tree: ast.Module, lines: list[str]) -> statements.Plan | None:
+            names.append(ModuleNames(text, tree, options.prior_imports))
+            return statements.plan(tree, lines, tokens, names[0].imports)
+
+    prepared = prepare(text, tokens, planner)
+    return prepared, (names[0] if names else None)
+
+
+@dataclasses.dataclass
+class _SharedParse:
+    """The parses made inside one `one_parse` block, by text (and the caller's imports)."""
+
+    rules: list[type[Rule]]
+    made: dict[tuple[str, tuple[str, ...], bool], tuple[Prepared, ModuleNames | None]] = (
+        dataclasses.field(default_factory=dict)
+    )
+
+    def covers(self, selected: list[type[Rule]]) -> bool:
+        return set(selected) <= set(self.rules)
+
+
+_SHARED: contextvars.ContextVar[_SharedParse | None] = contextvars.ContextVar(
+    "gpu2tpu_shared_parse", default=None
+)
+
+
+@contextlib.contextmanager
+def one_parse(rules: Iterable[type[Rule]]) -> Iterator[None]:
+    """Within this block, `rewrite_source` parses each text once, for all of `rules`, and
+    every run on that text with a selection among them reuses the parse.
+
+    For callers that run the rules over the same text more than once with different
+    selections (target-torch: the fixes that may be applied, then the held-back rules
+    report-only; `rewrite_notebook` per cell in both). A statement kept for a rule that a run
+    did not select is parsed but not visited, and the statement-level path gives the same
+    result whichever statements it keeps (the property tests compare it with whole-module
+    parses), so each run's result is what it would be alone. A run that selects a rule
+    outside `rules` parses for itself.
+    """
+    token = _SHARED.set(_SharedParse(list(rules)))
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
 
 
 def _statement_level(selected: list[type[Rule]], options: Options) -> bool:

@@ -14,7 +14,8 @@ A requirement with no lower bound (`torch`, `torch<3`) pins nothing.
 
 The decision is made around `rewrite_source`/`rewrite_notebook`, not inside the rules: the
 fixes that may be applied run as usual with the held-back rules switched off, and those rules
-then run once more in report-only mode to say where their fixes would have gone.
+then run once more in report-only mode to say where their fixes would have gone. Both runs
+share each text's parse (`source.one_parse`), so the second costs only its rules' traversal.
 """
 
 from __future__ import annotations
@@ -300,8 +301,12 @@ def rewrite_for_target(rewrite: Callable[[str, Options], R], text: str, options:
     held = held_back(options)
     if not held:
         return rewrite(text, options)
-    first = rewrite(text, dataclasses.replace(options, ignore=(*options.ignore, *held)))
-    second = rewrite(text, dataclasses.replace(options, select=tuple(held), fix=False))
+    from .rules.base import rules_for
+    from .source import one_parse
+
+    with one_parse(rules_for(options)):  # both runs share each text's parse
+        first = rewrite(text, dataclasses.replace(options, ignore=(*options.ignore, *held)))
+        second = rewrite(text, dataclasses.replace(options, select=tuple(held), fix=False))
     extra = [
         _held(item, held, options)
         for item in second.findings  # type: ignore[attr-defined]
