@@ -159,15 +159,15 @@ def copy_torch(root: Path) -> None:
 
 def floor_files(root: Path) -> tuple[list[Path], list[Path]]:
     """The files `check` parses (a token of some rule) and those holding `cuda`."""
-    from gpu2tpu.rewrite.engine import _token_pattern
+    from gpu2tpu.rewrite.engine import holds_token
     from gpu2tpu.rewrite.model import Options
     from gpu2tpu.rewrite.source import prefilter_tokens
 
-    pattern = _token_pattern(prefilter_tokens(Options()))
+    tokens = prefilter_tokens(Options())
     parsed, cuda = [], []
     for path in sorted(root.rglob("*.py")):
         data = path.read_bytes()
-        if pattern.search(data):
+        if holds_token(data, tokens):
             parsed.append(path)
         if b"cuda" in data:
             cuda.append(path)

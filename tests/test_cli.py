@@ -194,3 +194,26 @@ def test_a_folder_named_explicitly_is_processed_even_if_excluded(tmp_path: Path)
     assert run_cli("check", ".", cwd=root).returncode == 0  # excluded when walking from the top
     named = run_cli("check", "pkg", cwd=root)
     assert named.returncode == 1 and "pkg/train.py:3:9: G2T101" in named.stdout
+
+
+def test_the_prefilter_answers_as_every_token_would() -> None:
+    """The prefilter searches only the tokens that hold no other one: on any text it must say
+    what searching all of them says."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from gpu2tpu.rewrite.engine import holds_token
+    from gpu2tpu.rewrite.model import Options
+    from gpu2tpu.rewrite.source import prefilter_tokens
+
+    tokens = prefilter_tokens(Options())
+    pieces = st.sampled_from([*tokens, b"x", b" ", b".", b"(", b"\n", b"_", b"c", b"da"])
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.lists(pieces, max_size=8).map(b"".join))
+    def agree(data: bytes) -> None:
+        assert holds_token(data, tokens) == any(t in data for t in tokens)
+
+    agree()
+    assert holds_token(b"x = y.is_cuda\n", tokens)  # through `cuda`, which `is_cuda` holds
+    assert not holds_token(b"import os\nprint(os.getcwd())\n", tokens)

@@ -430,7 +430,7 @@ def _process_file(path: str, config: Config, mode: Mode, tokens: tuple[bytes, ..
         return FileOutcome(path, Status.ERROR, error=reason)
     if not data.strip():
         return FileOutcome(path, Status.EMPTY)
-    if not _token_pattern(tokens).search(data) and not _notebook_tokens(path, data):
+    if not holds_token(data, tokens) and not _notebook_tokens(path, data):
         return FileOutcome(path, Status.PREFILTERED)
     try:
         if path.endswith(".ipynb"):
@@ -458,10 +458,18 @@ def _process_file(path: str, config: Config, mode: Mode, tokens: tuple[bytes, ..
     return _finish(outcome, path, decoded.text, result.new_text, decoded.encoding, mode, config)
 
 
+def holds_token(data: bytes, tokens: tuple[bytes, ...]) -> bool:
+    """Whether `data` holds one of the prefilter `tokens` (`source.prefilter_tokens`)."""
+    return any(t in data for t in _fewest(tokens))
+
+
 @functools.lru_cache(maxsize=8)
-def _token_pattern(tokens: tuple[bytes, ...]) -> re.Pattern[bytes]:
-    """One regular expression for all prefilter tokens: one scan of the bytes, not one each."""
-    return re.compile(b"|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True)))
+def _fewest(tokens: tuple[bytes, ...]) -> tuple[bytes, ...]:
+    """The prefilter tokens that hold no other one (`cuda` stands for `cuda.amp`, `is_cuda`):
+    a text holds one of these exactly when it holds one of all. Searched one by one: bytes'
+    own search is about 1.5x faster than one regular expression of ~100 alternatives
+    (Python's `re` tries each alternative at each position)."""
+    return tuple(t for t in tokens if not any(o != t and o in t for o in tokens))
 
 
 def _notebook_tokens(path: str, data: bytes) -> bool:
