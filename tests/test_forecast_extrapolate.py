@@ -190,3 +190,30 @@ def test_extrapolated_figures_are_within_5_percent_of_the_full_compile():
     # Weights and optimizer state are exactly linear in depth.
     assert line.memory_breakdown["argument"] == pytest.approx(full.memory_breakdown["argument"])
     assert "extrapolated from 1 and 2 of 8 blocks" in line.summary()
+
+
+@pytest.mark.slow
+@pytest.mark.torchax
+@pytest.mark.timeout(1800)
+def test_fsdp_shards_the_shallow_copies_state_over_the_chips():
+    """The extrapolated figures keep FSDP's sharding: per chip, the arguments (weights and two
+    AdamW moments, fp32) are the whole state over the chip count, plus this chip's share of the
+    batch. Measured on v5e 1x2 and 2x4; dropping the sharding (state on every chip) would
+    leave the state term whole on both."""
+    from gpu2tpu.forecasting.forecast import forecast
+
+    with torch.device("meta"):
+        model = ResidualStack(d=256, layers=4)
+    batch = (torch.empty(8, 64, 256, device="meta"), torch.empty(8, 64, 256, device="meta"))
+    state = sum(p.numel() for p in model.parameters()) * 4 * 3  # every size divides 8
+    batch_bytes = 8 * 64 * 256 * 4 * 2  # inputs and targets, all chips together
+    arguments = {}
+    for chips in (2, 8):
+        target = forecast(
+            model, batch, loss_fn=nn.functional.mse_loss, optimizer="adamw", targets=["v5e"],
+            chips=chips, sharding="fsdp", extrapolate=True, cache=False, progress=False,
+        ).target("v5e")  # fmt: skip
+        assert target.status == "compiled" and target.extrapolated, target.message
+        arguments[chips] = target.memory_breakdown["argument"]
+        assert arguments[chips] == pytest.approx((state + batch_bytes) / chips, rel=1e-3), chips
+    assert arguments[8] < arguments[2] / 3

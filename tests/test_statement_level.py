@@ -52,11 +52,16 @@ CUDA = [
     "{v} = synchronize()",
     "{v} = torch.cuda.amp.autocast()",
     "torch.cuda.manual_seed({n})",
+    "torch.cuda.manual_seed_all({n})",
+    "{v} = torch.cuda.Event(enable_timing=True)",
     "{v} = [t.cuda() for t in ({v}, {v})]",
     "for batch in loader:\n    loss = model(batch)\n    loss.backward()\n    print(loss.item())",
 ]
 PLAIN = [
     "{v} = {n}",
+    "torch.manual_seed({n})",
+    "{v}.record()",
+    "print(a.elapsed_time({v}))",
     "{v} = torch.zeros({n})",
     "{v} = nn.Linear({n}, {n})",
     "print({v!r}); {v} = {n}",
@@ -179,6 +184,20 @@ def test_the_statement_level_path_holds_statements_out() -> None:
     for options in MODES:
         assert_same(text, options)
     assert "device" in rewrite_source(text).new_text
+
+
+def test_the_uses_of_a_timing_event_are_parsed_wherever_they_are() -> None:
+    """`start.record()` holds no token, and a function stands between it and the event: the
+    event is rewritten only if every use is, so the uses must be parsed (they once were not,
+    and the statement-level path left the file as it was while the whole parse rewrote it)."""
+    text = (
+        "import torch\n\nstart = torch.cuda.Event(enable_timing=True)\n"
+        "end = torch.cuda.Event(enable_timing=True)\n\n\ndef work():\n    return 1\n\n\n"
+        "start.record()\nwork()\nend.record()\nprint(start.elapsed_time(end))\n"
+    )
+    assert "time.perf_counter()" in rewrite_source(text).new_text
+    for options in MODES:
+        assert_same(text, options)
 
 
 def test_a_block_with_an_indented_comment_after_it_is_parsed() -> None:

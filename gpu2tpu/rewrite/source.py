@@ -101,13 +101,16 @@ def _prepare(
     """The text parsed for `rules`: by statement, keeping those that hold one of their tokens
     (and the module names the plan needed), or whole."""
     tokens = {t.decode("utf-8", "surrogateescape") for r in rules for t in r.tokens}
+    follow = {
+        t.decode("utf-8", "surrogateescape") for r in rules if r.follows_names for t in r.tokens
+    }
     planner = None
     names: list[ModuleNames] = []  # made once, for the plan and the rules
     if statement_level:
 
         def planner(tree: ast.Module, lines: list[str]) -> statements.Plan | None:
             names.append(ModuleNames(text, tree, options.prior_imports))
-            return statements.plan(tree, lines, tokens, names[0].imports)
+            return statements.plan(tree, lines, tokens, names[0].imports, follow)
 
     prepared = prepare(text, tokens, planner)
     return prepared, (names[0] if names else None)

@@ -13,6 +13,9 @@ the condition for holding a statement out, checked here:
   of a CUDA-only package (analysis/branches.py scans what follows a CUDA assertion for them);
 - it is not a simple statement next to a kept one, with only simple statements between:
   rules read the lines around the one they visit (a seed call before a CUDA seed call);
+- it names no variable that a kept statement holding a token of a rule that follows names
+  (`Rule.follows_names`) binds: `start = torch.cuda.Event(...)` is rewritten only when every
+  `start.record()` of its scope is, wherever they are;
 - it is not an import and not part of the module's start-up block (docstring, imports, set-up,
   up to the place of the device line): module-level fixes (`import torch`, `import time`, the
   device line) read and edit that block;
@@ -97,12 +100,17 @@ def group_statements(body: list[ast.stmt]) -> list[Group]:
 
 
 def plan(
-    tree: ast.Module, lines: list[str], tokens: Iterable[str], imports: dict[str, str]
+    tree: ast.Module,
+    lines: list[str],
+    tokens: Iterable[str],
+    imports: dict[str, str],
+    follow: Iterable[str] = (),
 ) -> Plan | None:
     """The top-level statements libcst need not parse (None: none, parse the whole module).
 
     `lines` are the text's lines with their ends (Python's line ends only); `tokens` those of
-    the selected rules; `imports` every name an import binds -> its qualified name.
+    the selected rules; `imports` every name an import binds -> its qualified name; `follow`
+    the tokens of the rules that follow the names their statements bind.
     """
     found = groups(tree)
     if len(found) < MIN_STATEMENTS:
@@ -123,6 +131,7 @@ def plan(
             or any(t in code for t in words)
         )
         seen += len(group.stmts)
+    _keep_users(found, lines, keep, tuple(follow))
     # Rules read the statements next to the one they visit (`torch.manual_seed(s)` before a
     # CUDA seed call, seeding lines between): the simple statements around a kept one are
     # kept too, up to the next compound statement.
@@ -152,6 +161,33 @@ def plan(
         held.remove(group)  # its indent is unknown: libcst reads it from the statement
         return Plan(tuple(held), None) if held else None
     return Plan(tuple(held), indent, group)
+
+
+def _keep_users(
+    found: list[Group], lines: list[str], keep: list[bool], follow: tuple[str, ...]
+) -> None:
+    """Keep every statement that names a variable bound by a kept statement holding one of
+    the `follow` tokens."""
+    if not follow:
+        return
+    bound: set[str] = set()
+    for group, kept in zip(found, keep, strict=True):
+        if kept and any(t in "".join(lines[group.first - 1 : group.last]) for t in follow):
+            bound |= {
+                node.id
+                for stmt in group.stmts
+                for node in ast.walk(stmt)
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+            }
+    if not bound:
+        return
+    for index, group in enumerate(found):
+        if not keep[index]:
+            keep[index] = any(
+                isinstance(node, ast.Name) and node.id in bound
+                for stmt in group.stmts
+                for node in ast.walk(stmt)
+            )
 
 
 def _clean_gap(gap: list[str]) -> bool:

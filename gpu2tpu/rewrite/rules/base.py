@@ -570,6 +570,10 @@ class Rule(cst.BatchableCSTVisitor):
     # A rule that must see top-level statements without its tokens (module-wide facts) says so;
     # otherwise only the top-level statements holding one of its tokens are visited.
     whole_module: ClassVar[bool] = False
+    # A rule that follows the names its statements bind to every use in their scope (an event's
+    # `record()` calls) says so: the statement-level parse keeps every top-level statement
+    # that names one of them, token or not.
+    follows_names: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

@@ -142,6 +142,7 @@ class CudaEventTiming(Rule):
     message = "`torch.cuda.Event` timing only works on CUDA"
     hint = "time with `time.perf_counter()` after a guarded `torch.accelerator.synchronize()`"
     tokens = (b"Event(",)
+    follows_names = True  # `start.record()`, `start.elapsed_time(end)` hold no token
 
     def __init__(self, ctx: RuleContext) -> None:
         super().__init__(ctx)
