@@ -226,3 +226,41 @@ def test_a_parameter_default_runs_before_the_device_line_is_withheld() -> None:
     assert 'def f(device="cuda"):' in result.new_text
     assert [f.code for f in result.edits] == ["G2T101"]
     assert any(f.code == "G2T113" and "withheld" in f.message for f in result.findings)
+
+
+# -- names a new variable must not take --------------------------------------------------------
+
+
+def test_the_symbol_tables_name_only_names_the_tree_has() -> None:
+    """`ModuleNames.symbols` answers "taken" cheaply; it must never name what the tree does
+    not (else a free name would be refused and the device variable's name would change)."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    from gpu2tpu.rewrite.analysis.names import ModuleNames, variable_names
+
+    spec = importlib.util.find_spec("torch")
+    assert spec is not None and spec.origin is not None
+    files = sorted(Path(spec.origin).parent.rglob("*.py"))[::20]
+    for path in files:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        extra = ModuleNames(text, tree).symbols - variable_names(tree)
+        # a class's private names come mangled (`_C__x` for `__x`), and `__class__` implied
+        assert all(re.fullmatch(r"_\w+__\w+|__class__|\.\d+", n) for n in extra), (path, extra)
+
+
+def test_a_name_only_in_a_postponed_annotation_is_taken() -> None:
+    """Under `from __future__ import annotations` an annotation's names have no symbol, yet a
+    new `device` variable would shadow the `device` type the annotation names."""
+    text = (
+        "from __future__ import annotations\n\nimport torch\n\n\n"
+        "def f(x: device) -> None:\n    pass\n\n\ny = torch.zeros(2).cuda()\n"
+    )
+    new = rewrite_source(text).new_text
+    assert "y = torch.zeros(2).to(accel_device)" in new
+    assert "\ndevice =" not in new

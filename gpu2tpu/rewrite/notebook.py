@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from json.decoder import scanstring
 
+from .analysis.names import variable_names
 from .ipython_syntax import (
     PYTHON_CELL_MAGICS,
     SCOPED_CELL_MAGICS,
@@ -41,7 +42,7 @@ from .ipython_syntax import (
     split_lines,
 )
 from .model import CellFinding, Finding, Options, Result, Safety, Severity
-from .rules.base import DEVICE_NAMES, variable_names
+from .rules.base import DEVICE_NAMES
 from .source import SourceError, rewrite_source
 
 

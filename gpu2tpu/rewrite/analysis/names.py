@@ -17,6 +17,7 @@ up its parents. Each node's answer is cached on the run's context.
 from __future__ import annotations
 
 import ast
+import functools
 import symtable
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -162,6 +163,20 @@ class ModuleNames:
                         found.add(stmt.name)
             self._kernels = frozenset(found)
         return self._kernels
+
+    @functools.cached_property
+    def symbols(self) -> frozenset[str]:
+        """Every identifier of the module's symbol tables, all scopes: from C, about a tenth
+        of the time of walking the tree. They are names `variable_names` finds too (with a
+        class's private names mangled, and `__class__`), but not all of them: names only in
+        annotations under `from __future__ import annotations` have no symbol."""
+        found: set[str] = set()
+        stack = [self._top] if self._top is not None else []
+        while stack:
+            table = stack.pop()
+            found.update(table.get_identifiers())
+            stack.extend(table.get_children())
+        return frozenset(found)
 
     def _add_prior(self, text: str) -> None:
         """Imports that ran before this text (a notebook's earlier cells)."""

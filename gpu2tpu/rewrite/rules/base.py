@@ -501,11 +501,12 @@ class RuleContext:
             return True
         if name not in self.source:
             return False
+        if self.tree is None:
+            return True
+        if name in self.names.symbols:
+            return True  # the cheap answer; only a "no" needs the walk of the whole tree
         if self._names is None:
-            tree = self.tree
-            if tree is None:
-                return True
-            self._names = variable_names(tree)
+            self._names = variable_names(self.tree)
         return name in self._names
 
     def device_name_or_none(self) -> str | None:
