@@ -198,8 +198,9 @@ def test_extrapolated_figures_are_within_5_percent_of_the_full_compile():
 def test_fsdp_shards_the_shallow_copies_state_over_the_chips():
     """The extrapolated figures keep FSDP's sharding: per chip, the arguments (weights and two
     AdamW moments, fp32) are the whole state over the chip count, plus this chip's share of the
-    batch. Measured on v5e 1x2 and 2x4; dropping the sharding (state on every chip) would
-    leave the state term whole on both."""
+    batch. On v5e 1x2 and 2x4; within 1% because TPU layouts pad each chip's 32-element
+    slices of the 256-wide vectors to whole tiles (measured +0.5% on 8 chips). Dropping the
+    sharding (the whole state on every chip) would leave the state term whole on both."""
     from gpu2tpu.forecasting.forecast import forecast
 
     with torch.device("meta"):
@@ -215,5 +216,5 @@ def test_fsdp_shards_the_shallow_copies_state_over_the_chips():
         ).target("v5e")  # fmt: skip
         assert target.status == "compiled" and target.extrapolated, target.message
         arguments[chips] = target.memory_breakdown["argument"]
-        assert arguments[chips] == pytest.approx((state + batch_bytes) / chips, rel=1e-3), chips
+        assert arguments[chips] == pytest.approx((state + batch_bytes) / chips, rel=0.01), chips
     assert arguments[8] < arguments[2] / 3
