@@ -11,6 +11,11 @@ device) on one TPU target, each in a fresh process so nothing is shared but the 
    its compiles, its time, and how it ended (the line confirmed, or the bisection);
 5. extrapolation: `forecast(..., extrapolate=True)`, compiled at one and two blocks,
    against the full compile of step 2: the error in FLOPs, bytes and memory per chip.
+6. depths (only when asked: `--parts depths`): the step compiled through gpu2tpu's own path
+   (`aot.TrainingStep`, libtpu) at 0, 1, 2 and all blocks, each in a fresh process, with
+   libtpu's default effort and with XLA's lowest optimization level (`optimization_level`
+   O0, openxla.org/xla/effort_levels): where a shallow compile's time goes, and whether the
+   cheaper level gives the same figures.
 
 `--models gpt2-medium,vit-b16` adds those models' extrapolation against their full compile
 (each costs a full compile and two shallow ones). Times are wall seconds and CPU seconds
@@ -19,6 +24,7 @@ device) on one TPU target, each in a fresh process so nothing is shared but the 
     .venv/bin/python benchmarks/forecast_gpt.py                  # v5e, GPT-2 small
     .venv/bin/python benchmarks/forecast_gpt.py --target v5p --models gpt2-medium,vit-b16
     .venv/bin/python benchmarks/forecast_gpt.py --parts bare,cold,warm --json out.json
+    .venv/bin/python benchmarks/forecast_gpt.py --parts depths
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ from torch.nn import functional as F
 
 MARK = "@@result "
 PARTS = ("bare", "cold", "warm", "search", "extrapolate")
+OPTIONAL_PARTS = ("depths",)
+# XLA's effort levels as ExecutableBuildOptions holds them (jax's config.EffortLevel values).
+EFFORT_O0 = 9
 
 
 # -- models --------------------------------------------------------------------------------
@@ -265,9 +274,49 @@ def run_forecast(model_name: str, target: str, cache: str, options: dict) -> dic
     }
 
 
+def run_depth(model_name: str, target: str, depth: int, level: int | None) -> dict:
+    """The step at `depth` blocks through gpu2tpu's own compile path, at libtpu's default
+    effort or at XLA's optimization level `level`: lowering and compile timed apart."""
+    from gpu2tpu.forecasting import aot
+    from gpu2tpu.forecasting.optimizers import plan_optimizer, to_optax
+
+    aot.forecast_versions()
+    MODELS[model_name] = {**MODELS[model_name], "layers": depth}
+    model, batch, loss_fn = build(model_name)
+    plan = plan_optimizer(optimizer_for(model), list(model.named_parameters()))
+    layout = aot.split_batch(batch)
+    step = aot.TrainingStep(model, loss_fn, plan, layout)
+    devices = aot.topology_devices(aot.topology_for(target))
+    wall, cpu = time.perf_counter(), cpu_seconds()
+    lowered = step.lower(to_optax(plan), devices, layout.batch_size)
+    lower_wall, lower_cpu = time.perf_counter() - wall, cpu_seconds() - cpu
+    import jax
+
+    jax.config.update("jax_enable_compilation_cache", False)  # it cannot reload these
+    options = {} if level is None else {"optimization_level": level}
+    compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
+    cost, memory = compiled.cost_analysis(), compiled.memory_analysis()
+    return {
+        "wall": time.perf_counter() - wall,
+        "cpu": cpu_seconds() - cpu,
+        "lower": lower_wall,
+        "lower_cpu": lower_cpu,
+        "flops": cost["flops"],
+        "bytes": cost["bytes accessed"],
+        "memory": memory.argument_size_in_bytes
+        + memory.output_size_in_bytes
+        - memory.alias_size_in_bytes
+        + memory.temp_size_in_bytes,
+        "argument": memory.argument_size_in_bytes,
+        "temp": memory.temp_size_in_bytes,
+    }
+
+
 def child(part: str, spec: dict) -> None:
     if part == "bare":
         result = run_bare(spec["model"], spec["target"])
+    elif part == "depth":
+        result = run_depth(spec["model"], spec["target"], spec["depth"], spec["level"])
     else:
         result = run_forecast(spec["model"], spec["target"], spec["cache"], spec["options"])
     print(MARK + json.dumps(result), flush=True)
@@ -303,7 +352,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="v5e")
     parser.add_argument("--model", default="gpt2-small", choices=sorted(MODELS))
-    parser.add_argument("--parts", default=",".join(PARTS), help=f"any of {','.join(PARTS)}")
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"any of {','.join(PARTS + OPTIONAL_PARTS)}"
+    )
     parser.add_argument(
         "--models", default="", help="more models to extrapolate: gpt2-medium,vit-b16"
     )
@@ -348,6 +399,21 @@ def main() -> None:
             f"{search['search_seconds']:.1f} s; points "
             + ", ".join(f"{p['batch']}:{p['status']}" for p in search["search"])
         )
+    depths: dict[tuple[int, int | None], dict] = {}
+    if "depths" in parts:
+        layers = MODELS[args.model]["layers"]
+        for depth, level in ((0, None), (1, None), (2, None), (layers, None), (1, EFFORT_O0),
+                             (2, EFFORT_O0), (layers, EFFORT_O0)):  # fmt: skip
+            name = f"{depth} blocks, {'O0' if level else 'default effort'}"
+            depths[depth, level] = result = measure(
+                "depth", {**base, "depth": depth, "level": level}
+            )
+            figures[name] = result
+            print(
+                f"  {name:28s} {result['wall']:8.1f} s wall {result['cpu']:8.1f} s CPU "
+                f"(lowering {result['lower']:.1f} s)",
+                flush=True,
+            )
     extrapolations = []
     if "extrapolate" in parts and "cold" in parts:
         shallow = step("extrapolated forecast", "forecast", extrapolate=True)
@@ -376,8 +442,29 @@ def main() -> None:
             f"{error(shallow['memory'], full['memory'])}; {shallow['wall']:.0f} s against "
             f"{full['wall']:.0f} s ({shallow['cpu']:.0f} against {full['cpu']:.0f} s CPU)"
         )
+    if depths:
+        report_depths(depths, MODELS[args.model]["layers"])
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
+
+
+def report_depths(depths: dict[tuple[int, int | None], dict], layers: int) -> None:
+    """Where a compile's time goes by depth, and what the lowest effort level changes."""
+    cpu = {d: depths[d, None]["cpu"] for d in (0, 1, 2, layers)}
+    print(
+        f"  compile CPU by depth: 0 blocks {cpu[0]:.0f} s (embeddings, head, loss, optimizer), "
+        f"1 block {cpu[1]:.0f} s, 2 blocks {cpu[2]:.0f} s, {layers} blocks {cpu[layers]:.0f} s; "
+        f"the extrapolation's two compiles {cpu[1] + cpu[2]:.0f} s "
+        f"= {(cpu[1] + cpu[2]) / cpu[layers]:.2f}x the full compile"
+    )
+    for depth in (1, 2, layers):
+        default, low = depths[depth, None], depths[depth, EFFORT_O0]
+        print(
+            f"  O0 at {depth} blocks: {low['cpu']:.0f} s CPU against {default['cpu']:.0f} s; "
+            f"FLOPs {error(low['flops'], default['flops'])}, bytes "
+            f"{error(low['bytes'], default['bytes'])}, memory/chip "
+            f"{error(low['memory'], default['memory'])} against the default effort"
+        )
 
 
 if __name__ == "__main__":

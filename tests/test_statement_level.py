@@ -338,3 +338,39 @@ def test_every_node_placed_from_pythons_tree_is_where_libcst_lays_it_out(path: P
         if span[2] is not None:
             assert span[2] == cst.Module([]).code_for_node(node)
     assert placed > 0 or "\r" in text
+
+
+@pytest.mark.parametrize("path", _torch_sample(), ids=lambda p: p.name)
+def test_a_held_definition_binds_as_the_whole_would(path: Path) -> None:
+    """The flow facts parse a held class or function only as far as its binding goes
+    (decorators, header, `pass`): that must parse, and give the kind, name and bases of the
+    whole statement."""
+    import libcst as cst
+
+    from gpu2tpu.rewrite.source import _LINES, _binding_header
+
+    text = path.read_text(encoding="utf-8")
+    lines = _LINES.findall(text)
+    blank = cst.Module([])
+    compared = 0
+    for group in statements.groups(ast.parse(text)):
+        header = _binding_header(group, lines)
+        if header is None:
+            continue
+        short = cst.parse_statement(header)
+        whole = cst.parse_statement("".join(lines[group.first - 1 : group.last]))
+        assert type(short) is type(whole)
+        assert isinstance(short, cst.ClassDef | cst.FunctionDef)
+        assert isinstance(whole, cst.ClassDef | cst.FunctionDef)
+        assert short.name.value == whole.name.value
+        assert [blank.code_for_node(d) for d in short.decorators] == [
+            blank.code_for_node(d) for d in whole.decorators
+        ]
+        if isinstance(short, cst.ClassDef) and isinstance(whole, cst.ClassDef):
+            assert [blank.code_for_node(b) for b in short.bases] == [
+                blank.code_for_node(b) for b in whole.bases
+            ]
+        compared += 1
+    assert compared or not any(
+        isinstance(s, ast.ClassDef | ast.FunctionDef) for s in ast.parse(text).body
+    )

@@ -292,9 +292,25 @@ def _unparsed(prepared: Prepared, module: cst.Module) -> dict[int, Callable[[], 
             continue
         if not any(isinstance(s, statements.BINDING) for s in group.stmts):
             continue  # binds nothing the flow facts record: the placeholder says as much
-        code = "".join(lines[group.first - 1 : group.last])
+        code = _binding_header(group, lines) or "".join(lines[group.first - 1 : group.last])
         found[id(stmt)] = functools.cache(functools.partial(cst.parse_statement, code))
     return found
+
+
+def _binding_header(group: statements.Group, lines: list[str]) -> str | None:
+    """A class or function as far as its binding goes: decorators, header, and `pass` for
+    its body (the flow facts read a class's bases and a function's name, never the body,
+    and a big class costs libcst a parse of thousands of lines). None when the body starts
+    on the header's line."""
+    stmt = group.stmts[0]
+    if not isinstance(stmt, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+        return None
+    first = stmt.body[0]
+    start = min([first.lineno, *(d.lineno for d in getattr(first, "decorator_list", ()))])
+    indent = lines[first.lineno - 1][: first.col_offset]  # blanks only, so bytes = characters
+    if start <= stmt.lineno or indent.strip(" \t") or not indent:
+        return None
+    return "".join(lines[group.first - 1 : start - 1]) + indent + "pass\n"
 
 
 def _guarded(fix, pending, failed):  # type: ignore[no-untyped-def]
