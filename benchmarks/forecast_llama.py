@@ -161,6 +161,7 @@ def main() -> None:
                 row = {
                     "target": t.label, "sharding": sharding, "status": t.status, "fits": t.fits,
                     "memory_per_chip": t.memory_per_chip, "usable": t.capacity_per_chip,
+                    "breakdown": t.memory_breakdown,
                     "step_seconds": t.step_seconds, "bound": t.bound, "wall": wall, "cpu": cpu,
                     "extrapolation": t.extrapolation, "message": t.message,
                 }  # fmt: skip
@@ -170,10 +171,17 @@ def main() -> None:
                     if t.step_seconds
                     else ""
                 )
+                parts = t.memory_breakdown or {}
+                held = (
+                    f" (arguments {format_bytes(parts['argument'])}, temporaries "
+                    f"{format_bytes(parts['temp'])})"
+                    if "argument" in parts and "temp" in parts
+                    else ""
+                )
                 print(
                     f"  {t.label:12s} {sharding:5s} {t.status:13s} {format_bytes(t.memory_per_chip):>10s} "
                     f"of {format_bytes(t.capacity_per_chip):>10s} per chip {step:28s} "
-                    f"forecast {wall:6.1f} s wall {cpu:6.1f} s CPU",
+                    f"forecast {wall:6.1f} s wall {cpu:6.1f} s CPU{held}",
                     flush=True,
                 )
     fits = [f"{r['target']} {r['sharding']}" for r in rows if r["fits"]]

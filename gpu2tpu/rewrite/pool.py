@@ -44,11 +44,18 @@ def run_isolated(
     work: Callable[[T], R],
     jobs: int,
     crashed: Callable[[T, str], R],
+    quick: Callable[[T], R | None] | None = None,
 ) -> list[R]:
     """`[work(item) for item in items]`, in `jobs` worker processes.
 
     `work` must not raise (it turns its own errors into results). When a worker dies, the item
     it was working on gets `crashed(item, reason)` and the others are done by other workers.
+
+    `quick(item)` answers the items that need no real work (a file without any token) or
+    None; a worker tries it on a whole batch first and sends those answers in one message
+    (most files of a tree are such: one message each cost more than the answer). It must be
+    pure Python that cannot take the process down, so that a worker's death still names the
+    one item `work` was on.
     """
     context = _context()
     results: list[R | None] = [None] * len(items)
@@ -58,7 +65,9 @@ def run_isolated(
 
     def start() -> None:
         mine, theirs = context.Pipe()
-        process = context.Process(target=_serve, args=(theirs, work, os.getpid()), daemon=True)
+        process = context.Process(
+            target=_serve, args=(theirs, work, os.getpid(), quick), daemon=True
+        )
         process.start()
         theirs.close()
         worker: _Worker[T] = _Worker(process, mine)
@@ -83,9 +92,9 @@ def run_isolated(
         """Take every answer waiting; False once the worker is gone."""
         try:
             while worker.conn.poll():
-                index, result = worker.conn.recv()
-                results[index] = result
-                worker.inflight.remove(index)
+                for index, result in worker.conn.recv():
+                    results[index] = result
+                    worker.inflight.remove(index)
         except (EOFError, OSError):
             return False
         return worker.process.is_alive() or bool(worker.conn.poll())
@@ -142,8 +151,15 @@ def _death(exitcode: int | None) -> str:
     return f"the worker processing this file exited (status {exitcode})"
 
 
-def _serve(conn: Connection, work: Callable[[object], object], parent: int) -> None:
-    """A worker: take batches of (index, item), answer each item as soon as it is done."""
+def _serve(
+    conn: Connection,
+    work: Callable[[object], object],
+    parent: int,
+    quick: Callable[[object], object | None] | None,
+) -> None:
+    """A worker: take batches of (index, item); answer the quick ones of a batch together,
+    then each other item as soon as it is done, in the batch's order (so that the parent,
+    should this process die, knows the item it was on: the first one not answered)."""
     _die_with_parent(parent)
     try:
         while True:
@@ -153,8 +169,16 @@ def _serve(conn: Connection, work: Callable[[object], object], parent: int) -> N
                 return
             if batch is None:
                 return
-            for index, item in batch:
-                conn.send((index, work(item)))
+            rest = batch
+            if quick is not None:
+                answers = [(index, quick(item)) for index, item in batch]
+                done = [(index, answer) for index, answer in answers if answer is not None]
+                if done:
+                    conn.send(done)
+                    answered = {index for index, _ in done}
+                    rest = [(index, item) for index, item in batch if index not in answered]
+            for index, item in rest:
+                conn.send([(index, work(item))])
     except KeyboardInterrupt:
         sys.exit(130)
 
