@@ -90,7 +90,11 @@ def test_ctrl_c_keeps_the_finished_targets_and_ends_the_child_quietly() -> None:
     out = "".join(lines) + rest
     assert proc.returncode == 0, err[-3000:]
     assert "forecast v5e: fits at batch 64" in out
-    [stop] = [line for line in out.splitlines() if "interrupted" in line and "gpu2tpu" in line]
+    stops = [line for line in out.splitlines() if "interrupted" in line and "gpu2tpu" in line]
+    assert len(stops) == 1, (
+        f"one interruption line expected; stdout:\n{out}\nstderr:\n{err[-2000:]}"
+    )
+    [stop] = stops
     # v6e is named as stopped once its start has reached the parent; the SIGINT may come first.
     assert stop.startswith("gpu2tpu: forecast interrupted; kept v5e"), stop
     assert stop.startswith("gpu2tpu: forecast interrupted; kept v5e; stopped v6e (") or stop == (
