@@ -1,10 +1,11 @@
-"""What `gpu2tpu check` and `gpu2tpu rewrite` do with their parsed arguments."""
+"""`gpu2tpu check` and `gpu2tpu rewrite`: their arguments, and what they do with them."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import dataclasses
+import os
 import re
 import sys
 from pathlib import Path
@@ -301,6 +302,81 @@ def _write_bytes(stdout: TextIO, data: bytes) -> None:
         stdout.buffer.flush()
     else:
         stdout.write(data.decode("utf-8", "surrogateescape"))
+
+
+# -- the arguments ------------------------------------------------------------------------------
+
+FORMATS = ["text", "json", "csv", "github", "sarif", "markdown"]
+
+
+def _codes(value: str) -> list[str]:
+    return [c.strip().upper() for c in value.split(",") if c.strip()]
+
+
+def _add_rewrite_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", default=["."], help="files or folders (default: .)")
+    p.add_argument("--select", type=_codes, action="extend", default=None, metavar="CODES",
+                   help="only these rule codes or prefixes, e.g. G2T1,G2T201")  # fmt: skip
+    p.add_argument("--ignore", type=_codes, action="extend", default=None, metavar="CODES",
+                   help="skip these rule codes or prefixes")  # fmt: skip
+    p.add_argument("--unsafe-fixes", action="store_true", default=None,
+                   help="also apply fixes that may change behaviour (e.g. fp16 -> bf16)")  # fmt: skip
+    p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                   help="skip paths matching GLOB (added to [tool.gpu2tpu] exclude)")  # fmt: skip
+    p.add_argument(
+        "-j", "--jobs", type=_jobs, default=0, help="worker processes (default: all cores)"
+    )
+    p.add_argument("--stdin-filename", default=None, help="name to report for `-` (standard input)")
+    p.add_argument("--force-exclude", action="store_true",
+                   help="apply the exclude patterns to files named on the command line too "
+                   "(for pre-commit, as ruff's --force-exclude)")  # fmt: skip
+    p.add_argument("--target-torch", default=None, metavar="VERSION",
+                   help="oldest torch the code must run on, e.g. 2.6: fixes that need a newer "
+                   "one are reported, not applied (default: [tool.gpu2tpu] target-torch, else "
+                   "the lowest torch the project's own pins admit)")  # fmt: skip
+    p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the summary")
+
+
+def _jobs(value: str) -> int:
+    jobs = int(value)
+    if jobs < 0:
+        raise argparse.ArgumentTypeError("must be 0 (all cores) or more")
+    return jobs
+
+
+class Check:
+    """`gpu2tpu check`: the findings, in any report format; writes nothing."""
+
+    @staticmethod
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        _add_rewrite_options(p)
+        p.add_argument("--format", choices=FORMATS, default="text",
+                       help="text (default), json, csv, github (workflow annotations), sarif "
+                       "(SARIF 2.1.0), markdown (a migration report for a pull request)")  # fmt: skip
+        p.add_argument("--output-file", "-o", default=None, metavar="PATH",
+                       help="write the report to PATH instead of standard output")  # fmt: skip
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        return run_rewrite_command(args, Path(os.getcwd()), sys.stdin, sys.stdout, sys.stderr)
+
+
+class Rewrite:
+    """`gpu2tpu rewrite`: the fixes, written, shown as a diff, or only checked."""
+
+    @staticmethod
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        _add_rewrite_options(p)
+        modes = p.add_mutually_exclusive_group()
+        modes.add_argument(
+            "--diff", action="store_true", help="print a unified diff; write nothing"
+        )
+        modes.add_argument("--check", action="store_true",
+                           help="write nothing; exit 1 when anything would change")  # fmt: skip
+        p.add_argument("--report", default=None, metavar="PATH",
+                       help="also write the migration report (Markdown) to PATH")  # fmt: skip
+
+    run = Check.run
 
 
 if __name__ == "__main__":  # pragma: no cover

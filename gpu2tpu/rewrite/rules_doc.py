@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
+import sys
 from typing import TextIO
 
 from .rules.base import all_rules
@@ -104,3 +106,16 @@ if __name__ == "__main__":
     import sys
 
     sys.stdout.write(rules_markdown())
+
+
+class Rules:
+    """`gpu2tpu rules [CODE]`: the rules, or one explained."""
+
+    @staticmethod
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        p.add_argument("code", nargs="?", help="a rule code")
+        p.add_argument("--format", choices=["text", "json"], default="text")
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        return explain_rules(args.code, args.format, sys.stdout, sys.stderr)
