@@ -169,14 +169,17 @@ def _serve(
                 return
             if batch is None:
                 return
-            rest = batch
+            rest, done = batch, []
             if quick is not None:
-                answers = [(index, quick(item)) for index, item in batch]
-                done = [(index, answer) for index, answer in answers if answer is not None]
-                if done:
-                    conn.send(done)
-                    answered = {index for index, _ in done}
-                    rest = [(index, item) for index, item in batch if index not in answered]
+                rest = []
+                for index, item in batch:
+                    answer = quick(item)
+                    if answer is None:
+                        rest.append((index, item))
+                    else:
+                        done.append((index, answer))
+            if done:
+                conn.send(done)
             for index, item in rest:
                 conn.send([(index, work(item))])
     except KeyboardInterrupt:

@@ -120,13 +120,13 @@ def _prepare(
 class _SharedParse:
     """The parses made inside one `one_parse` block, by text (and the caller's imports)."""
 
-    rules: list[type[Rule]]
+    rules: frozenset[type[Rule]]
     made: dict[tuple[str, tuple[str, ...], bool], tuple[Prepared, ModuleNames | None]] = (
         dataclasses.field(default_factory=dict)
     )
 
     def covers(self, selected: list[type[Rule]]) -> bool:
-        return set(selected) <= set(self.rules)
+        return self.rules.issuperset(selected)
 
 
 _SHARED: contextvars.ContextVar[_SharedParse | None] = contextvars.ContextVar(
@@ -147,7 +147,7 @@ def one_parse(rules: Iterable[type[Rule]]) -> Iterator[None]:
     parses), so each run's result is what it would be alone. A run that selects a rule
     outside `rules` parses for itself.
     """
-    token = _SHARED.set(_SharedParse(list(rules)))
+    token = _SHARED.set(_SharedParse(frozenset(rules)))
     try:
         yield
     finally:

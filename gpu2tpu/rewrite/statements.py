@@ -122,16 +122,16 @@ def plan(
     words = tuple(raw)
     protected = device_line_after(tree)  # counted in Python's statements
     keep: list[bool] = []
+    codes = ["".join(lines[group.first - 1 : group.last]) for group in found]
     seen = 0
-    for group in found:
-        code = "".join(lines[group.first - 1 : group.last])
+    for group, code in zip(found, codes, strict=True):
         keep.append(
             seen < protected
             or any(isinstance(s, _IMPORTS) for s in group.stmts)
             or any(t in code for t in words)
         )
         seen += len(group.stmts)
-    _keep_users(found, lines, keep, tuple(follow))
+    _keep_users(found, codes, keep, tuple(follow))
     # Rules read the statements next to the one they visit (`torch.manual_seed(s)` before a
     # CUDA seed call, seeding lines between): the simple statements around a kept one are
     # kept too, up to the next compound statement.
@@ -164,15 +164,15 @@ def plan(
 
 
 def _keep_users(
-    found: list[Group], lines: list[str], keep: list[bool], follow: tuple[str, ...]
+    found: list[Group], codes: list[str], keep: list[bool], follow: tuple[str, ...]
 ) -> None:
     """Keep every statement that names a variable bound by a kept statement holding one of
-    the `follow` tokens."""
+    the `follow` tokens (`codes`: each statement's text)."""
     if not follow:
         return
     bound: set[str] = set()
-    for group, kept in zip(found, keep, strict=True):
-        if kept and any(t in "".join(lines[group.first - 1 : group.last]) for t in follow):
+    for group, code, kept in zip(found, codes, keep, strict=True):
+        if kept and any(t in code for t in follow):
             bound |= {
                 node.id
                 for stmt in group.stmts
