@@ -374,6 +374,9 @@ class _Dispatch:
 
     _tables: ClassVar[dict[type, tuple[tuple[str, str], ...]]] = {}
     _fields: ClassVar[dict[type, tuple[str, ...]]] = {}
+    # What a field value's type is to the walk, per set of skipped trivia types (they depend
+    # on which types the rules visit): `issubclass` on libcst's abstract classes is slow.
+    _kinds: ClassVar[dict[tuple[type, ...], dict[type, int]]] = {}
 
     def __init__(self, ctx: RuleContext, rules: list[Rule], keep: set[int] | None) -> None:
         self.ctx = ctx
@@ -389,7 +392,7 @@ class _Dispatch:
                 table.setdefault(node_type, []).append(getattr(rule, attr))
         wanted = set(self.visit_fns) | set(self.leave_fns)
         self.skip_types = tuple(t for t in _TRIVIA if t.__name__ not in wanted)
-        self.kinds: dict[type, int] = {}
+        self.kinds = self._kinds.setdefault(self.skip_types, {})
 
     @classmethod
     def _methods(cls, rule_type: type) -> tuple[tuple[str, str], ...]:
@@ -465,8 +468,7 @@ class _Dispatch:
             fn(node)
 
     def _kind(self, value_type: type) -> int:
-        """What a field value of this type is to the walk (cached: `isinstance` on libcst's
-        abstract base classes is slow)."""
+        """What a field value of this type is to the walk (cached in `_kinds`)."""
         if issubclass(value_type, cst.CSTNode):
             kind = _SKIP if issubclass(value_type, self.skip_types) else _NODE
         elif value_type in (tuple, list):
