@@ -227,6 +227,7 @@ class RuleContext:
         before it come from the code of the statements before it.
         """
         assert self.module is not None
+        self.reach(node)
         span = self._span(node)
         if span is not None:
             return span[0], span[1]
@@ -259,6 +260,32 @@ class RuleContext:
         pos = computed[node]  # type: ignore[index]
         return self._stmt_lines[index] + pos.start.line - 1, pos.start.column + 1  # type: ignore[attr-defined]
 
+    def reach(self, node: cst.CSTNode) -> None:
+        """Record the parents down to `node` when it is a part of the node being visited that
+        the traversal has not reached yet (a rule reporting on a call's argument as it visits
+        the call). Every way of placing a node climbs its parents: without them, the only one
+        left lays out the whole module (a third of a second on a large file, per run)."""
+        visiting = self.visiting
+        if visiting is None or visiting is node or id(node) in self.parents:
+            return
+        if id(visiting) not in self.parents:
+            return
+        path: list[cst.CSTNode] = [visiting]
+        stack = [iter(visiting.children)]
+        while stack:
+            child = next(stack[-1], None)
+            if child is None:
+                stack.pop()
+                path.pop()
+                continue
+            if child is node:
+                path.append(child)
+                for parent, inner in zip(path, path[1:]):
+                    self.parents[id(inner)] = parent
+                return
+            path.append(child)
+            stack.append(iter(child.children))
+
     def _span(self, node: cst.CSTNode) -> tuple[int, int, str | None] | None:
         if self.fast_span is None:
             return None
@@ -269,6 +296,7 @@ class RuleContext:
 
     def source_of(self, node: cst.CSTNode) -> str:
         """The node's text as written (libcst's `code_for_node` of the original node)."""
+        self.reach(node)
         span = self._span(node)
         return span[2] if span is not None and span[2] is not None else code_for(node)
 
