@@ -212,6 +212,26 @@ def test_a_block_with_an_indented_comment_after_it_is_parsed() -> None:
     assert held[-1].name == "g"  # type: ignore[attr-defined]
 
 
+def test_a_held_block_after_the_new_device_line_is_put_back() -> None:
+    """The device definition goes before a held-out function, which gets a blank leading
+    line: libcst writes that statement again, placeholder and all, while the other held
+    statements are copied as written. The fix was once withheld as "moving a statement the
+    parser could not read" where the whole-module parse applied it (found by the property
+    test above)."""
+    text = (
+        "import torch\nimport torch.nn as nn\n\npass  # a comment\ndef f_0(a, b=0):\n"
+        "    a = 0\n    return a\na = 0\nclass Model0(nn.Module):\n    pass\n"
+        "a = torch.zeros(0).cuda()\n"
+    )
+    assert _held_lines(text) > 0
+    result = rewrite_source(text)
+    assert not result.withheld
+    assert "def f_0(a, b=0):\n    a = 0\n" in result.new_text
+    assert "torch.zeros(0).to(device)" in result.new_text
+    for options in MODES:
+        assert_same(text, options)
+
+
 def test_the_default_indent_is_kept_when_its_block_is_held_out() -> None:
     text = (
         "import torch\n\n\ndef two():\n  return 2\n\n\ndef four():\n    return 4\n\n\n"

@@ -115,6 +115,25 @@ class Prepared:
             new_text = new_text[:at] + hold.original + new_text[at + len(hold.placeholder) :]
         return new_text, 0
 
+    def restore_within(self, piece: str) -> str | None:
+        """`piece` (the code of some top-level statements) with the placeholders it holds
+        put back, each where it stands; None when one occurs twice or a compound one no longer
+        starts its line as it did. For a statement libcst wrote again only because something
+        around it changed (a new statement before it gives it a blank leading line)."""
+        if not self.marker or self.marker not in piece:
+            return piece
+        for hold in self.holds:
+            at = piece.find(hold.placeholder)
+            if at < 0:
+                continue
+            if piece.find(hold.placeholder, at + 1) >= 0:
+                return None
+            start = max(piece.rfind("\n", 0, at), piece.rfind("\r", 0, at)) + 1
+            if hold.compound and piece[start:at] != hold.prefix:
+                return None
+            piece = piece[:at] + hold.original + piece[at + len(hold.placeholder) :]
+        return piece
+
     def _restore_in_order(self, new_text: str) -> tuple[str, int] | None:
         """`restore` in one pass, when each placeholder occurs once and in the original order
         (a large file has one per top-level statement held out); None when they do not."""

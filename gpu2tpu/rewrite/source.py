@@ -197,7 +197,7 @@ def _run_rules(
     try:
         new_module = module.visit(_ApplyFixes(ctx))
         new_module = _define_device(new_module, ctx)
-        code = _spliced(module, new_module, ctx) if statement_level else None
+        code = _spliced(module, new_module, ctx, prepared) if statement_level else None
         if (
             code is not None
             and ctx.source is text
@@ -235,11 +235,18 @@ def _run_rules(
     return net.Attempt(new_text, result, device_keys)
 
 
-def _spliced(module: cst.Module, new_module: cst.Module, ctx: RuleContext) -> str | None:
+def _spliced(
+    module: cst.Module, new_module: cst.Module, ctx: RuleContext, prepared: Prepared
+) -> str | None:
     """`new_module.code`, with libcst generating only the top-level statements that changed
     or are new: the others are copied from the rules' text (`ctx.source`: the original, or
     with statements too deep for libcst held out). None when the lines each statement owns
     cannot be told from Python's tree (the caller generates it all).
+
+    A held statement's placeholder that libcst writes again (its leading lines changed) is
+    put back in place when the others are copied as written: the text then holds a
+    placeholder for some held statements and not others, which `Prepared.restore` would
+    take for a held statement that a fix moved.
 
     libcst gives a top-level statement its leading blank and comment lines and whatever
     follows its block up to the next statement's leading lines; Python's tree gives where each
@@ -270,7 +277,12 @@ def _spliced(module: cst.Module, new_module: cst.Module, ctx: RuleContext) -> st
     for stmt in new_module.body:
         i = index.get(id(stmt))
         if i is None:
-            pieces.append(new_module.code_for_node(stmt))
+            piece = new_module.code_for_node(stmt)
+            if ctx.source is prepared.original:
+                piece = prepared.restore_within(piece)  # type: ignore[assignment]
+                if piece is None:
+                    return None
+            pieces.append(piece)
         else:
             pieces.append("".join(lines[starts[i] - 1 : ends[i]]))
     pieces.append("".join(lines[ends[-1] :]))
