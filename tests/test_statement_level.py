@@ -232,6 +232,22 @@ def test_a_held_block_after_the_new_device_line_is_put_back() -> None:
         assert_same(text, options)
 
 
+def test_a_statement_too_deep_for_libcst_is_only_measured_when_parsed() -> None:
+    """A chain of 300 additions is deeper than libcst takes; with nothing to rewrite in the
+    function and class holding one, the statement-level path holds them out like any other
+    such statement (a deep statement anywhere once sent the whole file down the whole-module
+    path), and both paths agree."""
+    deep = " + ".join(["1"] * 300)
+    text = (
+        f"import torch\n\n\ndef f():\n    return {deep}\n\n\nclass A:\n    total = {deep}\n"
+        "\n\ndef g():\n    return 2\n\n\nx = torch.zeros(2).cuda()\n"
+    )
+    assert _held_lines(text) >= 5
+    assert "x = torch.zeros(2).to(device)" in rewrite_source(text).new_text
+    for options in MODES:
+        assert_same(text, options)
+
+
 def test_the_default_indent_is_kept_when_its_block_is_held_out() -> None:
     text = (
         "import torch\n\n\ndef two():\n  return 2\n\n\ndef four():\n    return 4\n\n\n"

@@ -162,9 +162,9 @@ def prepare(text: str, tokens: Iterable[str], planner: Planner | None = None) ->
     take that holds a token (`tokens`: those of the selected rules).
 
     With a `planner` (statements.py), the top-level statements it names are held out too:
-    nothing in them is rewritten, so libcst need not parse them (`Prepared.skipped`). It is
-    not asked when statements are held out for depth; a statement libcst rejects, or libcst
-    counting the top-level statements otherwise than Python, turns it off again.
+    nothing in them is rewritten, so libcst need not parse them (`Prepared.skipped`). A
+    statement too deep for libcst among those it would parse, a statement libcst rejects, or
+    libcst counting the top-level statements otherwise than Python turns the plan off.
     """
     tokens = tuple(tokens)
     try:
@@ -179,6 +179,17 @@ def prepare(text: str, tokens: Iterable[str], planner: Planner | None = None) ->
     prepared = Prepared(text, tree, text)
     lines = _LINES.findall(text)
     statements = _Statements(tree, lines)
+    if planner is not None:
+        # Only the statements libcst is to parse are measured for depth: a deep one among
+        # them turns the plan off (the whole-module path below holds it out instead).
+        skip = planner(tree, lines)
+        if skip is not None:
+            out = {id(stmt) for group in skip.held for stmt in group.stmts}
+            parsed = {id(stmt) for stmt in tree.body if id(stmt) not in out}
+            if not statements.deep(parsed) and _parse_skipping(
+                prepared, lines, statements, skip, tokens
+            ):
+                return prepared
     held: list[tuple[ast.stmt, str]] = []
     for stmt, depth in statements.deep():
         held.append(
@@ -186,10 +197,6 @@ def prepare(text: str, tokens: Iterable[str], planner: Planner | None = None) ->
         )
     if held:
         prepared.text = _hold(prepared, lines, statements, held, tokens)
-    elif planner is not None:
-        skip = planner(tree, lines)
-        if skip is not None and _parse_skipping(prepared, lines, statements, skip, tokens):
-            return prepared
     for _ in range(_MAX_HOLDS):
         try:
             prepared.module = parse_module(prepared.text)
@@ -368,11 +375,18 @@ class _Statements:
             return first.lineno, max(col, 0)
         return stmt.lineno, stmt.col_offset
 
-    def deep(self) -> list[tuple[ast.stmt, int]]:
-        """Statements nested deeper than the limit (the outermost statement of each)."""
+    def deep(self, within: set[int] | None = None) -> list[tuple[ast.stmt, int]]:
+        """Statements nested deeper than the limit (the outermost statement of each); only
+        under the top-level statements whose ids are `within`, if given."""
         found: list[tuple[ast.stmt, int]] = []
         elif_head: dict[int, ast.stmt] = {}
+        inside = True
         for stmt, depth in self.items:
+            if within is not None:
+                if depth == 0:  # a top-level statement: the items that follow are its own
+                    inside = id(stmt) in within
+                if not inside:
+                    continue
             if isinstance(stmt, ast.If) and _is_elif(stmt):
                 head = elif_head.get(id(stmt), stmt)
                 elif_head[id(stmt.orelse[0])] = head
