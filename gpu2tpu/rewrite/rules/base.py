@@ -280,7 +280,7 @@ class RuleContext:
                 continue
             if child is node:
                 path.append(child)
-                for parent, inner in zip(path, path[1:]):
+                for parent, inner in zip(path, path[1:], strict=False):
                     self.parents[id(inner)] = parent
                 return
             path.append(child)
