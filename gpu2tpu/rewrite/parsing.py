@@ -100,11 +100,24 @@ class Prepared:
     def restore(self, new_text: str) -> tuple[str, int]:
         """Put the held statements back into a rewritten text: (text, 0), or (the text as
         far as it went, the line of a placeholder that a fix moved or changed)."""
-        if self.holds and new_text.count(self.marker) == len(self.holds):
-            done = self._restore_in_order(new_text)
+        return self._put_back(new_text, self.holds)
+
+    def restore_within(self, piece: str) -> str | None:
+        """`piece` (the code of some top-level statements) with the placeholders it holds
+        put back; None when one was moved or changed. For a statement libcst wrote again only
+        because something around it changed (a new statement before it gives it a blank
+        leading line), while the other held statements are copied as written."""
+        if not self.marker or self.marker not in piece:
+            return piece
+        text, moved = self._put_back(piece, [h for h in self.holds if h.placeholder in piece])
+        return None if moved else text
+
+    def _put_back(self, new_text: str, holds: list[Hold]) -> tuple[str, int]:
+        if holds and new_text.count(self.marker) == len(holds):
+            done = self._restore_in_order(new_text, holds)
             if done is not None:
                 return done
-        for hold in self.holds:
+        for hold in holds:
             at = new_text.find(hold.placeholder)
             if at < 0 or new_text.find(hold.placeholder, at + 1) >= 0:
                 return new_text, hold.line
@@ -115,31 +128,12 @@ class Prepared:
             new_text = new_text[:at] + hold.original + new_text[at + len(hold.placeholder) :]
         return new_text, 0
 
-    def restore_within(self, piece: str) -> str | None:
-        """`piece` (the code of some top-level statements) with the placeholders it holds
-        put back, each where it stands; None when one occurs twice or a compound one no longer
-        starts its line as it did. For a statement libcst wrote again only because something
-        around it changed (a new statement before it gives it a blank leading line)."""
-        if not self.marker or self.marker not in piece:
-            return piece
-        for hold in self.holds:
-            at = piece.find(hold.placeholder)
-            if at < 0:
-                continue
-            if piece.find(hold.placeholder, at + 1) >= 0:
-                return None
-            start = max(piece.rfind("\n", 0, at), piece.rfind("\r", 0, at)) + 1
-            if hold.compound and piece[start:at] != hold.prefix:
-                return None
-            piece = piece[:at] + hold.original + piece[at + len(hold.placeholder) :]
-        return piece
-
-    def _restore_in_order(self, new_text: str) -> tuple[str, int] | None:
+    def _restore_in_order(self, new_text: str, holds: list[Hold]) -> tuple[str, int] | None:
         """`restore` in one pass, when each placeholder occurs once and in the original order
         (a large file has one per top-level statement held out); None when they do not."""
         pieces: list[str] = []
         last = 0
-        for hold in self.holds:
+        for hold in holds:
             at = new_text.find(hold.placeholder, last)
             if at < 0:
                 return None

@@ -102,12 +102,6 @@ def rules_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":
-    import sys
-
-    sys.stdout.write(rules_markdown())
-
-
 class Rules:
     """`gpu2tpu rules [CODE]`: the rules, or one explained."""
 
@@ -119,3 +113,7 @@ class Rules:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         return explain_rules(args.code, args.format, sys.stdout, sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(rules_markdown())
