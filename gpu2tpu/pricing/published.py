@@ -26,7 +26,17 @@ DEFAULT_PATH = Path(__file__).with_name("published_runs.toml")
 MEASURES = ("tokens_per_s_per_chip", "tokens_per_s_total", "tflops_per_chip")
 # FLOP conventions a `tflops_per_chip` figure can be converted from.
 CONVENTIONS = {"maxtext_full_attention": "full"}
-_MODEL_FIELDS = ("layers", "d_model", "heads", "kv_heads", "head_dim", "ffn", "vocab", "mlp", "source")
+_MODEL_FIELDS = (
+    "layers",
+    "d_model",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "ffn",
+    "vocab",
+    "mlp",
+    "source",
+)
 _RUN_FIELDS = (
     "id", "model", "chip", "chips", "slice", "sequence", "global_batch", "per_device_batch",
     "precision", "parallelism", "framework", "measured", "value", "source", "date", "held_out",

@@ -245,7 +245,10 @@ def fit_utilisation(runs: Iterable[PublishedRun], catalogue: HardwareCatalogue) 
         attention_slope=model.attention_slope,
         fitted_runs=len(train),
         held_out=tuple(held),
-        log_range=(_quantile(residuals, RANGE_QUANTILES[0]), _quantile(residuals, RANGE_QUANTILES[1])),
+        log_range=(
+            _quantile(residuals, RANGE_QUANTILES[0]),
+            _quantile(residuals, RANGE_QUANTILES[1]),
+        ),
         sources=model.sources,
         kind_of=model.kind_of,
     )
@@ -258,17 +261,25 @@ def default_fit() -> UtilisationFit:
 
 
 def expected_step(
-    features: StepFeatures, chip: Chip, fit: UtilisationFit | None = None
+    features: StepFeatures,
+    chip: Chip,
+    fit: UtilisationFit | None = None,
+    *,
+    utilisation: float | None = None,
 ) -> ExpectedStep | None:
     """The expected step time of `features` on `chip`, or None where nothing predicts it
-    (a chip without a peak, or a kind of chip the table has no run on)."""
+    (a chip without a peak, or a kind of chip the table has no run on). `utilisation`
+    replaces the fit's prediction when a measurement gives a better one
+    (`scaled_utilisation`); the range stays the fit's."""
     fit = fit or default_fit()
     if not chip.has_peak or features.flops_per_chip <= 0:
         return None
-    utilisation = fit.utilisation(chip, features.attention_share)
+    base_note = ""
     if utilisation is None:
-        return None
-    _, base_note = fit.base_for(chip)
+        utilisation = fit.utilisation(chip, features.attention_share)
+        if utilisation is None:
+            return None
+        _, base_note = fit.base_for(chip)
     notes = [base_note] if base_note else []
     compute = features.model_flops_per_chip / chip.peak_bf16_flops
     memory = (features.bytes_per_chip or 0.0) / chip.hbm_bandwidth if chip.hbm_bandwidth else 0.0
