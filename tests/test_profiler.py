@@ -365,7 +365,9 @@ def test_estimates_follow_the_documented_method(linear_step):
     assert (v5e.source, v5e.time_kind) == ("estimated", "expected")
     chip = cat.get("v5e")
     utilisation = fit.utilisation(chip, 0.0)
-    assert v5e.step_seconds == pytest.approx(r.flops_per_step / (chip.peak_bf16_flops * utilisation))
+    assert v5e.step_seconds == pytest.approx(
+        r.flops_per_step / (chip.peak_bf16_flops * utilisation)
+    )
     assert v5e.bound_seconds == pytest.approx(
         roofline_seconds(r.flops_per_step, r.bytes_per_step, chip)
     )

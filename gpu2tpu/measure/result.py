@@ -317,7 +317,9 @@ class ProfileResult(ComparisonExports):
         if self.mfu is not None:
             d["MFU"] = f"{format_percent(self.mfu)} of {self.peak_source}"
         if self.efficiency is not None:
-            d["Roofline efficiency"] = f"{format_percent(self.efficiency)} of this run's own roofline"
+            d["Roofline efficiency"] = (
+                f"{format_percent(self.efficiency)} of this run's own roofline"
+            )
         if self.memory_peak_bytes is not None:
             d["Peak memory"] = f"{format_bytes(self.memory_peak_bytes)} ({self.memory_kind})"
         d["Compilations"] = (
