@@ -15,7 +15,8 @@ fitted by least squares on the runs that are not held out: one base per chip (wh
 runs reach on dense matmuls there), and one slope for all chips (attention kernels run below
 the matmul rate, and their share grows with the sequence). Other candidate inputs were fitted
 too (model size, chips, tokens per chip: docs/forecast.md shows their coefficients and
-errors); none lowered the held-out error, so the model leaves them out. The range is the 10th
+errors): each moved the held-out error by about a point, with coefficients too small to
+matter (2% per tenfold FLOPs per token), so the model leaves them out. The range is the 10th
 to the 90th percentile of the held-out runs' errors. Where the roofline says the step is
 memory-bound, or its collectives take longer than its compute, the expected time is that
 term, which the table does not calibrate (every published run is compute-bound), and the

@@ -35,10 +35,10 @@ SOURCE_MEANING = {
 }
 # What an estimated row is when the only measurement is a CPU run, and why it says little.
 SIZING_ONLY = (
-    "for sizing only: a roofline on the step's FLOPs and bytes counted on the CPU, scaled by "
-    "the CPU run's efficiency; a CPU fuses, caches and schedules differently from a TPU, so "
-    "this says what the step needs, not how fast a TPU runs it (gpu2tpu.forecast compiles "
-    "it for the TPU)"
+    "for sizing only: the step's FLOPs counted on the CPU, at the utilisation published runs "
+    "reach on the chip (the CPU run's own speed says nothing about a TPU); a TPU compile "
+    "fuses and schedules differently, so this says what the step needs, not how fast a TPU "
+    "runs it (gpu2tpu.forecast compiles it for the TPU)"
 )
 # Below this, a roofline step time is a lower bound: per-step launch and dispatch costs
 # (tens of microseconds on any accelerator) are not in it.
@@ -276,7 +276,7 @@ def legend_html(comparison: Comparison, meanings: Mapping[str, str] | None = Non
     the marks the table uses."""
     meaning = {**SOURCE_MEANING, **(meanings or {})}
     if sizing_only(comparison) and "estimated" not in (meanings or {}):
-        meaning["estimated"] = f"roofline estimate from the CPU run, {SIZING_ONLY}"
+        meaning["estimated"] = f"expected from the CPU run's counted FLOPs, {SIZING_ONLY}"
     sources = list(dict.fromkeys(r.source for r in comparison.rows))
     parts = [f"{badge(s, meaning)} {_e(meaning.get(s, s))}" for s in sources]
     if any(_lower_bound(r) for r in comparison.rows):
