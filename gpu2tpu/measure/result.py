@@ -819,6 +819,7 @@ def _estimate(
         flops_per_chip=flops / chips,
         attention_flops_per_chip=None if attention is None else attention / chips,
         attention="full",
+        bytes_per_chip=(bytes_ or 0.0) / chips,
     )
     utilisation = None
     if reference is not None:

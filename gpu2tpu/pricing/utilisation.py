@@ -301,8 +301,8 @@ def expected_step(
     if memory > seconds:
         seconds, limited_by = memory, "memory"
         notes.append(
-            "memory-bound: the expected time is the roofline's memory term (HBM at full "
-            "bandwidth), which no published run calibrates; read it as optimistic"
+            "memory-bound: the expected time is the roofline's memory term (the bytes at full "
+            "HBM bandwidth), which no published run calibrates"
         )
     if features.collective_seconds and features.collective_seconds > seconds:
         seconds, limited_by = features.collective_seconds, "interconnect"
