@@ -197,3 +197,44 @@ def test_benchmark_fast_mode_meets_the_goal():
         n, median, worst = stats[group]
         assert median <= module.GOAL_MEDIAN and worst <= module.GOAL_WORST, group
     assert stats["held out"][1] == pytest.approx(default_fit().median_error)
+
+
+def test_docs_show_the_fit_and_the_benchmark_as_they_are():
+    """docs/forecast.md's per-chip bases and the benchmark's summary must not drift from the
+    table: they are recomputed here and compared cell by cell."""
+    docs = (ROOT / "docs" / "forecast.md").read_text(encoding="utf-8")
+    fit = default_fit()
+    names = {CATALOGUE.get(key).name: key for key in fit.bases}
+    names.update(
+        {
+            "TPU v6e": "v6e",
+            "H100": "h100",
+            "A100 80GB": "a100-80gb",
+            "A100 40GB": "a100-40gb",
+            "TPU7x": "tpu7x",
+        }
+    )
+    seen = set()
+    for match in re.finditer(
+        r"^\| ([^|]+?) \| (\d+) \((\d+) \+ (\d+)\) \| ([\d.]+)% \|", docs, re.M
+    ):
+        key = names[match.group(1)]
+        runs = [r for r in RUNS if r.chip == key]
+        assert int(match.group(2)) == len(runs), key
+        assert int(match.group(4)) == sum(r.held_out for r in runs), key
+        assert float(match.group(5)) == pytest.approx(100 * math.exp(fit.bases[key]), abs=0.05)
+        seen.add(key)
+    assert seen == set(fit.bases)
+    path = ROOT / "benchmarks" / "forecast_vs_published.py"
+    spec = importlib.util.spec_from_file_location("forecast_vs_published_docs", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    for name, (n, median, worst) in module.summary(module.run_fast()).items():
+        row = re.search(rf"^\| {name} \({n}\) \| ([\d.]+)% \| ([\d.]+)% \|", docs, re.M)
+        assert row, name
+        assert float(row.group(1)) == pytest.approx(100 * median, abs=0.05), name
+        assert float(row.group(2)) == pytest.approx(100 * worst, abs=0.05), name
