@@ -412,16 +412,23 @@ def test_mlp_flops_match_pytorchs_count_and_the_result_renders(mlp_forecast, cap
     assert target.flops == pytest.approx(reference, rel=0.15)
     assert 0 < target.memory_per_chip < target.capacity_per_chip
     assert target.step_seconds == pytest.approx(max(target.compute_seconds, target.memory_seconds))
-    assert target.cost_per_step == pytest.approx(1.20 * target.step_seconds / 3600)  # v5e $/h
+    # costs come from the expected time; the roofline bound is kept beside it
+    assert target.expected_low <= target.expected_seconds <= target.expected_high
+    assert target.expected_seconds >= target.step_seconds
+    assert target.cost_per_step == pytest.approx(1.20 * target.expected_seconds / 3600)  # $/h
+    assert target.bound_cost_per_step == pytest.approx(1.20 * target.step_seconds / 3600)
 
     data = json.loads(result.to_json())
     assert data["targets"][0]["flops"] == target.flops
     rows = {r["device_key"]: r for r in data["comparison"]["rows"]}
     assert rows["v5e"]["source"] == "compiled" and rows["h100"]["source"] == "estimated"
     h100 = result.comparison.catalogue.get("h100")
-    assert rows["h100"]["step_seconds"] == pytest.approx(
+    assert rows["h100"]["bound_seconds"] == pytest.approx(
         max(target.flops / h100.peak_bf16_flops, target.bytes_accessed / h100.hbm_bandwidth)
     )
+    assert rows["h100"]["time_kind"] == "expected"
+    assert rows["h100"]["step_seconds"] >= rows["h100"]["bound_seconds"]
+    assert data["comparison"]["expected_source"].startswith("Expected = FLOPs")
     text = repr(result)
     assert "v5e" in text and "compiled" in text and "NVIDIA H100" in text
 
@@ -519,7 +526,7 @@ def test_data_parallel_over_four_chips_reports_the_whole_slice():
     per_chip_drop = one.memory_breakdown["argument"] - four.memory_breakdown["argument"]
     assert per_chip_drop == pytest.approx(batch_bytes * 3 / 4, rel=0.05)
     assert four.compute_seconds == pytest.approx(one.compute_seconds / 4, rel=0.15)
-    assert four.cost_per_step == pytest.approx(4 * 1.20 * four.step_seconds / 3600)
+    assert four.cost_per_step == pytest.approx(4 * 1.20 * four.expected_seconds / 3600)
 
 
 @pytest.mark.slow

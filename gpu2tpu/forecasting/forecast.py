@@ -128,8 +128,11 @@ class TargetForecast:
     "interrupted" (Ctrl-C came first).
     FLOPs and bytes are for one step of the whole slice; memory is per chip, as libtpu
     placed it: arguments + outputs - donated buffers + temporaries. `step_seconds` is the
-    roofline on the catalogue's peaks; `compiler_seconds` is libtpu's own estimate, kept only
-    when it is valid (it can be negative). `max_batch` is the largest batch found to fit, and
+    roofline bound on the catalogue's peaks (100% of peak); `expected_seconds` the expected
+    step time (`pricing/utilisation.py`: the utilisation published runs reach), with its range
+    `expected_low`-`expected_high`; costs come from the expected time (`bound_cost_per_step`
+    is the bound's). `compiler_seconds` is libtpu's own estimate, kept only when it is valid
+    (it can be negative). `max_batch` is the largest batch found to fit, and
     `max_batch_exact` says whether the next size up was shown not to fit (False: a lower bound,
     the search ran out of time or compiles); `search_compiles` and `search_seconds` are what
     the search cost, `search_method` how it ended ("line": the affine prediction confirmed;
@@ -162,6 +165,13 @@ class TargetForecast:
     compiler_seconds: float | None = None
     cost_per_step: float | None = None
     cost_per_1m_tokens: float | None = None
+    expected_seconds: float | None = None
+    expected_low: float | None = None
+    expected_high: float | None = None
+    expected_utilisation: float | None = None
+    expected_limited_by: str | None = None
+    expected_notes: list[str] = field(default_factory=list)
+    bound_cost_per_step: float | None = None
     compile_seconds: float = 0.0
     search_seconds: float = 0.0
     cached: bool = False
@@ -215,10 +225,17 @@ class TargetForecast:
         memory = f"{format_bytes(self.memory_per_chip)} of {format_bytes(self.capacity_per_chip)} per chip"
         if self.status == "does not fit":
             text = f"does not fit at batch {self.batch}: needs {memory}"
+        elif self.expected_seconds is not None:
+            text = (
+                f"fits at batch {self.batch} ({memory}), expected "
+                f"{format_seconds(self.expected_seconds)}/step ({format_seconds(self.expected_low)}"
+                f"–{format_seconds(self.expected_high)}; roofline bound "
+                f"{format_seconds(self.step_seconds)}, {self.bound}-bound)"
+            )
         else:
             text = (
-                f"fits at batch {self.batch} ({memory}), {format_seconds(self.step_seconds)}/step"
-                f" ({self.bound}-bound)"
+                f"fits at batch {self.batch} ({memory}), roofline bound "
+                f"{format_seconds(self.step_seconds)}/step ({self.bound}-bound)"
             )
             if self.cost_per_step is not None:
                 text += f", {format_money(self.cost_per_step)}/step"
@@ -299,9 +316,12 @@ class Forecast(ComparisonExports):
                 extra = f" [{format_flops(t.flops)}, {t.bytes_accessed / 1e9:.3g} GB accessed]"
             d[t.label] = t.summary() + extra
         d["Method"] = (
-            "compiled with libtpu for each topology on this CPU; step time is the roofline "
-            "max(FLOPs / peak, bytes / HBM bandwidth) on the catalogue's figures"
+            "compiled with libtpu for each topology on this CPU; the roofline bound is "
+            "max(FLOPs / peak, bytes / HBM bandwidth) on the catalogue's figures; the expected "
+            "step time (and every cost) divides the FLOPs by the utilisation published runs reach"
         )
+        if self.comparison.expected_source:
+            d["Expected"] = self.comparison.expected_source
         extrapolated = next((t.extrapolation for t in self.targets if t.extrapolation), None)
         if extrapolated:
             k, k2 = extrapolated["compiled_depths"]
@@ -355,6 +375,9 @@ class Forecast(ComparisonExports):
                 "max_batch_exact": t.max_batch_exact,
                 "bound": t.bound,
                 "step_seconds": t.step_seconds,
+                "expected_seconds": t.expected_seconds,
+                "expected_low": t.expected_low,
+                "expected_high": t.expected_high,
                 "compile_seconds": t.compile_seconds,
                 "cached": t.cached,
                 "extrapolated": t.extrapolated,
@@ -383,8 +406,8 @@ class Forecast(ComparisonExports):
 
         headers = [
             "Target", "Status", "FLOPs/step", "Memory/chip", "Usable HBM", "Fits",
-            "Max batch", "Step (roofline)", "Bound", "Compiler est.", "$/step", "$/1M tokens",
-            "Compile",
+            "Max batch", "Expected step (range)", "Roofline bound", "Bound", "Compiler est.",
+            "$/step", "$/1M tokens", "Compile",
         ]  # fmt: skip
         rows = []
         for t in self.targets:
@@ -403,6 +426,7 @@ class Forecast(ComparisonExports):
                     format_bytes(t.capacity_per_chip),
                     "—" if t.fits is None else ("yes" if t.fits else "no"),
                     max_batch,
+                    _expected_text(t),
                     format_seconds(t.step_seconds),
                     t.bound or "—",
                     format_seconds(t.compiler_seconds),
@@ -458,6 +482,17 @@ class Forecast(ComparisonExports):
         from ..views.display import mimebundle
 
         return mimebundle(repr(self), self.to_html, self.widget)
+
+
+def _expected_text(t: TargetForecast) -> str:
+    from ..views.format import format_seconds
+
+    if t.expected_seconds is None:
+        return "—"
+    return (
+        f"{format_seconds(t.expected_seconds)} ({format_seconds(t.expected_low)}–"
+        f"{format_seconds(t.expected_high)})"
+    )
 
 
 # -- the forecast ----------------------------------------------------------------------------
@@ -838,8 +873,9 @@ def _assemble(
         for gpu in job.gpu_targets:
             rows.append(_gpu_row(reference, gpu, batch, job.tokens_per_step, job.price))
         notes.append(
-            f"GPU rows are rooflines on the FLOPs and bytes libtpu compiled for {reference.label} "
-            "(XLA's TPU fusion), so TPUs and GPUs compare on one basis; they are not CUDA measurements."
+            f"GPU rows use the FLOPs and bytes libtpu compiled for {reference.label} (XLA's TPU "
+            "fusion), at the utilisation published GPU runs reach, so TPUs and GPUs compare on "
+            "one basis; they are not CUDA measurements."
         )
     if job.tokens_per_step is None:
         notes.append(
@@ -1188,11 +1224,16 @@ def _fill_figures(
 
 
 def _price(result: TargetForecast, chip: Chip, tokens_per_step: float | None, price: str) -> None:
-    """The roofline step time and the costs, on the catalogue's figures for `chip`."""
+    """The roofline bound, the expected step time and the costs (from the expected time),
+    on the catalogue's figures for `chip`."""
     from ..pricing.cost import cost_per_million_tokens, cost_per_step, roofline_seconds
+    from ..pricing.utilisation import expected_step
 
     result.step_seconds = result.compute_seconds = result.memory_seconds = None
-    result.cost_per_step = result.cost_per_1m_tokens = None
+    result.cost_per_step = result.cost_per_1m_tokens = result.bound_cost_per_step = None
+    result.expected_seconds = result.expected_low = result.expected_high = None
+    result.expected_utilisation = result.expected_limited_by = None
+    result.expected_notes = []
     if result.status != "compiled":
         return
     if result.flops is None or result.bytes_accessed is None or result.flops < 0:
@@ -1205,11 +1246,43 @@ def _price(result: TargetForecast, chip: Chip, tokens_per_step: float | None, pr
     result.compute_seconds = flops_chip / chip.peak_bf16_flops
     result.memory_seconds = bytes_chip / chip.hbm_bandwidth
     result.step_seconds = roofline_seconds(flops_chip, bytes_chip, chip)
-    result.cost_per_step = cost_per_step(result.step_seconds, chip, result.chips, price)
+    result.bound_cost_per_step = cost_per_step(result.step_seconds, chip, result.chips, price)
+    expected = expected_step(_features(result, chip, result.chips, tokens_per_step), chip)
+    seconds = result.step_seconds
+    if expected is not None:
+        seconds = expected.seconds
+        result.expected_seconds, result.expected_low = expected.seconds, expected.low
+        result.expected_high, result.expected_utilisation = expected.high, expected.utilisation
+        result.expected_limited_by, result.expected_notes = (
+            expected.limited_by,
+            list(expected.notes),
+        )
+    result.cost_per_step = cost_per_step(seconds, chip, result.chips, price)
     if tokens_per_step:
         result.cost_per_1m_tokens = cost_per_million_tokens(
-            result.step_seconds, tokens_per_step, chip, result.chips, price
+            seconds, tokens_per_step, chip, result.chips, price
         )
+
+
+def _features(
+    reference: TargetForecast, chip: Chip, chips: int, tokens_per_step: float | None
+) -> Any:
+    """What the utilisation model needs from a compiled target, for `chips` of `chip`."""
+    from ..pricing.utilisation import StepFeatures
+
+    attention = getattr(reference, "attention_flops", None)
+    collective = getattr(reference, "collective_seconds", None)
+    return StepFeatures(
+        chip=chip.key,
+        chips=chips,
+        flops_per_chip=max(0.0, (reference.flops or 0.0) / chips),
+        tokens_per_chip=tokens_per_step / chips if tokens_per_step else None,
+        attention_flops_per_chip=None if attention is None else attention / chips,
+        attention=getattr(reference, "attention_kind", None) or "full",
+        matmul_share=getattr(reference, "matmul_share", None),
+        bytes_per_chip=max(0.0, (reference.bytes_accessed or 0.0) / chips),
+        collective_seconds=collective if chip.key == reference.target else None,
+    )
 
 
 def _copy_failure(failure: TargetForecast, topology: Topology, chip: Chip) -> TargetForecast:
@@ -1254,14 +1327,19 @@ def _tpu_row(
             f"{result.bound}-bound roofline; {format_bytes(result.memory_per_chip)} of "
             f"{format_bytes(result.capacity_per_chip)} usable HBM per chip"
         )
+        if result.expected_utilisation is not None:
+            note += f"; expected at {result.expected_utilisation:.0%} of peak" + "".join(
+                f"; {n}" for n in result.expected_notes
+            )
     if result.max_batch is not None:
         note += (
             f"; largest batch that fits: {result.max_batch}{'' if result.max_batch_exact else '+'}"
         )
     memory = None if result.memory_per_chip is None else int(result.memory_per_chip * result.chips)
+    expected = result.expected_seconds is not None
     return ComparisonRow.build(
         chip,
-        result.step_seconds,
+        result.expected_seconds if expected else result.step_seconds,
         "compiled",
         chips=result.chips,
         price=price,
@@ -1270,29 +1348,45 @@ def _tpu_row(
         memory_bytes=memory,
         fits=result.fits,
         note=note,
+        time_kind="expected" if expected else "bound",
+        step_low=result.expected_low,
+        step_high=result.expected_high,
+        bound_seconds=result.step_seconds,
+        flops_per_step=result.flops,
     )
 
 
 def _gpu_row(
     reference: TargetForecast, gpu: Chip, batch: int, tokens_per_step: float | None, price: str
 ) -> Any:
-    """As many GPUs as the reference slice has chips, each doing its share of its FLOPs and bytes."""
+    """As many GPUs as the reference slice has chips, each doing its share of its FLOPs and
+    bytes: the roofline bound on the GPU's peaks, and the expected time at the utilisation
+    published GPU runs reach (the GPU's own, not the TPU's)."""
     from ..pricing.compare import ComparisonRow
     from ..pricing.cost import roofline_seconds
+    from ..pricing.utilisation import expected_step
 
     assert reference.flops is not None and reference.bytes_accessed is not None
     chips = reference.chips
-    seconds = roofline_seconds(
+    bound = roofline_seconds(
         max(0.0, reference.flops / chips), max(0.0, reference.bytes_accessed / chips), gpu
     )
+    expected = expected_step(_features(reference, gpu, chips, tokens_per_step), gpu)
     memory = None
     fits = None
     if reference.devices_per_chip == 1 and reference.memory_per_chip:
         memory = int(reference.memory_per_chip * chips)
         fits = reference.memory_per_chip <= gpu.hbm_bytes
+    note = f"on {reference.label}'s compiled FLOPs and bytes"
+    if expected is not None:
+        note = f"expected at {expected.utilisation:.0%} of peak {note}" + "".join(
+            f"; {n}" for n in expected.notes
+        )
+    else:
+        note = f"roofline {note}"
     return ComparisonRow.build(
         gpu,
-        seconds,
+        expected.seconds if expected else bound,
         "estimated",
         chips=chips,
         price=price,
@@ -1300,7 +1394,12 @@ def _gpu_row(
         tokens_per_step=tokens_per_step,
         memory_bytes=memory,
         fits=fits,
-        note=f"roofline on {reference.label}'s compiled FLOPs and bytes",
+        note=note,
+        time_kind="expected" if expected else "bound",
+        step_low=expected.low if expected else None,
+        step_high=expected.high if expected else None,
+        bound_seconds=bound,
+        flops_per_step=reference.flops,
     )
 
 

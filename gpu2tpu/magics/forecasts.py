@@ -82,9 +82,13 @@ class ForecastMemory:
                     dataset_size=comparison.workload.get("dataset_size"),
                     memory_bytes=twin.memory_bytes,
                     fits=twin.fits,
+                    time_kind=twin.time_kind,
+                    step_low=twin.step_low,
+                    step_high=twin.step_high,
+                    bound_seconds=twin.bound_seconds,
                     note=(
                         f"compiled figures of the forecast of `{remembered.name}` in "
-                        f"In[{remembered.number}] (libtpu), not a roofline from this run"
+                        f"In[{remembered.number}] (libtpu), not this run's figures"
                     ),
                 )
             )
@@ -101,5 +105,5 @@ class ForecastMemory:
         )
         return (
             f"gpu2tpu: {', '.join(replaced)}: the compiled figures of the forecast of "
-            f"`{remembered.name}` in In[{remembered.number}], not rooflines from this run"
+            f"`{remembered.name}` in In[{remembered.number}], not this run's figures"
         )

@@ -44,6 +44,9 @@ class StepCount:
     top_ops: tuple[tuple[str, float], ...] = ()
     sync_ops: tuple[tuple[str, int], ...] = ()
     source: str = "torch.utils.flop_counter.FlopCounterMode"
+    # FLOPs of scaled_dot_product_attention's kernels (FlopCounterMode counts the full
+    # score matrix, causal or not): the expected time needs attention's share.
+    attention_flops: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,7 +56,15 @@ class StepCount:
             "top_ops": [list(op) for op in self.top_ops],
             "sync_ops": [list(op) for op in self.sync_ops],
             "source": self.source,
+            "attention_flops": self.attention_flops,
         }
+
+
+def is_attention_op(name: str) -> bool:
+    """Whether an op is one of SDPA's attention kernels (forward or backward)."""
+    return (
+        "scaled_dot_product" in name or "flash_attention" in name or ("efficient_attention" in name)
+    )
 
 
 def _op_name(func: Any) -> str:
@@ -167,6 +178,7 @@ class StepCounter:
             host_syncs=sum(syncs.values()),
             top_ops=tuple(ranked[: self.top]),
             sync_ops=tuple(sorted(syncs.items(), key=lambda t: -t[1])),
+            attention_flops=sum(n for op, n in ranked if is_attention_op(op)),
         )
 
 

@@ -136,10 +136,12 @@ class Costing:
     catalogue: HardwareCatalogue | None = None
     flops_per_step: float | None = None
     bytes_per_step: float | None = None
+    token_budget: float | None = None
 
     def validated(self) -> Costing:
         check_optional_positive(self.tokens_per_step, "tokens_per_step")
         check_optional_positive(self.samples_per_step, "samples_per_step")
+        check_optional_positive(self.token_budget, "token_budget")
         if self.dataset_size is not None:
             check_count(self.dataset_size, "dataset_size", 1)
         if self.chips is not None:

@@ -4,9 +4,11 @@
 reads what costing needs from outside the run: the catalogue, the backend's chip, baseline
 files, a host benchmark, the clock. `cost_run` then decides, with no I/O: step statistics,
 throughput, FLOPs and MFU, memory, compilations and host syncs, and a `Comparison` with the
-measured device, any loaded GPU baseline and estimated targets. Estimates scale the roofline
-of the measured step's FLOPs and bytes on each target by the efficiency the measured run
-reached on its own roofline (docs/profiler.md explains the method and its error).
+measured device, any loaded GPU baseline and estimated targets. The measured step is the
+truth; each target's row is an expected time: the step's FLOPs at the utilisation this run
+(or a baseline of the same workload) reached, scaled to the target by the published-runs
+fit, or at the fit's own utilisation when no accelerator measured the step; the roofline
+bound stands beside it (docs/profiler.md explains the method and its error).
 
 A baseline file (`result.save_baseline(path)` on a GPU machine, `compare_to=path` elsewhere)
 is small JSON: the step-time statistics, the workload (FLOPs, tokens and samples per step)
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..pricing.catalogue import Chip, HardwareCatalogue
 from ..pricing.compare import Comparison, ComparisonExports, ComparisonRow
 from ..pricing.cost import efficiency_from_run, roofline_seconds
+from ..pricing.utilisation import StepFeatures, expected_step, scaled_utilisation
 from .records import Costing, ProfileError, StepStats, summarize
 
 if TYPE_CHECKING:
@@ -314,7 +317,9 @@ class ProfileResult(ComparisonExports):
         if self.mfu is not None:
             d["MFU"] = f"{format_percent(self.mfu)} of {self.peak_source}"
         if self.efficiency is not None:
-            d["Roofline efficiency"] = f"{format_percent(self.efficiency)} (used for the estimates)"
+            d["Roofline efficiency"] = (
+                f"{format_percent(self.efficiency)} of this run's own roofline"
+            )
         if self.memory_peak_bytes is not None:
             d["Peak memory"] = f"{format_bytes(self.memory_peak_bytes)} ({self.memory_kind})"
         d["Compilations"] = (
@@ -341,6 +346,8 @@ class ProfileResult(ComparisonExports):
             d["Top ops by FLOPs"] = ", ".join(f"{op} {format_flops(n)}" for op, n in self.top_ops)
         d["Timer"] = f"{self.timer_floor * 1e6:.2f} µs per synchronize + clock reading"
         d["Prices"] = self.comparison.prices_summary()
+        if self.comparison.expected_source:
+            d["Expected"] = self.comparison.expected_source
         for i, note in enumerate(self.notes, 1):
             d[f"Note {i}"] = note
         return d
@@ -609,6 +616,7 @@ def cost_run(record: RunRecord, costing: Costing, context: RunContext) -> Profil
 
     device_memory = record.memory_peak_bytes if record.memory_kind == "device" else None
     workload = {
+        "token_budget": costing.token_budget,
         "samples_per_step": costing.samples_per_step,
         "tokens_per_step": costing.tokens_per_step,
         "dataset_size": costing.dataset_size,
@@ -618,6 +626,7 @@ def cost_run(record: RunRecord, costing: Costing, context: RunContext) -> Profil
         "measured_device": chip.key,
     }
     common = {
+        "token_budget": costing.token_budget,
         "price": costing.price,
         "samples_per_step": costing.samples_per_step,
         "tokens_per_step": costing.tokens_per_step,
@@ -684,6 +693,10 @@ def cost_run(record: RunRecord, costing: Costing, context: RunContext) -> Profil
     else:
         baseline_key = "h100" if "h100" in catalogue else None
 
+    reference = _reference_utilisation(
+        chip, chips, stats.median, flops, context.baselines, catalogue
+    )
+    attention = count_.attention_flops if count_ is not None and count_.flops else None
     wanted = [(catalogue.get(name), n) for name, n in map(parse_target, costing.targets)]
     shown = {r.device_key for r in rows} | {c.key for c, _ in wanted}
     if baseline_key is not None and baseline_key not in shown:
@@ -692,7 +705,9 @@ def cost_run(record: RunRecord, costing: Costing, context: RunContext) -> Profil
         if (target.key, n) in present:
             continue
         present.add((target.key, n))
-        rows.append(_estimate(target, n, flops, bytes_, efficiency, chip, device_memory, common))
+        rows.append(
+            _estimate(target, n, flops, bytes_, attention, reference, device_memory, common)
+        )
 
     comparison = Comparison.from_rows(
         rows,
@@ -739,41 +754,121 @@ def cost_run(record: RunRecord, costing: Costing, context: RunContext) -> Profil
     )
 
 
+@dataclass(frozen=True)
+class _Reference:
+    """A measured utilisation to scale the expected rows from (section 4 of docs/profiler.md)."""
+
+    chip: Chip
+    utilisation: float
+    what: str  # "this run on TPU v5e", "the baseline timed on H100"
+
+
+def _reference_utilisation(
+    chip: Chip,
+    chips: int,
+    median: float,
+    flops: float | None,
+    baselines: list[BaselineRecord],
+    catalogue: HardwareCatalogue,
+) -> _Reference | None:
+    """The measured step to scale from: this run when it ran on an accelerator the fit
+    knows, else a baseline of the same workload (FLOPs within 5%), else none (the fit alone)."""
+    if not flops:
+        return None
+    if chip.has_peak and chip.kind in ("tpu", "gpu"):
+        return _Reference(
+            chip, flops / (median * chip.peak_bf16_flops * chips), f"this run on {chip.name}"
+        )
+    for base in baselines:
+        base_chip = catalogue.find(base.device_key)
+        if base_chip is None or not base_chip.has_peak or not base.flops_per_step:
+            continue
+        if abs(base.flops_per_step - flops) > WORKLOAD_TOLERANCE * flops:
+            continue
+        measured = base.flops_per_step / (
+            base.stats.median * base_chip.peak_bf16_flops * base.chips
+        )
+        return _Reference(base_chip, measured, f"the baseline timed on {base_chip.name}")
+    return None
+
+
 def _estimate(
     target: Chip,
     chips: int,
     flops: float | None,
     bytes_: float | None,
-    efficiency: float | None,
-    measured: Chip,
+    attention: float | None,
+    reference: _Reference | None,
     device_memory: int | None,
     common: Mapping[str, Any],
 ) -> ComparisonRow:
+    """An expected row: the step's FLOPs split over `chips` of `target`, at the utilisation
+    measured here scaled to the target (or, with no accelerator measurement, the fit's)."""
     from ..views.format import format_seconds
 
-    if efficiency is None or not target.has_peak:
+    if not flops or not target.has_peak:
         why = (
             f"{target.name} has no peak figure in the catalogue"
             if not target.has_peak
-            else "no estimate: the step's FLOPs and bytes were not counted"
+            else "no estimate: the step's FLOPs were not counted"
         )
         return ComparisonRow.build(target, None, "estimated", chips=chips, note=why, **common)
-    seconds = roofline_seconds((flops or 0.0) / chips, (bytes_ or 0.0) / chips, target, efficiency)
-    note = f"roofline x {efficiency:.1%} efficiency of the {measured.key} run"
+    features = StepFeatures(
+        chip=target.key,
+        chips=chips,
+        flops_per_chip=flops / chips,
+        attention_flops_per_chip=None if attention is None else attention / chips,
+        attention="full",
+        bytes_per_chip=(bytes_ or 0.0) / chips,
+    )
+    utilisation = None
+    if reference is not None:
+        utilisation = scaled_utilisation(
+            reference.utilisation, reference.chip, target, features.attention_share
+        )
+    expected = expected_step(features, target, utilisation=utilisation)
+    bound = roofline_seconds(flops / chips, (bytes_ or 0.0) / chips, target)
+    if expected is None:
+        return ComparisonRow.build(
+            target,
+            bound,
+            "estimated",
+            chips=chips,
+            flops_per_step=flops,
+            memory_bytes=device_memory,
+            note=f"roofline bound only: no published run on a {target.kind.upper()} to expect from",
+            bound_seconds=bound,
+            **common,
+        )
+    if utilisation is not None and reference is not None:
+        note = (
+            f"expected at {expected.utilisation:.0%} of peak: {reference.what} reached "
+            f"{reference.utilisation:.0%}, scaled to {target.name} by the published runs' ratio"
+        )
+    else:
+        note = (
+            f"expected at {expected.utilisation:.0%} of peak, what published runs reach on "
+            f"{target.name} (no accelerator measurement of this step to scale from)"
+        )
+    note += "".join(f"; {n}" for n in expected.notes)
     if chips > 1:
-        note += f", split over {chips} chips with no communication cost"
-    if seconds < FIXED_COST_SECONDS:
+        note += f"; split over {chips} chips with no communication cost"
+    if expected.seconds < FIXED_COST_SECONDS:
         note += (
             f"; under {format_seconds(FIXED_COST_SECONDS)} a step's fixed launch and dispatch "
-            "costs, which the roofline leaves out, dominate: read this as a lower bound"
+            "costs, which this leaves out, dominate: read it as a lower bound"
         )
     return ComparisonRow.build(
         target,
-        seconds,
+        expected.seconds,
         "estimated",
         chips=chips,
         flops_per_step=flops,
         memory_bytes=device_memory,
         note=note,
+        time_kind="expected",
+        step_low=expected.low,
+        step_high=expected.high,
+        bound_seconds=bound,
         **common,
     )

@@ -21,8 +21,12 @@ from typing import Any
 
 from .catalogue import Chip, HardwareCatalogue, describe_age, parse_date
 from .cost import cost_per_million_tokens, cost_per_step, price_per_hour, steps_per_epoch
+from .utilisation import default_fit
 
 SOURCES = ("measured", "baseline", "compiled", "estimated")
+# What a row's step time is: timed, expected from the utilisation model (with a range), or
+# the roofline bound at 100% of peak (only where nothing better exists).
+TIME_KINDS = ("measured", "expected", "bound")
 # When two rows share a chip, the baseline is the most trustworthy one.
 _SOURCE_RANK = {s: i for i, s in enumerate(SOURCES)}
 
@@ -56,11 +60,28 @@ class ComparisonRow:
     price_per_hour: float | None = None
     step_p10: float | None = None
     step_p90: float | None = None
+    time_kind: str | None = None
+    step_low: float | None = None
+    step_high: float | None = None
+    bound_seconds: float | None = None
+    cost_per_step_low: float | None = None
+    cost_per_step_high: float | None = None
+    cost_per_1m_tokens_low: float | None = None
+    cost_per_1m_tokens_high: float | None = None
+    token_budget: float | None = None
+    time_to_budget_seconds: float | None = None
+    cost_to_budget: float | None = None
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
             raise ValueError(
                 f"row source must be one of {', '.join(SOURCES)}, not {self.source!r}."
+            )
+        if self.time_kind is None:  # a roofline unless someone timed it
+            self.time_kind = "measured" if self.source in ("measured", "baseline") else "bound"
+        if self.time_kind not in TIME_KINDS:
+            raise ValueError(
+                f"row time_kind must be one of {', '.join(TIME_KINDS)}, not {self.time_kind!r}."
             )
 
     @classmethod
@@ -83,11 +104,21 @@ class ComparisonRow:
         step_p90: float | None = None,
         mfu: float | None = None,
         device_name: str | None = None,
+        time_kind: str | None = None,
+        step_low: float | None = None,
+        step_high: float | None = None,
+        bound_seconds: float | None = None,
+        token_budget: float | None = None,
     ) -> ComparisonRow:
         """A row with throughput and costs computed from a step time and the chip's price.
 
-        `mfu` is computed from `flops_per_step` and the chip's peak unless given; `fits`
-        from `memory_bytes` (per step, all chips together) against the chips' HBM unless given.
+        `time_kind` says what `step_seconds` is ("measured", "expected" with its range
+        `step_low`-`step_high`, or a roofline "bound"; by default "measured" for measured and
+        baseline rows, "bound" for the others); costs come from it, and their ranges
+        from the step's range. `bound_seconds` is the roofline shown beside an expected time.
+        `mfu` is computed from `flops_per_step` and the chip's peak unless given; `fits` from
+        `memory_bytes` (per step, all chips together) against the chips' HBM unless given.
+        `token_budget` (tokens) adds the time and money to train on that many tokens.
         """
         hourly = price_per_hour(chip, chips, price)
         row = cls(
@@ -101,6 +132,11 @@ class ComparisonRow:
             note=note,
             step_p10=step_p10,
             step_p90=step_p90,
+            time_kind=time_kind,
+            step_low=step_low,
+            step_high=step_high,
+            bound_seconds=bound_seconds,
+            token_budget=token_budget,
         )
         if fits is None and memory_bytes is not None and chip.hbm_bytes > 0:
             fits = memory_bytes <= chip.hbm_bytes * chips
@@ -122,6 +158,20 @@ class ComparisonRow:
                 row.cost_per_1m_tokens = cost_per_million_tokens(
                     step_seconds, tokens_per_step, chip, chips, price
                 )
+            if step_low is not None and step_high is not None:
+                row.cost_per_step_low = cost_per_step(step_low, chip, chips, price)
+                row.cost_per_step_high = cost_per_step(step_high, chip, chips, price)
+                if tokens_per_step:
+                    row.cost_per_1m_tokens_low = cost_per_million_tokens(
+                        step_low, tokens_per_step, chip, chips, price
+                    )
+                    row.cost_per_1m_tokens_high = cost_per_million_tokens(
+                        step_high, tokens_per_step, chip, chips, price
+                    )
+        if token_budget and tokens_per_step:
+            row.time_to_budget_seconds = token_budget / tokens_per_step * step_seconds
+            if row.cost_per_1m_tokens is not None:
+                row.cost_to_budget = row.cost_per_1m_tokens * token_budget / 1e6
         if mfu is None and flops_per_step and chip.has_peak:
             mfu = flops_per_step / (step_seconds * chip.peak_bf16_flops * chips)
         row.mfu = mfu
@@ -131,6 +181,10 @@ class ComparisonRow:
     def label(self) -> str:
         """The device as the views show it: "TPU v5e", or "TPU v5e x8" for several chips."""
         return self.device_name if self.chips == 1 else f"{self.device_name} x{self.chips}"
+
+    @property
+    def expected(self) -> bool:
+        return self.time_kind == "expected"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -151,6 +205,7 @@ class Comparison:
     workload: dict[str, Any] = field(default_factory=dict)
     title: str = "gpu2tpu profile"
     catalogue: HardwareCatalogue | None = field(default=None, repr=False, compare=False)
+    expected_source: str = ""
 
     @classmethod
     def from_rows(
@@ -162,11 +217,19 @@ class Comparison:
         price: str = "on_demand",
         workload: Mapping[str, Any] | None = None,
         title: str = "gpu2tpu profile",
+        expected_source: str | None = None,
     ) -> Comparison:
-        """A comparison with ratios filled in against `baseline_key` and prices recorded."""
+        """A comparison with ratios filled in against `baseline_key` and prices recorded.
+
+        `expected_source` is the one line every view prints about expected rows (where the
+        figure comes from, how sure it is); by default the shipped utilisation fit's line
+        when any row is expected.
+        """
         rows = list(rows)
         catalogue = catalogue or HardwareCatalogue.load()
         known = [r.device_key for r in rows if catalogue.find(r.device_key) is not None]
+        if expected_source is None:
+            expected_source = default_fit().source_line() if any(r.expected for r in rows) else ""
         comparison = cls(
             rows=rows,
             baseline_key=baseline_key,
@@ -174,6 +237,7 @@ class Comparison:
             workload=dict(workload or {}),
             title=title,
             catalogue=catalogue,
+            expected_source=expected_source,
         )
         comparison.apply_ratios()
         return comparison
@@ -226,6 +290,11 @@ class Comparison:
                 step_p90=row.step_p90,
                 mfu=row.mfu,
                 device_name=row.device_name,
+                time_kind=row.time_kind,
+                step_low=row.step_low,
+                step_high=row.step_high,
+                bound_seconds=row.bound_seconds,
+                token_budget=row.token_budget,
             )
             rows.append(rebuilt)
         return Comparison.from_rows(
@@ -235,6 +304,7 @@ class Comparison:
             price=price,
             workload=self.workload,
             title=self.title,
+            expected_source=self.expected_source,
         )
 
     # -- prices ------------------------------------------------------------------------------
@@ -278,6 +348,7 @@ class Comparison:
             "baseline_key": self.baseline_key,
             "prices_used": self.prices_used,
             "workload": self.workload,
+            "expected_source": self.expected_source,
             "rows": [r.to_dict() for r in self.rows],
         }
 

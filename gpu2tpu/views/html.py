@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .format import format_bytes, format_seconds
-from .table import columns
+from .table import columns, step_range
 
 if TYPE_CHECKING:
     from gpu2tpu.pricing.compare import Comparison, ComparisonRow
@@ -31,14 +31,14 @@ SOURCE_MEANING = {
     "measured": "timed here",
     "baseline": "timed earlier on another machine (baseline file)",
     "compiled": "compiler figures for the chip (forecast)",
-    "estimated": "roofline estimate from the measured run",
+    "estimated": "expected from the measured run and the published-runs fit",
 }
 # What an estimated row is when the only measurement is a CPU run, and why it says little.
 SIZING_ONLY = (
-    "for sizing only: a roofline on the step's FLOPs and bytes counted on the CPU, scaled by "
-    "the CPU run's efficiency; a CPU fuses, caches and schedules differently from a TPU, so "
-    "this says what the step needs, not how fast a TPU runs it (gpu2tpu.forecast compiles "
-    "it for the TPU)"
+    "for sizing only: the step's FLOPs counted on the CPU, at the utilisation published runs "
+    "reach on the chip (the CPU run's own speed says nothing about a TPU); a TPU compile "
+    "fuses and schedules differently, so this says what the step needs, not how fast a TPU "
+    "runs it (gpu2tpu.forecast compiles it for the TPU)"
 )
 # Below this, a roofline step time is a lower bound: per-step launch and dispatch costs
 # (tens of microseconds on any accelerator) are not in it.
@@ -48,8 +48,8 @@ LOWER_BOUND_NOTE = (
     "dominate; read the time as a lower bound"
 )
 
-# The table puts p10-p90 on a second line, so its header is shorter than the text one.
-HTML_HEADERS = {"step_seconds": "Step p50"}
+# The table puts p10-p90 (or the expected range) on a second line, so its header is shorter.
+HTML_HEADERS = {"step_seconds": "Step"}
 # Bars switch to a log scale when the longest is this many times the shortest (a CPU dry
 # run next to TPU estimates), so that every bar stays readable.
 LOG_BARS_ABOVE = 100
@@ -129,6 +129,7 @@ def money_format(values: Sequence[float | None]) -> Any:
 def _lower_bound(row: ComparisonRow) -> bool:
     return (
         row.source in ("compiled", "estimated")
+        and row.time_kind == "bound"
         and row.step_seconds is not None
         and row.step_seconds < LOWER_BOUND_SECONDS
     )
@@ -159,7 +160,9 @@ def table_html(comparison: Comparison, meanings: Mapping[str, str] | None = None
     )
     rows = comparison.rows
     step = seconds_format(
-        [r.step_seconds for r in rows] + [r.step_p10 for r in rows] + [r.step_p90 for r in rows]
+        [r.step_seconds for r in rows]
+        + [v for r in rows for v in step_range(r)]
+        + [r.bound_seconds for r in rows]
     )
     sizing = sizing_only(comparison)
     body = []
@@ -183,12 +186,16 @@ def table_html(comparison: Comparison, meanings: Mapping[str, str] | None = None
                 shown = ("≥ " if bound else "") + step(row.step_seconds)
                 title = f' title="{_e(LOWER_BOUND_NOTE)}"' if bound else ""
                 spread = ""
-                if row.step_p10 is not None and row.step_p90 is not None:
+                low, high = step_range(row)
+                if low is not None and high is not None:
+                    label = "range" if row.time_kind == "expected" else "p10–p90"
                     spread = (
-                        f'<br><span class="g2t-small">p10–p90 {_e(step(row.step_p10))}–'
-                        f"{_e(step(row.step_p90))}</span>"
+                        f'<br><span class="g2t-small">{label} {_e(step(low))}–'
+                        f"{_e(step(high))}</span>"
                     )
                 cells.append(f"<td{title}>{_e(shown)}{spread}</td>")
+            elif c.key == "bound_seconds":
+                cells.append(f"<td>{_e(step(row.bound_seconds))}</td>")
             elif c.key.startswith("cost_per") or c.key == "price_per_hour":
                 money = money_format([c.value(r) for r in rows])
                 cells.append(f"<td>{_e(money(c.value(row)))}</td>")
@@ -269,11 +276,13 @@ def legend_html(comparison: Comparison, meanings: Mapping[str, str] | None = Non
     the marks the table uses."""
     meaning = {**SOURCE_MEANING, **(meanings or {})}
     if sizing_only(comparison) and "estimated" not in (meanings or {}):
-        meaning["estimated"] = f"roofline estimate from the CPU run, {SIZING_ONLY}"
+        meaning["estimated"] = f"expected from the CPU run's counted FLOPs, {SIZING_ONLY}"
     sources = list(dict.fromkeys(r.source for r in comparison.rows))
     parts = [f"{badge(s, meaning)} {_e(meaning.get(s, s))}" for s in sources]
     if any(_lower_bound(r) for r in comparison.rows):
         parts.append(_e(LOWER_BOUND_NOTE))
+    if comparison.expected_source:
+        parts.append(_e(comparison.expected_source))
     return '<p class="g2t-note">' + "<br>".join(parts) + "</p>"
 
 
@@ -435,10 +444,18 @@ def warnings_html(details: Mapping[str, Any] | None) -> str:
     return "".join(f'<div class="g2t-warn">{_e(b)}</div>' for b in boxes)
 
 
+def expected_html(comparison: Comparison) -> str:
+    """The one line about expected figures (where from, how sure), or nothing."""
+    if not comparison.expected_source:
+        return ""
+    return f'<p class="g2t-note g2t-expected">{_e(comparison.expected_source)}</p>'
+
+
 def header_html(comparison: Comparison) -> str:
     return (
         f"<h3>{_e(comparison.title)}</h3>"
         f'<p class="g2t-note g2t-prices">{_e(comparison.prices_summary())}</p>'
+        f"{expected_html(comparison)}"
     )
 
 
@@ -458,12 +475,12 @@ def static_html(
 
 FORECAST_MEANING = {
     "compiled": (
-        "libtpu compiled the step for this chip here (no TPU ran): a roofline on the "
-        "compiler's FLOPs and bytes"
+        "libtpu compiled the step for this chip here (no TPU ran): the expected time on the "
+        "compiler's FLOPs, with the roofline bound beside it"
     ),
     "estimated": (
-        "a roofline on the FLOPs and bytes compiled for a TPU target, at this GPU's peaks; "
-        "not a CUDA measurement"
+        "the FLOPs and bytes compiled for a TPU target, at the utilisation published runs reach "
+        "on this GPU; not a CUDA measurement"
     ),
 }
 STATUS_COLOURS = {
@@ -494,11 +511,14 @@ def forecast_targets_html(forecast: Any) -> str:
     """Per TPU target: status, memory against usable HBM, fit, largest batch, bound, the
     roofline step and the compile time (from `Forecast.summary_rows()`)."""
     rows = forecast.summary_rows()
-    step = seconds_format([r.get("step_seconds") for r in rows])
+    step = seconds_format(
+        [r.get(k) for r in rows for k in ("step_seconds", "expected_seconds", "expected_low")]
+    )
     head = (
         '<tr><th class="g2t-left">Target</th><th class="g2t-left">Status</th>'
         '<th class="g2t-left">Memory per chip / usable HBM</th><th>Fits</th>'
-        "<th>Largest batch</th><th>Bound</th><th>Step (roofline)</th><th>Compile</th></tr>"
+        "<th>Largest batch</th><th>Bound</th><th>Expected step</th><th>Roofline bound</th>"
+        "<th>Compile</th></tr>"
     )
     body = []
     for r in rows:
@@ -532,6 +552,7 @@ def forecast_targets_html(forecast: Any) -> str:
             f'<td class="g2t-left">{memory}</td>'
             f"<td>{'—' if fits is None else ('yes' if fits else 'no')}</td>"
             f"<td>{batch}</td><td>{_e(r.get('bound') or '—')}</td>"
+            f"<td>{_e(_expected_cell(r, step))}</td>"
             f"<td{title}>{_e(step_text)}</td><td>{_e(compile_text)}</td></tr>"
         )
     note = ""
@@ -545,6 +566,15 @@ def forecast_targets_html(forecast: Any) -> str:
     return (
         '<h3>TPU targets</h3><div class="g2t-scroll"><table class="g2t-table g2t-targets">'
         f"<thead>{head}</thead><tbody>{''.join(body)}</tbody></table></div>{note}"
+    )
+
+
+def _expected_cell(row: Mapping[str, Any], step: Any) -> str:
+    if row.get("expected_seconds") is None:
+        return "—"
+    return (
+        f"{step(row['expected_seconds'])} ({step(row.get('expected_low'))}–"
+        f"{step(row.get('expected_high'))})"
     )
 
 
@@ -562,6 +592,7 @@ def forecast_header_html(forecast: Any, comparison: Comparison) -> str:
         f"{_e(getattr(forecast, 'dtype', ''))}: compiled for each TPU target with libtpu on "
         "this machine; no TPU ran.</p>"
         f'<p class="g2t-note g2t-prices">{_e(comparison.prices_summary())}</p>'
+        f"{expected_html(comparison)}"
     )
 
 

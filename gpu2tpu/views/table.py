@@ -45,9 +45,14 @@ class Column:
             return row.source
         if self.key == "step_seconds":
             text = format_seconds(value)
-            if row.step_p10 is not None and row.step_p90 is not None and value is not None:
-                text += f" ({format_seconds(row.step_p10)}–{format_seconds(row.step_p90)})"
+            low, high = step_range(row)
+            if low is not None and high is not None and value is not None:
+                text += f" ({format_seconds(low)}–{format_seconds(high)})"
             return text
+        if self.key == "bound_seconds":
+            return format_seconds(value)
+        if self.key == "time_kind":
+            return "—" if value is None else str(value)
         if self.key in ("samples_per_s", "tokens_per_s"):
             return format_rate(value)
         if self.key.startswith("cost_per") or self.key == "price_per_hour":
@@ -63,10 +68,19 @@ class Column:
         return "—" if value is None else str(value)
 
 
+def step_range(row: ComparisonRow) -> tuple[float | None, float | None]:
+    """A row's step range: p10-p90 of timed steps, or the expected time's range."""
+    if row.time_kind == "expected":
+        return row.step_low, row.step_high
+    return row.step_p10, row.step_p90
+
+
 COLUMNS: Sequence[Column] = (
     Column("device", "Device", always=True),
     Column("source", "Source", always=True),
-    Column("step_seconds", "Step p50 (p10–p90)", always=True),
+    Column("time_kind", "Step is", always=True),
+    Column("step_seconds", "Step (p10–p90 or range)", always=True),
+    Column("bound_seconds", "Roofline bound"),
     Column("samples_per_s", "Samples/s"),
     Column("tokens_per_s", "Tokens/s"),
     Column("price_per_hour", "$/hour"),
@@ -120,6 +134,8 @@ def comparison_text(comparison: Comparison) -> str:
     if comparison.baseline_key:
         lines.append(f"Ratios are against {comparison.baseline_key}.")
     lines.append(comparison.prices_summary())
+    if comparison.expected_source:
+        lines.append(comparison.expected_source)
     notes = [f"  {r.label} ({r.source}): {r.note}" for r in comparison.rows if r.note]
     if notes:
         lines.append("Notes:")
@@ -133,6 +149,8 @@ def comparison_rich(comparison: Comparison) -> Any:
 
     headers, body = table_cells(comparison)
     caption = comparison.prices_summary()
+    if comparison.expected_source:
+        caption += " " + comparison.expected_source
     if comparison.baseline_key:
         caption = f"Ratios are against {comparison.baseline_key}. " + caption
     table = Table(title=comparison.title, caption=caption, caption_justify="left")
