@@ -1,4 +1,5 @@
-# Two commands for a new user: `make demo` and `make test`. Both create .venv when missing.
+# Two commands for a new user: `make demo` and `make test` (the fast tier); `make test-all` runs
+# everything, as CI does. Each creates .venv when missing.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,15 @@ DEPS_STAMP := $(VENV)/.deps-$(LOCK_HASH)
 SRC_STAMP := $(VENV)/.src-$(shell printf '%s' "$(CURDIR)" | sha256sum | cut -c1-16)
 HTML_MANAGER := tests/browser/node_modules/@jupyter-widgets/html-manager/dist/embed.js
 
-.PHONY: install test lint demo browser-deps bench clean lock install-xla test-xla lock-xla corpus tpu-env
+.PHONY: install test test-all test-fast lint demo browser-deps bench clean lock install-xla test-xla lock-xla corpus tpu-env
+.PHONY: _test-fast-main _test-fast-torchax _test-all-main _test-all-torchax
+
+# Tests run with their bytecode cached: where the shell sets PYTHONDONTWRITEBYTECODE, every run
+# (and every xdist worker) would compile the tests' assertion rewrites and gpu2tpu anew.
+unexport PYTHONDONTWRITEBYTECODE
+# pytest-xdist workers for the parallel runs ("auto": one per core).
+JOBS ?= auto
+PYTEST := $(BIN)/python -m pytest -q
 
 $(DEPS_STAMP): $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,7 +58,7 @@ install-xla: $(XLA_SRC_STAMP)
 
 # Only the `xla` tests run here (the main run deselects them with -m "not xla").
 test-xla: install-xla
-	PJRT_DEVICE=CPU $(XLA_BIN)/python -m pytest -q -m xla tests/xla
+	PJRT_DEVICE=CPU $(XLA_BIN)/python -m pytest -q -m xla -n $(JOBS) tests/xla
 
 lock-xla:
 	rm -rf /tmp/gpu2tpu-lock-xla && $(PYTHON) -m venv /tmp/gpu2tpu-lock-xla
@@ -86,8 +95,35 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: install browser-deps lint test-xla tpu-env corpus
-	$(BIN)/python -m pytest -q
+# The two tiers. Tests marked `torchax` import torchax's environment, which makes "jax" torch's
+# accelerator for the rest of their process: they run in a pytest process of their own, beside
+# the parallel (xdist) run of the others. `-O` prints each run's output whole when it ends.
+
+# The fast tier: lint and every test not marked `slow`, in parallel (about 5 min here).
+test: install lint
+	@$(MAKE) --no-print-directory -j2 -O _test-fast-main _test-fast-torchax
+
+_test-fast-main:
+	$(PYTEST) -m "not slow and not torchax" -n $(JOBS)
+
+_test-fast-torchax:
+	$(PYTEST) -m "not slow and torchax"
+
+# Everything: the fast tier, the slow tests (real environments built from the registries, the
+# PyPI corpus, torch's sources, Jupyter kernels, the browser, TPU compiles), the TorchTPU
+# contract and the XLA environment's tests, the three runs side by side.
+test-all: install lint browser-deps tpu-env corpus install-xla
+	@$(MAKE) --no-print-directory -j3 -O _test-all-main _test-all-torchax test-xla
+
+_test-all-main:
+	$(PYTEST) -m "not torchax" -n $(JOBS)
+
+_test-all-torchax:
+	$(PYTEST) -m torchax
+
+# A developer's inner loop (CONTRIBUTING.md): the codemod's tests that need no subprocess.
+test-fast: install
+	$(PYTEST) -n $(JOBS) tests/test_rule_fixtures.py tests/test_analysis.py tests/test_verify.py tests/test_statement_level.py -m "not slow"
 
 demo: install
 	$(BIN)/python -m gpu2tpu.demo

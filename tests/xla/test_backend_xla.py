@@ -126,9 +126,11 @@ def test_the_standin_metrics_answer_in_the_real_shape() -> None:
     import torch_xla
     import torch_xla.debug.metrics as met
 
-    (torch.ones(2, device=torch_xla.device()) + 1).sum()
+    # Kept alive, so that the sync has a graph to compile even as the process's first test.
+    kept = (torch.ones(2, device=torch_xla.device()) + 1).sum()
     torch_xla.sync()
     real = met.metric_data("CompileTime")
+    assert kept.item() == 4
     fake = _load_standin("torch_xla.debug.metrics").metric_data("CompileTime")
     assert len(real) == len(fake) == 3
     assert [type(v) for v in real[:2]] == [int, float] == [type(v) for v in fake[:2]]
