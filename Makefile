@@ -58,7 +58,7 @@ install-xla: $(XLA_SRC_STAMP)
 
 # Only the `xla` tests run here (the main run deselects them with -m "not xla").
 test-xla: install-xla
-	PJRT_DEVICE=CPU $(XLA_BIN)/python -m pytest -q -m xla -n $(JOBS) tests/xla
+	PJRT_DEVICE=CPU $(XLA_BIN)/python -m pytest -q -m xla -n $(JOBS) --dist loadgroup tests/xla
 
 lock-xla:
 	rm -rf /tmp/gpu2tpu-lock-xla && $(PYTHON) -m venv /tmp/gpu2tpu-lock-xla
@@ -104,7 +104,7 @@ test: install lint
 	@$(MAKE) --no-print-directory -j2 -O _test-fast-main _test-fast-torchax
 
 _test-fast-main:
-	$(PYTEST) -m "not slow and not torchax" -n $(JOBS)
+	$(PYTEST) -m "not slow and not torchax" -n $(JOBS) --dist loadgroup
 
 _test-fast-torchax:
 	$(PYTEST) -m "not slow and torchax"
@@ -116,14 +116,14 @@ test-all: install lint browser-deps tpu-env corpus install-xla
 	@$(MAKE) --no-print-directory -j3 -O _test-all-main _test-all-torchax test-xla
 
 _test-all-main:
-	$(PYTEST) -m "not torchax" -n $(JOBS)
+	$(PYTEST) -m "not torchax" -n $(JOBS) --dist loadgroup
 
 _test-all-torchax:
-	$(PYTEST) -m torchax
+	$(PYTEST) -m torchax -n $(JOBS) --dist loadgroup
 
 # A developer's inner loop (CONTRIBUTING.md): the codemod's tests that need no subprocess.
 test-fast: install
-	$(PYTEST) -n $(JOBS) tests/test_rule_fixtures.py tests/test_analysis.py tests/test_verify.py tests/test_statement_level.py -m "not slow"
+	$(PYTEST) -n $(JOBS) --dist loadgroup tests/test_rule_fixtures.py tests/test_analysis.py tests/test_verify.py tests/test_statement_level.py -m "not slow"
 
 demo: install
 	$(BIN)/python -m gpu2tpu.demo

@@ -23,7 +23,9 @@ from gpu2tpu.forecasting.optimizers import UnsupportedOptimizer, plan_optimizer,
 
 # These tests call the compile path in this process too: torchax, once imported, makes
 # "jax" torch's accelerator for the rest of the process, so they run last (conftest.py).
-pytestmark = pytest.mark.torchax
+# In `make test-all` the torchax tests run on two xdist workers: this module is one unit, sent
+# last (conftest.py sorts it last), so that nothing runs after it in its worker.
+pytestmark = [pytest.mark.torchax, pytest.mark.xdist_group("forecast")]
 
 
 def _extra_reason() -> str | None:

@@ -38,7 +38,8 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Kernels run side by side, at most this many at once (two shared cores).
 PARALLEL_KERNELS = 3
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs the module: its kernels are started once, in the module's fixture.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("kernels")]
 
 
 def _env() -> dict[str, str]:

@@ -134,6 +134,9 @@ def test_cli_new_takes_options_first(tmp_path: Path, cli) -> None:  # type: igno
 # Runs a template's first code cell in a fresh IPython shell in which gpu2tpu and torch are
 # not installed (as on a new Colab runtime), with `%pip` recorded instead of run, and prints
 # what `%pip` was asked to do. argv: the cell's source, then "tpu" to show a TPU on the bus.
+# One xdist worker runs the module: the templates' kernels run once, in the module's fixture.
+pytestmark = pytest.mark.xdist_group("templates")
+
 FRESH_RUNTIME = """
 import glob, json, os, sys, tempfile
 from IPython.core.interactiveshell import InteractiveShell

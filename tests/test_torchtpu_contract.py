@@ -27,7 +27,8 @@ from standins.metadata import TORCH_TPU_020
 from torchtpu_env import LOCK, ROOT, ensure_site, environ
 from torchtpu_probe import STARTUP_DONE
 
-pytestmark = [pytest.mark.torchtpu, pytest.mark.slow]
+# One xdist worker runs the module: its TorchTPU processes are started once, in module fixtures.
+pytestmark = [pytest.mark.torchtpu, pytest.mark.slow, pytest.mark.xdist_group("torchtpu")]
 
 PROBE = Path(__file__).resolve().parent / "torchtpu_probe.py"
 NO_CHIP = "torch_tpu is installed but found no TPU chip on this machine"

@@ -26,6 +26,8 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+# One xdist worker runs the module: the browser starts once, in the module's fixture.
+pytestmark = pytest.mark.xdist_group("browser")
 BROWSER_DIR = ROOT / "tests" / "browser"
 DIST = BROWSER_DIR / "node_modules" / "@jupyter-widgets" / "html-manager" / "dist"
 ARTIFACTS = ROOT / "tests" / "artifacts"

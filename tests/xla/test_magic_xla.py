@@ -27,7 +27,8 @@ GPT_ARGV = ["train_gpt.py", "--compile=False", "--max_iters=3", "--eval_interval
 GPT_ARGV += ["--dtype='float32'", "--eval_iters=1", "--n_layer=1", "--n_embd=32", "--n_head=2"]
 GPT_ARGV += ["--block_size=16", "--batch_size=4", "--gradient_accumulation_steps=1"]
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs the module: its kernels are started once, in the module's fixture.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("xla-notebooks")]
 
 TRAINING_CELL = """%%tpu --backend xla
 import torch
