@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.torchax, pytest.mark.xdist_group("forecast")]
 
 def _extra_reason() -> str | None:
     try:
-        aot.forecast_versions()
+        aot.forecast_versions(import_torchax=False)  # collection must not start JAX (forks later)
     except aot.ForecastUnavailable as exc:
         return str(exc)
     return None
