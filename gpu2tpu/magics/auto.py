@@ -34,6 +34,7 @@ from .cells import (
     remap_positions,
     replace_stale_devices,
     say,
+    show_user_frames,
 )
 
 if TYPE_CHECKING:
@@ -195,7 +196,8 @@ class AutoMode:
     # -- errors ------------------------------------------------------------------------------------
 
     def _wrap_showtraceback(self) -> None:
-        original = self.shell.showtraceback
+        shell = self.shell
+        original = shell.showtraceback
         runner, backend = self.runner, self.backend
 
         def showtraceback(exc_tuple: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -204,6 +206,7 @@ class AutoMode:
                 cells = runner.recent.values()
                 if _passes_through(error, {c.filename for c in cells}):
                     add_notes(error, cells, backend)
+                    show_user_frames(error, shell)
             return original(exc_tuple, *args, **kwargs)
 
         showtraceback.gpu2tpu_original = original  # type: ignore[attr-defined]

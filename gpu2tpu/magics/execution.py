@@ -46,8 +46,9 @@ from .cells import (
     replace_stale_devices,
     say,
     show_cell_syntax_error,
+    show_user_frames,
 )
-from .forecasts import ForecastMemory
+from .forecasts import FORECAST_INPUTS, ForecastMemory, describe, optimizer_mismatch
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -432,7 +433,8 @@ class TPUMagics(Magics):
         return result
 
     def _runner_for(self, prepared: PreparedCell, backend: Backend) -> Callable[[], Any]:
-        namespace = self.shell.user_ns
+        shell = self.shell
+        namespace = shell.user_ns
         runner = self.runner
 
         def run() -> Any:
@@ -445,6 +447,7 @@ class TPUMagics(Magics):
                     return value
             except Exception as err:
                 add_notes(err, runner.recent.values(), backend)
+                show_user_frames(err, shell)
                 raise
 
         return run
@@ -454,15 +457,21 @@ class TPUMagics(Magics):
         from IPython.display import display
 
         from ..readiness.dryrun import DryRunDetector
+        from ..readiness.user_code import UserCode, cell_labels
 
         history = self.runner.dry_run_history(prepared.rewritten)
-        detector = DryRunDetector({prepared.filename}, label=label, history=history)
+        # Calls into functions of earlier cells and local modules are followed.
+        user_code = UserCode(cell_labels(self.shell))
+        detector = DryRunDetector(
+            {prepared.filename}, label=label, history=history, user_code=user_code
+        )
         ns = self.shell.user_ns
         try:
             with backend.activate(), detector:
                 value = execute(prepared, ns)
         except Exception as err:
             add_notes(err, self.runner.recent.values(), backend)
+            show_user_frames(err, self.shell)
             self.runner.last_report = detector.report(err)
             ns["_tpu_dry_run"] = self.runner.last_report
             raise
@@ -471,7 +480,8 @@ class TPUMagics(Magics):
         ns["_tpu_dry_run"] = report
         if plan.output is not None:
             return self._finish(plan, report)
-        display(report)
+        if not report.empty:  # a cell that only defines functions has nothing to report
+            display(report)
         return value
 
     def _hooked(
@@ -489,36 +499,56 @@ class TPUMagics(Magics):
         from ..forecasting.forecast import forecast_cell
 
         self._say_forecast_inputs(prepared)
+        run()  # the cell runs once; the forecast reads what it left in the namespace
+        namespace = self.shell.user_ns
+        self._check_forecast_optimizer(prepared, namespace)
         result = forecast_cell(
-            run,
+            namespace,
             targets=list(plan.forecast),
             backend=backend,
             source=prepared.rewritten,
             **plan.forecast_options,
         )
-        self.forecasts.remember(self.shell.user_ns.get("model"), result, prepared.number)
+        self.forecasts.remember(namespace.get("model"), result, prepared.number)
         return result
 
     def _say_forecast_inputs(self, prepared: PreparedCell) -> None:
-        """The forecast reads `model` and `batch`: the cell should define them; if it does
-        not, name the earlier values it will use, or stop before anything runs."""
+        """The forecast reads `model`, `batch` and, if they exist, `optimizer`, `loss_fn`,
+        `tokens_per_step` and `dtype`: name each one an earlier cell left (this cell does not
+        define it), or stop before anything runs when a required one is missing."""
         ns = self.shell.user_ns
         lines = []
-        for names, what in ((("model",), "a torch.nn.Module"),
-                            (("batch", "example_batch"), "a pair (inputs, targets)")):  # fmt: skip
+        for names, what, required in FORECAST_INPUTS:
             if any(n in prepared.binds for n in names):
                 continue
             found = next((n for n in names if ns.get(n) is not None), None)
             if found is None:
-                raise UsageError(
-                    f"%%tpu --forecast needs the cell to define `{names[0]}` ({what}); "
-                    f"neither this cell nor an earlier one did"
-                )
+                if required:
+                    raise UsageError(
+                        f"%%tpu --forecast needs the cell to define `{names[0]}` ({what}); "
+                        f"neither this cell nor an earlier one did"
+                    )
+                continue
             lines.append(
-                f"gpu2tpu: --forecast uses `{found}` from an earlier cell: {_describe(ns[found])}"
+                f"gpu2tpu: --forecast uses `{found}` from an earlier cell: {describe(ns[found])}"
             )
         for line in lines:
             print(line)
+
+    def _check_forecast_optimizer(self, prepared: PreparedCell, ns: dict[str, Any]) -> None:
+        """An optimizer that trains another model (one an earlier cell built) stops the
+        forecast before anything is traced, in one line that says how to pass the right one."""
+        optimizer, model = ns.get("optimizer"), ns.get("model")
+        why = optimizer_mismatch(optimizer, model) if optimizer is not None else None
+        if why is None:
+            return
+        origin = "this cell's" if "optimizer" in prepared.binds else "an earlier cell's"
+        kind = type(optimizer).__name__
+        raise UsageError(
+            f"%%tpu --forecast: `optimizer` ({kind}, {origin}) {why} ({describe(model)}); "
+            f"define it in this cell as `optimizer = torch.optim.{kind}(model.parameters(), ...)`"
+            f", or `del optimizer` to forecast with AdamW"
+        )
 
     def _run_nested(
         self, cell: str, backend: Backend, plan: CellPlan, number: int, header: list[str]
@@ -545,6 +575,7 @@ class TPUMagics(Magics):
                 return self.shell.run_cell_magic(inner.name, inner.args, inner.body)
         except Exception as err:
             add_notes(err, (), backend)
+            show_user_frames(err, self.shell)
             raise
 
     @magic_arguments.magic_arguments()
@@ -618,22 +649,6 @@ class TPUMagics(Magics):
             self.auto = None
         if self._owns_custom_exc and self.shell.custom_exceptions == CELL_SYNTAX_ERRORS:
             self.shell.set_custom_exc((), None)
-
-
-def _describe(value: Any) -> str:
-    """A short description of a value the forecast will use."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - the magics need torch to run a cell
-        torch = None  # type: ignore[assignment]
-    if torch is not None and isinstance(value, torch.nn.Module):
-        count = sum(p.numel() for p in value.parameters())
-        return f"{type(value).__name__} ({count:,} parameters)"
-    if isinstance(value, tuple | list):
-        shapes = [tuple(getattr(v, "shape", ())) or type(v).__name__ for v in value]
-        return f"{type(value).__name__} of {', '.join(str(s) for s in shapes)}"
-    shape = getattr(value, "shape", None)
-    return f"{type(value).__name__} {tuple(shape)}" if shape is not None else type(value).__name__
 
 
 def _cell_magic_depth() -> int:
