@@ -140,6 +140,12 @@ def _compile_seconds(backend: Backend) -> float | None:
         return None
 
 
+def _emulated(backend: Backend) -> bool:
+    """Whether the CPU runs the step in place of a TPU: every tensor read then counts as a
+    host sync, as in the dry run (measure/syncs.py)."""
+    return backend.name == "cpu"
+
+
 def _diff(after: Any, before: Any) -> Any:
     return None if after is None or before is None else after - before
 
@@ -160,11 +166,11 @@ def _reset_peak(backend: Backend) -> None:
         backend.reset_peak_memory()
 
 
-def _count_step(step: Callable[[], Any]) -> tuple[StepCount | None, str | None]:
+def _count_step(step: Callable[[], Any], backend: Backend) -> tuple[StepCount | None, str | None]:
     from .flops import count_step
 
     try:
-        return count_step(step), None
+        return count_step(step, emulated=_emulated(backend)), None
     except Exception as exc:  # counting is best-effort; the timed steps still run the step
         return None, f"FLOPs were not counted ({type(exc).__name__}: {exc})."
 
@@ -262,7 +268,7 @@ def measure(
 
     count = None
     if count_flops:
-        count, why = _count_step(step)
+        count, why = _count_step(step, backend)
         if why:
             notes.append(why)
         backend.synchronize()
@@ -273,7 +279,7 @@ def measure(
     if count_syncs:
         from .flops import HostSyncCounter
 
-        sync_counter = HostSyncCounter()
+        sync_counter = HostSyncCounter(emulated=_emulated(backend))
         sync_counter.__enter__()
     try:
         timer.reset()
@@ -453,7 +459,7 @@ class Profiler:
         if self.count_flops:
             from .flops import StepCounter
 
-            self._counter = StepCounter()
+            self._counter = StepCounter(emulated=_emulated(self.backend))
             self._counter.__enter__()
         else:
             self._c1, self._s1 = _count(self.backend), _compile_seconds(self.backend)

@@ -341,10 +341,12 @@ class DryRunDetector(TorchDispatchMode):
     and the Python files under the working directory) are followed: an op is attributed to
     the innermost frame of the user's code, and to the line of `filenames` that called it.
 
-    A site's ops run in "runs": a run ends when another site runs ops, when the code that
-    drives the model (the user's frames outside any nn.Module call) starts a new call, or
-    when it goes round a loop after a backward pass or an optimizer step. A site's first run
-    is its warm-up; shapes, op counts and exponents new in a later run are new graphs.
+    Ops run in "runs", decided by the code that drives the model (the user's frames outside
+    any nn.Module call): a run ends when another driving line runs ops, when the outermost
+    driving frame is a new call (a step function called again), or when a driving frame goes
+    round a loop after a backward pass or an optimizer step. The ops of a model belong to the
+    run of the line that called it. A site's first run is its warm-up; shapes, op counts and
+    exponents new in a later run are new graphs.
     """
 
     def __init__(
@@ -364,8 +366,8 @@ class DryRunDetector(TorchDispatchMode):
         self.found: dict[tuple[HazardKind, Site | None], Hazard] = {}
         self._started = 0.0
         self.seconds = 0.0
-        self._last_site: Site | None = None
-        self._entry: Counter[str] = Counter()  # op counts of the current run of _last_site
+        self._anchor: Site | None = None  # the driving line of the current run
+        self._run_counts: dict[Site, Counter[str]] = {}  # op counts per site in the current run
         self._bf16_autocast = False
         self._scaler_syncs: dict[int | None, int] = {}
         self._reads = HostReads(self._on_read, emulated=True, user_files=_UserFiles(self))
@@ -376,10 +378,12 @@ class DryRunDetector(TorchDispatchMode):
 
     # -- attribution -----------------------------------------------------------------------------
 
-    def _locate(self, frame: Any) -> tuple[Site | None, int | None, bool]:
+    def _locate(self, frame: Any) -> tuple[Site | None, int | None, bool, Site | None]:
         """Walk up from `frame`: the user's site of the op, the line of the code being dry-run
-        that led there, and whether the DataLoader ran it (its collate and sampler work on
-        the host, on a TPU too: no graph, no shape). Notes run boundaries on the way."""
+        that led there, whether the DataLoader ran it (its collate and sampler work on the
+        host, on a TPU too: no graph, no shape), and the driving line (the innermost user
+        line outside any nn.Module call: the op's site, or the line that called the model).
+        Notes run boundaries on the way."""
         names = self.filenames
         label = self.user_code.label
         stop = self._stop
@@ -407,11 +411,13 @@ class DryRunDetector(TorchDispatchMode):
                 elif not stepping and any(part in filename for part in _STEP_PATHS):
                     stepping = True
             frame = frame.f_back
+        anchor = None
         if site is not None:
             self._note_drivers(drivers)
             if stepping:
                 self._stepped = True
-        return site, line, loader
+            anchor = (drivers[0].f_code.co_filename, drivers[0].f_lineno) if drivers else site
+        return site, line, loader, anchor
 
     def _note_drivers(self, drivers: list[Any]) -> None:
         """A new run starts when the outermost driving frame is a new call (a step function
@@ -433,7 +439,7 @@ class DryRunDetector(TorchDispatchMode):
             self._stepped = False
 
     def _on_read(self, cause: str, frame: Any, origin: str | None) -> None:
-        site, line, _ = self._locate(frame)
+        site, line, _, _ = self._locate(frame)
         if origin == "scaler":
             self._scaler_syncs[line] = self._scaler_syncs.get(line, 0) + 1
             cause = "GradScaler reads found_inf on the host"
@@ -474,7 +480,7 @@ class DryRunDetector(TorchDispatchMode):
         overloads[overload] = overloads.get(overload, 0) + 1
         if kind == HOST_READ:
             reads.op_read(info, args, kwargs or {})
-        site, line, host_side = self._locate(sys._getframe(1))
+        site, line, host_side, anchor = self._locate(sys._getframe(1))
         lines = self.ops.get(name)
         if lines is None:
             lines = self.ops[name] = Counter()
@@ -502,9 +508,14 @@ class DryRunDetector(TorchDispatchMode):
             self._bf16_autocast = True
 
         if site is not None and not host_side:
-            if site != self._last_site or self._new_run:
-                self._enter(site, line)
-            self._entry[name] += 1
+            if anchor != self._anchor or self._new_run:
+                self._start_run(anchor)
+            counts = self._run_counts.get(site)
+            if counts is None:
+                counts = self._run_counts[site] = Counter()
+                self.history.entries[site] += 1
+                self.history.call_lines.setdefault(site, line)
+            counts[name] += 1
             sig = tuple([a.shape for a in args if isinstance(a, torch.Tensor)])
             if not sig and isinstance(out, torch.Tensor):
                 sig = (out.shape,)  # a factory (randn, zeros, arange): its output's shape
@@ -514,30 +525,32 @@ class DryRunDetector(TorchDispatchMode):
                 self._note_scalars(site, name, tuple(a for a in args[1:] if _is_number(a)))
         return out
 
-    def _enter(self, site: Site, line: int | None) -> None:
-        """A new run of ops from `site` starts: close the previous site's run first."""
-        self._close_entry()
-        self._new_run = False
-        self._last_site = site
-        self.history.entries[site] += 1
-        self.history.call_lines.setdefault(site, line)
+    def _start_run(self, anchor: Site | None) -> None:
+        """A new run starts at the driving line `anchor`: close the previous run first.
 
-    def _close_entry(self) -> None:
-        """Compare the run that ends with the site's previous run, from its second run on.
+        Ops of the model that line calls belong to the line's run, so that the layers of a
+        model (of different widths, called in a loop in `forward`) are one run; a driving
+        line that another follows, or that a loop comes back to after a step, starts another.
+        """
+        self._close_run()
+        self._new_run = False
+        self._anchor = anchor
+
+    def _close_run(self) -> None:
+        """Compare each site's op counts in the run that ends with its previous run's, from
+        its second run on.
 
         A site's first run is its warm-up (an optimizer creates its state there, XLA compiles
         the first steps anyway); after that, a run with other op counts is a new graph.
         """
-        site, counts = self._last_site, self._entry
-        self._entry = Counter()
-        if site is None or not counts:
-            return
         history = self.history
-        before = history.op_counts.get(site)
-        history.op_counts[site] = counts
-        if before is not None and history.entries[site] > 2 and before != counts:
-            changes = history.count_changes.setdefault(site, [])
-            changes.append((sum(before.values()), sum(counts.values())))
+        for site, counts in self._run_counts.items():
+            before = history.op_counts.get(site)
+            history.op_counts[site] = counts
+            if before is not None and history.entries[site] > 2 and before != counts:
+                changes = history.count_changes.setdefault(site, [])
+                changes.append((sum(before.values()), sum(counts.values())))
+        self._run_counts = {}
 
     def _note_shapes(self, site: Site, name: str, sig: tuple[Any, ...]) -> None:
         """Remember the input shapes `name` ran on from `site`.
@@ -601,8 +614,8 @@ class DryRunDetector(TorchDispatchMode):
     # -- results -----------------------------------------------------------------------------------
 
     def report(self, error: BaseException | None = None) -> DryRunReport:
-        self._close_entry()
-        self._last_site = None
+        self._close_run()
+        self._anchor = None
         hazards = list(self.found.values())
         filename = next(iter(self.filenames), None)
         history = self.history
