@@ -29,6 +29,7 @@ from .cells import (
     PreparedCell,
     add_notes,
     cell_map,
+    diff_text,
     leading_blank_lines,
     problem_lines,
     remap_positions,
@@ -82,13 +83,62 @@ class _CellPositions(ast.NodeTransformer):
         return node
 
 
+# How many cells `%tpu_auto log` remembers.
+_LOG_LIMIT = 256
+
+
+@dataclass
+class _Ran:
+    number: int
+    written: str
+    rewritten: str | None  # None: not looked at (no CUDA token, or a %%tpu cell)
+    backend: str
+
+
+class AutoLog:
+    """What auto mode ran for each cell, newest last: `%tpu_auto log` prints it, so the
+    silent edits can be read after the fact (`%tpu_auto on --show-diff` prints them live)."""
+
+    def __init__(self) -> None:
+        self.cells: list[_Ran] = []
+
+    def add(self, number: int, written: str, rewritten: str | None, backend: str) -> None:
+        self.cells = [c for c in self.cells if c.number != number][-_LOG_LIMIT + 1 :]
+        self.cells.append(_Ran(number, written, rewritten, backend))
+
+    def text(self) -> str:
+        if not self.cells:
+            return "gpu2tpu: auto mode has run no cell yet (`%tpu_auto on` starts it)\n"
+        changed = [c for c in self.cells if c.rewritten is not None and c.rewritten != c.written]
+        out = [
+            f"gpu2tpu: auto mode ran {len(self.cells)} cell{'s' * (len(self.cells) != 1)}; "
+            f"{len(changed)} rewritten" + (":\n" if changed else ", the others as written\n")
+        ]
+        for c in changed:
+            out.append(diff_text(c.written, c.rewritten or "", f"In[{c.number}]", c.backend))
+        same = [f"In[{c.number}]" for c in self.cells if c not in changed]
+        if changed and same:
+            out.append(f"as written: {', '.join(same)}\n")
+        return "".join(out)
+
+
 class AutoMode:
     """The hooks of `%tpu_auto on` for one shell and backend."""
 
-    def __init__(self, shell: InteractiveShell, runner: CellRunner, backend: Backend) -> None:
+    def __init__(
+        self,
+        shell: InteractiveShell,
+        runner: CellRunner,
+        backend: Backend,
+        *,
+        show_diff: bool = False,
+        log: AutoLog | None = None,
+    ) -> None:
         self.shell = shell
         self.runner = runner
         self.backend = backend
+        self.show_diff = show_diff
+        self.log = log if log is not None else AutoLog()
         self._stack: ExitStack | None = None
         self._depth = 0  # run_cell nesting (%%capture runs its body as a cell)
         self._pending: _Pending | None = None
@@ -169,9 +219,15 @@ class AutoMode:
         if self._depth > 1:
             return
         self._raw_cell = getattr(info, "raw_cell", None)
-        if self._pending is not None:  # ipykernel transforms a cell twice: say it once, here
-            say(problem_lines(self._pending.rewrite))
-            self.runner.run_imports(self._pending.rewrite)
+        pending = self._pending
+        if pending is not None:  # ipykernel transforms a cell twice: say it once, here
+            say(problem_lines(pending.rewrite))
+            self.runner.run_imports(pending.rewrite)
+            rewritten = pending.rewrite.new_source if pending.rewrite is not None else None
+            self.log.add(pending.number, pending.written, rewritten, self.backend.name)
+            if self.show_diff and rewritten is not None and rewritten != pending.written:
+                label = f"In[{pending.number}]"
+                sys.stdout.write(diff_text(pending.written, rewritten, label, self.backend.name))
         transformed = getattr(info, "transformed_cell", None)  # IPython 8.22+: what compiles
         if self._pending is not None and isinstance(transformed, str):
             self._pending.python = transformed

@@ -557,6 +557,18 @@ def add_notes(
             error.add_note(note)
 
 
+def diff_text(written: str, rewritten: str, label: str, backend: str) -> str:
+    """A unified diff of the cell as written and as it runs on `backend` (its name)."""
+    lines = difflib.unified_diff(
+        written.splitlines(keepends=True),
+        rewritten.splitlines(keepends=True),
+        fromfile=f"{label} (as written)",
+        tofile=f"{label} (as run on {backend})",
+    )
+    text = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    return text or f"{label}: nothing to rewrite\n"
+
+
 # -- tracebacks with the user's frames only ----------------------------------------------------------
 
 _SITE_PARTS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")

@@ -12,7 +12,6 @@ with a note saying what a rewritten line really ran.
 from __future__ import annotations
 
 import ast
-import difflib
 import functools
 import sys
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from ..backends import (
     get_backend,
 )
 from .arguments import CellPlan, check
+from .auto import AutoLog
 from .cells import (
     CELL_SYNTAX_ERRORS,
     DEVICE_VARIABLE,
@@ -40,6 +40,7 @@ from .cells import (
     add_notes,
     cell_number,
     compile_cell,
+    diff_text,
     execute,
     prior_imports,
     problem_lines,
@@ -230,18 +231,6 @@ class CellRunner:
         return history
 
 
-def diff_text(written: str, rewritten: str, label: str, backend: Backend) -> str:
-    """A unified diff of the cell as written and as it runs."""
-    lines = difflib.unified_diff(
-        written.splitlines(keepends=True),
-        rewritten.splitlines(keepends=True),
-        fromfile=f"{label} (as written)",
-        tofile=f"{label} (as run on {backend.name})",
-    )
-    text = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
-    return text or f"{label}: nothing to rewrite\n"
-
-
 # -- the magics --------------------------------------------------------------------------------
 
 
@@ -278,6 +267,7 @@ class TPUMagics(Magics):
         self.runner = CellRunner(shell)
         self.forecasts = ForecastMemory()  # a later --profile of a forecast model uses them
         self.auto: AutoMode | None = None
+        self.auto_log = AutoLog()  # what auto mode ran, for `%tpu_auto log`
         self._last_reason: str | None = None
         # A syntax error in a %%tpu cell is shown as IPython shows one in a plain cell (no
         # stack), through the shell's custom-exception slot, if no one else uses it.
@@ -418,7 +408,7 @@ class TPUMagics(Magics):
         )
         label = f"In[{number}]"
         if plan.show_diff:
-            sys.stdout.write(diff_text(prepared.written, prepared.rewritten, label, backend))
+            sys.stdout.write(diff_text(prepared.written, prepared.rewritten, label, backend.name))
         run = self._runner_for(prepared, backend)
         if plan.profile or plan.forecast:
             return self._finish(plan, self._hooked(plan, run, backend, prepared))
@@ -566,7 +556,7 @@ class TPUMagics(Magics):
             self.runner.run_imports(result)
         if plan.show_diff:
             label = f"In[{number}]"
-            sys.stdout.write(diff_text(cell, rewritten, label, backend))
+            sys.stdout.write(diff_text(cell, rewritten, label, backend.name))
         inner = split_cell_magic(rewritten)
         assert inner is not None
         say(replace_stale_devices(self.shell.user_ns, inner.body, backend))
@@ -582,8 +572,11 @@ class TPUMagics(Magics):
     @magic_arguments.argument(
         "state",
         nargs="?",
-        choices=("on", "off"),
-        help="on: rewrite and run every later cell on a TPU backend; off: stop; none: say which",
+        choices=("on", "off", "log"),
+        help=(
+            "on: rewrite and run every later cell on a TPU backend; off: stop; log: show what "
+            "each cell ran, as diffs of the cells auto mode rewrote; none: say whether it is on"
+        ),
     )
     @magic_arguments.argument(
         "--backend",
@@ -591,6 +584,11 @@ class TPUMagics(Magics):
         default=None,
         metavar="NAME",
         help="with on: the backend, as for %%tpu (default auto)",
+    )
+    @magic_arguments.argument(
+        "--show-diff",
+        action="store_true",
+        help="with on: print each cell's rewrite as a unified diff before the cell runs",
     )
     @line_magic
     def tpu_auto(self, line: str) -> None:
@@ -604,6 +602,11 @@ class TPUMagics(Magics):
         args = magic_arguments.parse_argstring(self.tpu_auto, line)
         if args.state != "on" and args.backend is not None:
             raise UsageError("%tpu_auto: --backend goes with on: %tpu_auto on --backend NAME")
+        if args.state != "on" and args.show_diff:
+            raise UsageError("%tpu_auto: --show-diff goes with on: %tpu_auto on --show-diff")
+        if args.state == "log":
+            sys.stdout.write(self.auto_log.text())
+            return
         if args.state is None:
             state = f"on ({self.auto.backend.name})" if self.auto else "off"
             print(f"gpu2tpu: auto mode is {state}")
@@ -620,11 +623,11 @@ class TPUMagics(Magics):
 
         if self.auto is not None:
             self.auto.stop()
-        self.auto = AutoMode(self.shell, self.runner, backend)
-        self.auto.start()
-        print(
-            f"gpu2tpu: auto mode on: every cell is rewritten and run on {backend.name} ({reason})"
+        self.auto = AutoMode(
+            self.shell, self.runner, backend, show_diff=args.show_diff, log=self.auto_log
         )
+        self.auto.start()
+        print(_auto_on_line(backend, reason))
 
     @line_magic
     def tpu_info(self, line: str) -> None:
@@ -649,6 +652,20 @@ class TPUMagics(Magics):
             self.auto = None
         if self._owns_custom_exc and self.shell.custom_exceptions == CELL_SYNTAX_ERRORS:
             self.shell.set_custom_exc((), None)
+
+
+def _auto_on_line(backend: Backend, reason: str) -> str:
+    """What `%tpu_auto on` says it will do: where cells run, and, on the CPU, that no dry run
+    happens (auto's choice for `%%tpu` cells is a dry run; auto mode runs cells as usual)."""
+    if backend.name != "cpu" or not reason.startswith("auto: "):
+        return (
+            f"gpu2tpu: auto mode on: every cell is rewritten and run on {backend.name} ({reason})"
+        )
+    why = reason.removeprefix("auto: ").split("; ")[0]
+    return (
+        f"gpu2tpu: auto mode on: {why}, so every cell is rewritten and run on the CPU as "
+        "usual, without a dry run (`%%tpu --dry-run` on a cell reports what would hurt on a TPU)"
+    )
 
 
 def _cell_magic_depth() -> int:
