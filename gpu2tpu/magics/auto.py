@@ -31,6 +31,7 @@ from .cells import (
     cell_map,
     diff_text,
     leading_blank_lines,
+    local_module_lines,
     problem_lines,
     remap_positions,
     replace_stale_devices,
@@ -224,13 +225,16 @@ class AutoMode:
             say(problem_lines(pending.rewrite))
             self.runner.run_imports(pending.rewrite)
             rewritten = pending.rewrite.new_source if pending.rewrite is not None else None
-            self.log.add(pending.number, pending.written, rewritten, self.backend.name)
+            if not pending.written.lstrip().startswith("%tpu_auto"):  # not `%tpu_auto log`
+                self.log.add(pending.number, pending.written, rewritten, self.backend.name)
             if self.show_diff and rewritten is not None and rewritten != pending.written:
                 label = f"In[{pending.number}]"
                 sys.stdout.write(diff_text(pending.written, rewritten, label, self.backend.name))
         transformed = getattr(info, "transformed_cell", None)  # IPython 8.22+: what compiles
         if self._pending is not None and isinstance(transformed, str):
             self._pending.python = transformed
+        if pending is not None and pending.python is not None:
+            say(local_module_lines(pending.python, 0, self.runner.modules_said))
         self._close()
         stack = ExitStack()
         stack.enter_context(self.backend.activate())

@@ -679,6 +679,50 @@ def problem_lines(rewrite: CellRewrite | None, offset: int = 0) -> list[str]:
     return out
 
 
+def local_module_lines(python: str, offset: int, said: set[tuple[str, int]]) -> list[str]:
+    """One line per local module the cell imports that holds CUDA code (G2T514, as `gpu2tpu
+    rewrite` reports it for a notebook), with the command that migrates it: `%%tpu` and
+    `%tpu_auto` rewrite cells, not the modules they import. `python` is the cell as IPython
+    runs it, `offset` the magic lines above it; `said` holds the modules already named this
+    session (by path and modification time), which are not named again."""
+    import importlib.util
+
+    from ..readiness.user_code import UserCode
+    from ..rewrite.model import Options
+    from ..rewrite.notebook import imported_modules, module_file, module_with_cuda
+
+    local = UserCode(cells={})
+    out = []
+    for dotted, line, _col in imported_modules(python):
+        top, _, rest = dotted.partition(".")
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.origin or local.label(spec.origin) is None:
+            continue
+        folder = Path(spec.origin).parent
+        path = module_file(folder, rest) if rest and spec.submodule_search_locations else None
+        path = path or Path(spec.origin)
+        try:
+            key = (str(path), path.stat().st_mtime_ns)
+        except OSError:
+            continue
+        if key in said:
+            continue
+        module = module_with_cuda(path, Options(fix=False))
+        if module is None:
+            continue
+        said.add(key)
+        shown = local.label(str(path)) or path.name
+        out.append(
+            f"gpu2tpu: line {line + offset}: {module.describe(shown)} and runs as written: "
+            f"%%tpu and %tpu_auto rewrite cells, not the modules they import; "
+            f"`gpu2tpu rewrite {shown}` migrates it (then restart the kernel) (G2T514)"
+        )
+    return out
+
+
 def say(lines: Iterable[str]) -> None:
     """Write the lines to stderr, where Jupyter shows warnings."""
     text = "".join(line + "\n" for line in lines)

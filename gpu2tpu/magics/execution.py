@@ -42,6 +42,7 @@ from .cells import (
     compile_cell,
     diff_text,
     execute,
+    local_module_lines,
     prior_imports,
     problem_lines,
     replace_stale_devices,
@@ -136,6 +137,7 @@ class CellRunner:
         self.histories: dict[str, Any] = {}
         self.last_report: DryRunReport | None = None
         self.recent: dict[str, PreparedCell] = {}  # traceback name -> cell, newest last
+        self.modules_said: set[tuple[str, int]] = set()  # local modules with CUDA, named once
 
     def device_variable(self, backend: Backend) -> str:
         """Bind the device variable for `backend` in the user namespace; return its name.
@@ -202,6 +204,8 @@ class CellRunner:
             say(problem_lines(result, len(header)))
             self.run_imports(result)
         python = shell.transform_cell(rewritten)
+        if rewrite:
+            say(local_module_lines(python, len(header), self.modules_said))
         prepared = compile_cell(
             shell,
             written=cell,
