@@ -370,6 +370,26 @@ class TPUMagics(Magics):
         help="--profile/--forecast: chips per target (a power of two for the forecast)",
     )
     @magic_arguments.argument(
+        "--full",
+        action="store_true",
+        help=(
+            "--profile: show the full view (the comparison table, bars and details) instead "
+            "of one line; the result is also in `_tpu_profile`"
+        ),
+    )
+    @magic_arguments.argument(
+        "--trace",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help=(
+            "--profile: also time one step op by op with torch.profiler: a per-op table, and "
+            "a Chrome trace written to PATH (default: a file in the working directory) to "
+            "open in https://ui.perfetto.dev or chrome://tracing"
+        ),
+    )
+    @magic_arguments.argument(
         "--search",
         action="store_true",
         help=(
@@ -489,7 +509,16 @@ class TPUMagics(Magics):
             said = self.forecasts.apply(result, self.shell.user_ns.get("model"))
             if said:
                 print(said)
-            return result
+            self.shell.user_ns["_tpu_profile"] = result
+            if plan.full or plan.output is not None:
+                return result
+            # One line by default, as %%time says its time; the full view on request.
+            print(f"gpu2tpu: {result.summary_line()}")
+            trace = getattr(result, "trace", None)
+            if trace is not None:
+                print(trace.summary_line())
+            print("gpu2tpu: the table, bars and details: `_tpu_profile`, or %%tpu --profile --full")
+            return None
         from ..forecasting.forecast import forecast_cell
 
         self._say_forecast_inputs(prepared)
