@@ -625,12 +625,14 @@ class TPUMagics(Magics):
     )
     @line_magic
     def tpu_auto(self, line: str) -> None:
-        """`%tpu_auto on [--backend NAME]` rewrites and runs every later cell on a TPU backend;
-        `%tpu_auto off` stops; `%tpu_auto` says whether it is on.
+        """`%tpu_auto on [--backend NAME] [--show-diff]` rewrites and runs every later cell on a
+        TPU backend; `%tpu_auto off` stops; `%tpu_auto log` shows what each cell ran (the diff
+        of every cell it rewrote); `%tpu_auto` says whether it is on.
 
         Each cell is rewritten as `gpu2tpu rewrite` rewrites a notebook cell; what cannot be
-        migrated is listed before the cell runs. With no TPU backend, `auto` runs the cells on
-        the CPU (use `%%tpu --dry-run` on a cell to see what would hurt on a TPU).
+        migrated is listed before the cell runs (`--show-diff` also prints the rewrite). With
+        no TPU backend, `auto` runs the cells on the CPU as usual, without a dry run (use
+        `%%tpu --dry-run` on a cell to see what would hurt on a TPU).
         """
         args = magic_arguments.parse_argstring(self.tpu_auto, line)
         if args.state != "on" and args.backend is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,29 +141,32 @@ def trace_step(
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     synchronize()
-    with profile(activities=activities) as prof:
-        start = time.perf_counter()
-        step()
-        synchronize()
-        seconds = time.perf_counter() - start
-    out = None
-    if path is not None:
-        out = Path(path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(out))
-    ops = []
-    for event in prof.key_averages():
-        device_us = getattr(event, "self_device_time_total", None)
-        if device_us is None:
-            device_us = getattr(event, "self_cuda_time_total", 0)
-        ops.append(
-            OpTime(
-                name=event.key,
-                calls=int(event.count),
-                self_seconds=event.self_cpu_time_total / 1e6,
-                total_seconds=event.cpu_time_total / 1e6,
-                device_seconds=device_us / 1e6 if cuda and device_us else None,
+    with warnings.catch_warnings():
+        # torch.profiler's note on schedules with several cycles: this one has one step
+        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each")
+        with profile(activities=activities) as prof:
+            start = time.perf_counter()
+            step()
+            synchronize()
+            seconds = time.perf_counter() - start
+        out = None
+        if path is not None:
+            out = Path(path)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(out))
+        ops = []
+        for event in prof.key_averages():
+            device_us = getattr(event, "self_device_time_total", None)
+            if device_us is None:
+                device_us = getattr(event, "self_cuda_time_total", 0)
+            ops.append(
+                OpTime(
+                    name=event.key,
+                    calls=int(event.count),
+                    self_seconds=event.self_cpu_time_total / 1e6,
+                    total_seconds=event.cpu_time_total / 1e6,
+                    device_seconds=device_us / 1e6 if cuda and device_us else None,
+                )
             )
-        )
     ops.sort(key=lambda op: -(op.device_seconds or op.self_seconds))
     return OpTrace(path=out, step_seconds=seconds, ops=ops[:TOP_OPS], backend=backend)

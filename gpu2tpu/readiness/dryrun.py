@@ -121,8 +121,10 @@ _SCALER_OPS = ("aten._amp_foreach_non_finite_check_and_unscale_", "aten._amp_upd
 # training, while changing scalars in mul, add, clamp, leaky_relu, elu or softplus do not).
 _BAKED_SCALAR_OPS = frozenset({"aten.pow.Tensor_Scalar"})
 
-# A place in the user's code: (file name, line).
+# A place in the user's code: (file name, line); the code being dry-run is `_PRIMARY`, so
+# that a cell's shape history carries over to its next run (IPython names each run anew).
 Site = tuple[str, int]
+_PRIMARY = ""
 
 
 @dataclass
@@ -395,7 +397,7 @@ class DryRunDetector(TorchDispatchMode):
             filename = frame.f_code.co_filename
             if filename in names:
                 if site is None:
-                    site = (filename, frame.f_lineno)
+                    site = (_PRIMARY, frame.f_lineno)
                 if line is None:
                     line = frame.f_lineno
                 drivers.append(frame)
@@ -461,9 +463,9 @@ class DryRunDetector(TorchDispatchMode):
         another file of the user's with the line that called it."""
         if site is None:
             return Hazard(kind, line, **kw)
+        if site[0] == _PRIMARY:
+            return Hazard(kind, site[1], **kw)  # its code comes from the file in `report()`
         code = linecache.getline(site[0], site[1]).strip()
-        if site[0] in self.filenames:
-            return Hazard(kind, site[1], code=code, **kw)
         source = self.user_code.label(site[0])
         return Hazard(kind, line, code=code, source=source, source_line=site[1], **kw)
 
