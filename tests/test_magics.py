@@ -850,7 +850,9 @@ def test_tpu_auto_shows_each_rewrite_and_keeps_a_log(ip: InteractiveShell) -> No
     result, cap = run(ip, "x = torch.ones(2).cuda()\n")
     assert result.success, result.error_in_exec
     assert f"--- In[{result.execution_count}] (as written)" in cap.stdout
-    assert "-x = torch.ones(2).cuda()" in cap.stdout and "+x = torch.ones(2).to(device)" in cap.stdout
+    assert (
+        "-x = torch.ones(2).cuda()" in cap.stdout and "+x = torch.ones(2).to(device)" in cap.stdout
+    )
     plain, _ = run(ip, "z = 1\n")
     _, log = run(ip, "%tpu_auto log")
     run(ip, "%tpu_auto off")
@@ -873,7 +875,8 @@ def test_a_local_module_with_cuda_code_is_named_with_its_command(
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     _, cap = run(
-        ip, "%%tpu --backend cpu\nimport plain_helpers_g2t\nfrom helper_functions_g2t import to_gpu\n"
+        ip,
+        "%%tpu --backend cpu\nimport plain_helpers_g2t\nfrom helper_functions_g2t import to_gpu\n",
     )
     said = [line for line in cap.stderr.splitlines() if "G2T514" in line]
     assert said == [

@@ -31,9 +31,9 @@ READS = {
 
 def _step(dev: torch.device, reads: str):  # type: ignore[no-untyped-def]
     torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3)
-    ).to(dev)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3)).to(
+        dev
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=0.01)
 
     def step() -> object:
