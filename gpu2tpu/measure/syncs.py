@@ -35,6 +35,7 @@ __all__ = [
     "HOST_READ",
     "MASK_INDEX",
     "METHOD_READS",
+    "OP_INFO",
     "OTHER",
     "READ_CAUSES",
     "HostReads",
@@ -66,12 +67,13 @@ _HOST_SIDE_PATHS = (
 )
 _GRAD_SCALER_FILE = f"{os.sep}torch{os.sep}amp{os.sep}grad_scaler.py"
 
-_OP_INFO: dict[Any, tuple[str, str, int]] = {}
+# op overload -> what `op_info` decided (read directly by the dry run's dispatch hook)
+OP_INFO: dict[Any, tuple[str, str, int]] = {}
 
 
 def op_info(func: Any) -> tuple[str, str, int]:
     """(packet name "aten.mul", full name "aten.mul.Tensor", kind) of an op overload."""
-    info = _OP_INFO.get(func)
+    info = OP_INFO.get(func)
     if info is not None:
         return info
     import torch
@@ -85,7 +87,7 @@ def op_info(func: Any) -> tuple[str, str, int]:
         kind = MASK_INDEX if name == "aten.index" else DYNAMIC_SHAPE
     else:
         kind = OTHER
-    info = _OP_INFO[func] = (name, str(func), kind)
+    info = OP_INFO[func] = (name, str(func), kind)
     return info
 
 

@@ -7,15 +7,23 @@ user's code that caused it:
   and (through small wrappers on `torch.Tensor`, because on the CPU they run no ATen op)
   `.cpu()`, `.tolist()`, `.numpy()` and printing a tensor. Reads that stay on the host on a
   TPU too are left out: an optimizer's step counter (a CPU tensor unless `capturable` or
-  `fused`) and the DataLoader sampler's indices;
+  `fused`) and the DataLoader sampler's indices. The rules are the profiler's too
+  (measure/syncs.py);
 - float64 work (TPUs have no fast float64); a float64 scalar (0-d) is left out;
 - ops whose output shape depends on the data (`nonzero`, boolean-mask indexing `x[mask]`,
   `unique`, `masked_select`, ...): PyTorch/XLA runs them on the CPU, reading the data;
 - recompilations: the same line running an op on new shapes after its first run, within one
   run or between repeated runs of the same code; a line whose op count changes from one run
   to the next (a Python loop whose count changes unrolls into a new graph); and a changing
-  Python exponent in a differentiated `x ** p` (pow's backward bakes it into the graph);
+  Python exponent in a differentiated `x ** p` (pow's backward bakes it into the graph). A
+  line's "run" is decided by the code that drives the model: a loop that comes round after
+  a backward pass or an optimizer step starts new runs, the layers of one forward pass do
+  not (`DryRunDetector`);
 - a GradScaler under bfloat16 autocast, which bfloat16 does not need.
+
+Calls into the user's other code (functions defined in earlier notebook cells, local
+modules: `user_code.UserCode`) are followed, so a hazard there is reported at its own line,
+with the line that called it.
 
 What PyTorch/XLA does with the same steps is the yardstick: benchmarks/dryrun_accuracy.py
 scores these predictions against torch_xla's own metrics on the CPU.
@@ -41,7 +49,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..measure.syncs import DYNAMIC_SHAPE, HOST_READ, MASK_INDEX, HostReads, op_info
+from ..measure.syncs import DYNAMIC_SHAPE, HOST_READ, MASK_INDEX, OP_INFO, HostReads, op_info
 from .user_code import UserCode
 
 __all__ = [
@@ -120,6 +128,10 @@ _SCALER_OPS = ("aten._amp_foreach_non_finite_check_and_unscale_", "aten._amp_upd
 # differentiated (measured on torch_xla 2.9: a changing `x ** p` recompiles every step in
 # training, while changing scalars in mul, add, clamp, leaky_relu, elu or softplus do not).
 _BAKED_SCALAR_OPS = frozenset({"aten.pow.Tensor_Scalar"})
+
+# What a frame's file is to the walk up the stack: the code being dry-run, the user's other
+# code, nn.Module's call machinery, the DataLoader, autograd or an optimizer, anything else.
+_F_OTHER, _F_PRIMARY, _F_USER, _F_MODULE, _F_DATA, _F_STEP = range(6)
 
 # A place in the user's code: (file name, line); the code being dry-run is `_PRIMARY`, so
 # that a cell's shape history carries over to its next run (IPython names each run anew).
@@ -374,8 +386,11 @@ class DryRunDetector(TorchDispatchMode):
         self._scaler_syncs: dict[int | None, int] = {}
         self._reads = HostReads(self._on_read, emulated=True, user_files=_UserFiles(self))
         self._stop: Any = None  # the frame that entered the detector: the walk ends there
-        self._drivers: list[tuple[Any, int]] = []  # the last op's driving frames, outer first
-        self._stepped = False  # a backward pass or an optimizer step ran since the last run began
+        self._kinds: dict[str, int] = {}  # file name -> what it is to `_locate` (_F_*)
+        self._outer: Any = None  # the outermost driving frame of the last op
+        # where the driving frames were (outer first) when a backward pass or an optimizer
+        # step first ran in this run; None until one does
+        self._stepped_at: list[tuple[Any, int]] | None = None
         self._new_run = False
 
     # -- attribution -----------------------------------------------------------------------------
@@ -386,8 +401,7 @@ class DryRunDetector(TorchDispatchMode):
         host, on a TPU too: no graph, no shape), and the driving line (the innermost user
         line outside any nn.Module call: the op's site, or the line that called the model).
         Notes run boundaries on the way."""
-        names = self.filenames
-        label = self.user_code.label
+        kinds = self._kinds
         stop = self._stop
         site: Site | None = None
         line: int | None = None
@@ -395,50 +409,75 @@ class DryRunDetector(TorchDispatchMode):
         drivers: list[Any] = []  # user frames above the outermost nn.Module call, inner first
         while frame is not None and frame is not stop:
             filename = frame.f_code.co_filename
-            if filename in names:
+            kind = kinds.get(filename)
+            if kind is None:
+                kind = self._kind_of(filename)
+            if kind == _F_PRIMARY:
                 if site is None:
                     site = (_PRIMARY, frame.f_lineno)
                 if line is None:
                     line = frame.f_lineno
                 drivers.append(frame)
-            elif label(filename) is not None:
+            elif kind == _F_USER:
                 if site is None:
                     site = (filename, frame.f_lineno)
                 drivers.append(frame)
-            elif filename.endswith(_MODULE_FILE):
+            elif kind == _F_MODULE:
                 drivers.clear()
             elif site is None:
-                if _DATA_PATH in filename:
+                if kind == _F_DATA:
                     loader = True
-                elif not stepping and any(part in filename for part in _STEP_PATHS):
+                elif kind == _F_STEP:
                     stepping = True
             frame = frame.f_back
-        anchor = None
-        if site is not None:
-            self._note_drivers(drivers)
-            if stepping:
-                self._stepped = True
-            anchor = (drivers[0].f_code.co_filename, drivers[0].f_lineno) if drivers else site
-        return site, line, loader, anchor
+        if site is None:
+            return None, line, loader, None
+        if drivers:
+            if stepping or drivers[-1] is not self._outer or self._stepped_at is not None:
+                self._note_drivers(drivers, stepping)
+            return site, line, loader, (drivers[0].f_code.co_filename, drivers[0].f_lineno)
+        return site, line, loader, site
 
-    def _note_drivers(self, drivers: list[Any]) -> None:
+    def _kind_of(self, filename: str) -> int:
+        """What a frame's file is to the walk in `_locate` (decided once per file)."""
+        if filename in self.filenames:
+            kind = _F_PRIMARY
+        elif self.user_code.label(filename) is not None:
+            kind = _F_USER
+        elif filename.endswith(_MODULE_FILE):
+            kind = _F_MODULE
+        elif _DATA_PATH in filename:
+            kind = _F_DATA
+        elif any(part in filename for part in _STEP_PATHS):
+            kind = _F_STEP
+        else:
+            kind = _F_OTHER
+        self._kinds[filename] = kind
+        return kind
+
+    def _note_drivers(self, drivers: list[Any], stepping: bool) -> None:
         """A new run starts when the outermost driving frame is a new call (a step function
-        called again), or when a driving frame jumped back (a loop) after a step ran."""
-        now = [(f, f.f_lasti) for f in reversed(drivers)]
-        before, self._drivers = self._drivers, now
-        if not before or not now:
-            return
-        if before[0][0] is not now[0][0]:
-            self._new_run = True
-        elif self._stepped:
-            for (old, old_at), (new, new_at) in zip(before, now, strict=False):
-                if old is not new:
-                    break
-                if new_at < old_at:
-                    self._new_run = True
-                    break
-        if self._new_run:
-            self._stepped = False
+        called again), or when a driving frame is back before where it was when a backward
+        pass or an optimizer step ran (a loop that has come round). `drivers` are inner first.
+        """
+        outer = drivers[-1]
+        if outer is not self._outer:
+            if self._outer is not None:
+                self._new_run = True
+            self._outer, self._stepped_at = outer, None
+        else:
+            at = self._stepped_at
+            if at is not None:
+                count = len(drivers)
+                for i, (frame, lasti) in enumerate(at):
+                    if i >= count or drivers[count - 1 - i] is not frame:
+                        break
+                    if frame.f_lasti < lasti:
+                        self._new_run = True
+                        self._stepped_at = None
+                        break
+        if stepping and self._stepped_at is None:
+            self._stepped_at = [(f, f.f_lasti) for f in reversed(drivers)]
 
     def _on_read(self, cause: str, frame: Any, origin: str | None) -> None:
         site, line, _, _ = self._locate(frame)
@@ -476,7 +515,7 @@ class DryRunDetector(TorchDispatchMode):
         reads = self._reads
         if reads.quiet:
             return out
-        info = op_info(func)
+        info = OP_INFO.get(func) or op_info(func)
         name, overload, kind = info
         overloads = self.overloads
         overloads[overload] = overloads.get(overload, 0) + 1
@@ -611,7 +650,7 @@ class DryRunDetector(TorchDispatchMode):
         finally:
             self._hooks.__exit__(*exc)
             self._stop = None
-            self._drivers = []  # frames keep their locals alive
+            self._outer = self._stepped_at = None  # frames keep their locals alive
 
     # -- results -----------------------------------------------------------------------------------
 
@@ -798,7 +837,9 @@ _FUNCTION_HISTORY: dict[Any, ShapeHistory] = {}
 def dry_run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> DryRunReport:
     """Run `fn(*args, **kwargs)` on the CPU and report what would hurt on a TPU.
 
-    The report's `result` holds what `fn` returned. Lines are those of the file that defines `fn`. Calling `dry_run` again on the same
+    The report's `result` holds what `fn` returned. Lines are those of the file that defines
+    `fn`; calls into local modules (Python files under the working directory) and, in
+    IPython, into functions of earlier cells are followed. Calling `dry_run` again on the same
     function with inputs of new shapes reports the change, as XLA would recompile. An error
     raised by `fn` propagates; the report so far is attached to it as `error.dry_run_report`.
     """

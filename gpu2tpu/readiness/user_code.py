@@ -54,14 +54,14 @@ class UserCode:
         self.cells = dict(cell_labels() if cells is None else cells)
         self.root = None if root is None else os.path.join(os.path.abspath(root), "")
         self._prefixes = _library_prefixes()
-        self._cache: dict[str, str | None] = {}
+        # file -> its label (None: not the user's), for each file asked about so far
+        self.known: dict[str, str | None] = {}
 
     def label(self, filename: str) -> str | None:
-        cached = self._cache.get(filename, False)
-        if cached is not False:
-            return cached  # type: ignore[return-value]
-        label = self._label(filename)
-        self._cache[filename] = label
+        known = self.known
+        if filename in known:
+            return known[filename]
+        label = known[filename] = self._label(filename)
         return label
 
     def __contains__(self, filename: object) -> bool:
