@@ -593,15 +593,14 @@ def show_user_frames(error: BaseException, shell: InteractiveShell) -> None:
             kept, hidden = user_frames(full, shell)
             if kept is not None:
                 note = _hidden_note(hidden)
-                notes = getattr(error, "__notes__", None)
-                added = note is not None and (notes is None or note not in notes)
-                if added:
-                    error.add_note(note)  # type: ignore[arg-type]
+                added = note is not None and note not in getattr(error, "__notes__", ())
+                if note is not None and added:
+                    error.add_note(note)
                 try:
                     return formatter.structured_traceback(type(error), error, kept, tb_offset=0)
                 finally:
-                    if added:
-                        error.__notes__.remove(note)  # type: ignore[attr-defined]
+                    if note is not None and added:  # shown in this rendering only
+                        error.__notes__.remove(note)
         return formatter.structured_traceback(type(error), error, full, tb_offset=1)
 
     with contextlib.suppress(AttributeError, TypeError):  # a type that takes no attributes
