@@ -383,9 +383,12 @@ class ProfileResult(ComparisonExports):
         ]
         if tpus:
             best = min(tpus, key=lambda r: r.cost_per_1k_steps or 0.0)
+            kind = best.time_kind or best.source
+            if kind == "expected" and best.step_low is not None and best.step_high is not None:
+                kind += f", {format_seconds(best.step_low)}–{format_seconds(best.step_high)}"
             line += (
                 f"; cheapest TPU: {best.label} {format_seconds(best.step_seconds)} a step "
-                f"({best.source}), {format_money(best.cost_per_1k_steps)} per 1k steps"
+                f"({kind}), {format_money(best.cost_per_1k_steps)} per 1k steps"
             )
             if best.cost_per_1m_tokens is not None:
                 line += f", {format_money(best.cost_per_1m_tokens)} per 1M tokens"
