@@ -405,3 +405,28 @@ def test_layers_of_different_widths_in_a_model_are_no_shape_change(tmp_path, mon
             forward_loop_inside_step(model, torch.randn(n, 8))
     sources = {(h.source, h.source_line) for h in detector.report().by_kind("shape change")}
     assert ("g2t_widening_model.py", 12) in sources
+
+
+def test_the_html_view_places_a_hazard_in_an_earlier_cell() -> None:
+    from collections import Counter
+
+    from gpu2tpu.readiness.dryrun import Hazard
+
+    report = DryRunReport(
+        label="In[5]",
+        filename=None,
+        seconds=0.001,
+        hazards=[
+            Hazard(
+                HazardKind.SHAPE_CHANGE,
+                2,
+                3,
+                Counter({"aten.cat": 3}),
+                source="In[3]",
+                source_line=6,
+            )
+        ],
+        ops={"aten.cat": Counter({2: 4})},
+    )
+    assert "In[3] line 6 (from line 2)" in report._repr_html_()
+    assert "In[3] line 6 (from line 2)" in str(report)
