@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 from collections.abc import Callable, Container, Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -136,10 +137,26 @@ class HostReads:
         self.emulated = emulated
         self.user_files = user_files
         self.quiet = 0
+        # Emulated: tensors `.cpu()` copied to the host (by id, with the version they had);
+        # on the CPU `.cpu()` returns the tensor itself, which then stands for the host copy.
+        self._copied: dict[int, int] = {}
 
     def _device(self, tensor: Any) -> bool:
         """Whether reading `tensor` waits for a device."""
-        return self.emulated or (tensor is not None and tensor.device.type != "cpu")
+        if not self.emulated:
+            return tensor is not None and tensor.device.type != "cpu"
+        if tensor is None:
+            return True
+        version = self._copied.get(id(tensor))
+        return version is None or version != tensor._version
+
+    def _copied_to_host(self, tensor: Any) -> None:
+        """Remember an emulated `.cpu()`: reading the copy later (`loss.cpu().item()`,
+        `x.detach().cpu().numpy()`) reads the host, as on PyTorch/XLA (one transfer)."""
+        key = id(tensor)
+        if key not in self._copied:
+            weakref.finalize(tensor, self._copied.pop, key, None)
+        self._copied[key] = tensor._version
 
     def _read(self, cause: str, frame: FrameType | None) -> None:
         origin = host_side_origin(frame, self.user_files) if self.emulated else None
@@ -170,6 +187,7 @@ class HostReads:
         def wrap(method_name: str) -> Callable[..., Any]:
             original = originals[method_name]
             label = METHOD_READS[method_name]
+            copies = method_name == "cpu"
 
             def hooked(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
                 if reads.quiet:
@@ -178,9 +196,12 @@ class HostReads:
                     reads._read(label, sys._getframe(1))
                 reads.quiet += 1
                 try:
-                    return original(self, *args, **kwargs)
+                    out = original(self, *args, **kwargs)
                 finally:
                     reads.quiet -= 1
+                if copies and reads.emulated and isinstance(out, torch.Tensor):
+                    reads._copied_to_host(out)
+                return out
 
             hooked.__name__ = getattr(original, "__name__", method_name)
             hooked.__doc__ = getattr(original, "__doc__", None)

@@ -26,6 +26,9 @@ READS = {
     "print": 1,
     "branch": 1,
     "twice": 2,
+    "cpu_item": 1,
+    "cpu_numpy": 1,
+    "cpu_then_again": 2,
 }
 
 
@@ -55,6 +58,12 @@ def _step(dev: torch.device, reads: str):  # type: ignore[no-untyped-def]
             return bool(loss > 0.5)
         if reads == "twice":
             return loss.item() + loss.item()
+        if reads == "cpu_item":  # one transfer; the item reads the host copy
+            return float(loss.detach().cpu())
+        if reads == "cpu_numpy":
+            return loss.detach().cpu().numpy()
+        if reads == "cpu_then_again":  # the copy, then the device tensor again
+            return float(loss.detach().cpu()) + loss.item()
         return loss
 
     return step
