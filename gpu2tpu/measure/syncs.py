@@ -67,6 +67,9 @@ _HOST_SIDE_PATHS = (
     f"{os.sep}torch{os.sep}utils{os.sep}data{os.sep}",
 )
 _GRAD_SCALER_FILE = f"{os.sep}torch{os.sep}amp{os.sep}grad_scaler.py"
+# How far up from a read to look for the line that `.cpu()`-copied the tensor (torch's own
+# frames between a user's `float(t)` and the dispatch of its `_local_scalar_dense`).
+_COPY_FRAMES = 12
 
 # op overload -> what `op_info` decided (read directly by the dry run's dispatch hook)
 OP_INFO: dict[Any, tuple[str, str, int]] = {}
@@ -137,26 +140,37 @@ class HostReads:
         self.emulated = emulated
         self.user_files = user_files
         self.quiet = 0
-        # Emulated: tensors `.cpu()` copied to the host (by id, with the version they had);
-        # on the CPU `.cpu()` returns the tensor itself, which then stands for the host copy.
-        self._copied: dict[int, int] = {}
+        # Emulated: tensors `.cpu()` copied to the host, by id: (their version then, the id
+        # and line of the frame that copied them). On the CPU `.cpu()` returns the tensor
+        # itself, which stands for the host copy on the line that made it.
+        self._copied: dict[int, tuple[int, int, int]] = {}
 
-    def _device(self, tensor: Any) -> bool:
-        """Whether reading `tensor` waits for a device."""
+    def _device(self, tensor: Any, frame: FrameType | None) -> bool:
+        """Whether reading `tensor` (from code at `frame`) waits for a device."""
         if not self.emulated:
             return tensor is not None and tensor.device.type != "cpu"
-        if tensor is None:
+        copied = self._copied.get(id(tensor)) if tensor is not None else None
+        if copied is None or copied[0] != tensor._version:
             return True
-        version = self._copied.get(id(tensor))
-        return version is None or version != tensor._version
+        _, where, line = copied
+        for _ in range(_COPY_FRAMES):  # the read is on the line that copied it: the host copy
+            if frame is None:
+                break
+            if id(frame) == where and frame.f_lineno == line:
+                return False
+            frame = frame.f_back
+        return True
 
-    def _copied_to_host(self, tensor: Any) -> None:
-        """Remember an emulated `.cpu()`: reading the copy later (`loss.cpu().item()`,
-        `x.detach().cpu().numpy()`) reads the host, as on PyTorch/XLA (one transfer)."""
+    def _copied_to_host(self, tensor: Any, frame: FrameType | None) -> None:
+        """Remember an emulated `.cpu()`: reading the copy on the same line
+        (`float(loss.cpu())`, `x.detach().cpu().numpy()`) reads the host, as on PyTorch/XLA
+        (one transfer); a read of the tensor on another line reads the device again."""
+        if frame is None:
+            return
         key = id(tensor)
         if key not in self._copied:
             weakref.finalize(tensor, self._copied.pop, key, None)
-        self._copied[key] = tensor._version
+        self._copied[key] = (tensor._version, id(frame), frame.f_lineno)
 
     def _read(self, cause: str, frame: FrameType | None) -> None:
         origin = host_side_origin(frame, self.user_files) if self.emulated else None
@@ -170,8 +184,9 @@ class HostReads:
             return
         name, _, kind = info
         if kind == HOST_READ:
-            if self._device(_first_tensor(args)):
-                self._read(READ_CAUSES.get(name, name), sys._getframe(2))
+            frame = sys._getframe(2)
+            if self._device(_first_tensor(args), frame):
+                self._read(READ_CAUSES.get(name, name), frame)
         elif name in COPY_OPS and not self.emulated and _copies_to_host(name, args, kwargs):
             self._read(COPY_CAUSE, sys._getframe(2))
 
@@ -192,15 +207,16 @@ class HostReads:
             def hooked(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
                 if reads.quiet:
                     return original(self, *args, **kwargs)
-                if reads._device(self):
-                    reads._read(label, sys._getframe(1))
+                caller = sys._getframe(1)
+                if reads._device(self, caller):
+                    reads._read(label, caller)
                 reads.quiet += 1
                 try:
                     out = original(self, *args, **kwargs)
                 finally:
                     reads.quiet -= 1
                 if copies and reads.emulated and isinstance(out, torch.Tensor):
-                    reads._copied_to_host(out)
+                    reads._copied_to_host(out, caller)
                 return out
 
             hooked.__name__ = getattr(original, "__name__", method_name)

@@ -29,6 +29,7 @@ READS = {
     "cpu_item": 1,
     "cpu_numpy": 1,
     "cpu_then_again": 2,
+    "cpu_apart": 2,
 }
 
 
@@ -64,6 +65,9 @@ def _step(dev: torch.device, reads: str):  # type: ignore[no-untyped-def]
             return loss.detach().cpu().numpy()
         if reads == "cpu_then_again":  # the copy, then the device tensor again
             return float(loss.detach().cpu()) + loss.item()
+        if reads == "cpu_apart":  # a copy dropped, then the device tensor read on its own line
+            loss.cpu()
+            return loss.item()
         return loss
 
     return step
