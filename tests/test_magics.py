@@ -766,7 +766,9 @@ def test_auto_mode_on_the_cpu_says_it_runs_cells_without_a_dry_run(ip: Interacti
     assert "run on the CPU as usual, without a dry run" in cap.stdout
 
 
-def test_a_traceback_shows_the_users_frames_only(ip: InteractiveShell) -> None:
+def test_a_traceback_shows_the_users_frames_only(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """40 lines with torch's dynamo frames and gpu2tpu's dispatch frames once; now the cells'
     frames, a note of what was left out, and every frame with %xmode Verbose."""
     helper, _ = run(ip, "def project(x):\n    return lin(x)\n")
@@ -782,12 +784,24 @@ def test_a_traceback_shows_the_users_frames_only(ip: InteractiveShell) -> None:
     assert re.search(r"gpu2tpu: \d+ frames inside torch and gpu2tpu not shown", shown)
     assert "mat1 and mat2 shapes cannot be multiplied" in shown
     assert len(shown.splitlines()) < 20
+    # %xmode Verbose hands IPython every frame (its rendering of torch's frames is slow:
+    # what it is given is checked, not drawn)
+    given = []
+    monkeypatch.setattr(
+        ip.InteractiveTB, "structured_traceback", lambda *a, **k: given.append(a[2]) or []
+    )
     ip.run_line_magic("xmode", "Verbose")
     try:
-        _, verbose = run(ip, cell)
+        result.error_in_exec._render_traceback_()
     finally:
         ip.run_line_magic("xmode", "Context")
-    assert "torch/nn/modules/module.py" in verbose.stdout and "not shown" not in verbose.stdout
+    files = []
+    tb = given[0]
+    while tb is not None:
+        files.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    assert any(f.endswith("torch/nn/modules/module.py") for f in files)
+    assert "not shown" not in " ".join(getattr(result.error_in_exec, "__notes__", []))
     for name in ("project", "lin"):
         ip.user_ns.pop(name)
 

@@ -580,37 +580,29 @@ def test_colab_gpu_runtime_is_reported_and_fixed_only_with_unsafe_fixes() -> Non
     assert [e.finding.code for e in fixed.edits] == ["G2T513"] and not fixed.findings
 
 
-def _gpu2tpu(*args: str, cwd: Any) -> Any:
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+def _gpu2tpu(*args: str, cwd: Any, capsys: Any, monkeypatch: Any) -> tuple[int, str]:
+    """`gpu2tpu ARGS` run in this process from `cwd`: (exit code, standard output)."""
+    from gpu2tpu.cli import main
 
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONPATH=str(root))
-    return subprocess.run(
-        [sys.executable, "-m", "gpu2tpu", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    code = main(list(args))
+    return code, capsys.readouterr().out
 
 
-def test_a_colab_gpu_runtime_alone_does_not_fail_a_run(tmp_path) -> None:
+def test_a_colab_gpu_runtime_alone_does_not_fail_a_run(tmp_path, capsys, monkeypatch) -> None:
     """`rewrite` exited 1 on every Colab notebook written for a GPU, nothing else being left."""
     text = nbf.colab_text(nbf.colab_notebook([nbf.code("import torch\nx = torch.ones(2).cuda()")]))
     (tmp_path / "colab.ipynb").write_text(text, encoding="utf-8")
-    rewritten = _gpu2tpu("rewrite", "colab.ipynb", cwd=tmp_path)
-    assert rewritten.returncode == 0, rewritten.stdout + rewritten.stderr
-    assert "G2T513" in rewritten.stdout
-    assert "Notebook runtime settings, not code (no effect on the exit status" in rewritten.stdout
-    assert "`--unsafe-fixes` writes them" in rewritten.stdout
-    checked = _gpu2tpu("check", "--format", "json", "colab.ipynb", cwd=tmp_path)
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    [finding] = json.loads(checked.stdout)["findings"]
+    run = {"cwd": tmp_path, "capsys": capsys, "monkeypatch": monkeypatch}
+    code, out = _gpu2tpu("rewrite", "colab.ipynb", **run)
+    assert code == 0, out
+    assert "G2T513" in out
+    assert "Notebook runtime settings, not code (no effect on the exit status" in out
+    assert "`--unsafe-fixes` writes them" in out
+    code, out = _gpu2tpu("check", "--format", "json", "colab.ipynb", **run)
+    assert code == 0, out
+    [finding] = json.loads(out)["findings"]
     assert (finding["code"], finding["category"]) == ("G2T513", "runtime-settings")
 
 
@@ -775,7 +767,7 @@ def test_any_notebook_stays_valid_changes_only_sources_and_is_stable(
 
 
 def test_a_local_module_with_cuda_code_is_named_with_the_command_that_migrates_it(
-    tmp_path,
+    tmp_path, capsys, monkeypatch
 ) -> None:
     """helper_functions.py beside the notebook, full of torch.cuda calls, was neither
     rewritten nor mentioned by `gpu2tpu rewrite nb.ipynb`."""
@@ -810,8 +802,9 @@ def test_a_local_module_with_cuda_code_is_named_with_the_command_that_migrates_i
         local_module_findings(str(tmp_path / "nb.ipynb"), text, Options(ignore=("G2T514",))) == []
     )
     # the CLI says it, and not when the same run rewrites the modules too
-    alone = _gpu2tpu("check", "nb.ipynb", cwd=tmp_path)
-    assert "nb.ipynb:cell 0:line 3:col 1: G2T514 `helper_functions.py` holds" in alone.stdout
-    together = _gpu2tpu("check", ".", cwd=tmp_path)
-    assert "G2T514" not in together.stdout
-    assert "helper_functions.py:4:12: G2T101" in together.stdout  # checked in the same run
+    run = {"cwd": tmp_path, "capsys": capsys, "monkeypatch": monkeypatch}
+    code, alone = _gpu2tpu("check", "nb.ipynb", **run)
+    assert code == 1 and "nb.ipynb:cell 0:line 3:col 1: G2T514 `helper_functions.py` holds" in alone
+    code, together = _gpu2tpu("check", ".", **run)
+    assert "G2T514" not in together
+    assert "helper_functions.py:4:12: G2T101" in together  # checked in the same run
