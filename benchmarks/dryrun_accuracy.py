@@ -43,6 +43,7 @@ import torch_xla.debug.metrics as met  # noqa: E402
 from dryrun_cases import CASES, KINDS, STEPS, WARMUP, Case  # noqa: E402
 
 from gpu2tpu.readiness.dryrun import DryRunDetector, HazardKind  # noqa: E402
+from gpu2tpu.readiness.user_code import UserCode  # noqa: E402
 
 _HOST_READ = "aten::_local_scalar_dense"
 _DYNAMIC_TAGS = (torch.Tag.dynamic_output_shape, torch.Tag.data_dependent_output)
@@ -125,7 +126,11 @@ def prediction(case: Case) -> tuple[set[str], Any]:
     """What the CPU dry run says about the same steps, as hazard kinds."""
     torch.manual_seed(0)
     step = case.build(torch.device("cpu"))
-    detector = DryRunDetector({str(Path(__file__).with_name("dryrun_cases.py"))}, case.name)
+    here = Path(__file__).resolve().parent
+    # The cases' own file is the code being dry-run; dryrun_earlier.py stands for the
+    # functions earlier cells defined, which the dry run follows.
+    user_code = UserCode(cells={}, root=here)
+    detector = DryRunDetector({str(here / "dryrun_cases.py")}, case.name, user_code=user_code)
     with detector:
         for i in range(STEPS):
             step(i)
@@ -173,7 +178,7 @@ def run(names: list[str] | None = None) -> list[dict[str, Any]]:
                     for k, v in delta.items()
                     if k.startswith("aten::") or k in ("UncachedCompile", "TransferFromDevice")
                 },
-                "dry_run": [f"{h.kind} line {h.line}: {dict(h.causes)}" for h in report.hazards],
+                "dry_run": [f"{h.kind} {h.where()}: {dict(h.causes)}" for h in report.hazards],
                 "seconds": round(time.perf_counter() - t0, 2),
             }
         )

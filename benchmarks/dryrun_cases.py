@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from dryrun_earlier import Widening, generate, read_loss, train_step
 
 KINDS = ("host sync", "recompile", "float64", "dynamic shape", "cpu fallback")
 STEPS = 6  # steps per case: WARMUP steps of warm-up, then the steps that are judged
@@ -460,6 +461,102 @@ def changing_exponent(dev: torch.device) -> Step:
         x, y = _batch(dev)
         p = 1.5 + 0.1 * i
         loss = F.cross_entropy(model(x), y) ** p
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    return step
+
+
+# -- code in earlier cells, and loops with a backward pass (issue 28) ------------------------
+
+
+@case("recompile", note="the step calls a train_step an earlier cell defined; batch sizes vary")
+def earlier_cell_train_step_sizes(dev: torch.device) -> Step:
+    model, opt = _trainer(dev, "sgd")
+    batches = [_batch(dev, n) for n in (8, 8, 7, 6, 5, 4)]
+
+    def step(i: int) -> Any:
+        return train_step(model, opt, *batches[i])
+
+    return step
+
+
+@case(note="the same train_step from an earlier cell, one batch size: nothing to report")
+def clean_earlier_cell_train_step(dev: torch.device) -> Step:
+    model, opt = _trainer(dev, "adamw")
+    batches = [_batch(dev) for _ in range(STEPS)]
+
+    def step(i: int) -> Any:
+        return train_step(model, opt, *batches[i])
+
+    return step
+
+
+@case("recompile", note="an earlier cell's generate(), one token more every third step")
+def earlier_cell_generate_grows(dev: torch.device) -> Step:
+    torch.manual_seed(0)
+    lm = nn.Sequential(nn.Embedding(16, 8), nn.Linear(8, 16)).to(dev)
+    prompt = torch.randint(0, 16, (2, 3), device=dev)
+
+    @torch.no_grad()
+    def step(i: int) -> Any:
+        return generate(lm, prompt, 2 + i % 3)
+
+    return step
+
+
+@case("recompile", note="forward and backward on a new batch size each step, no optimizer step")
+def backward_only_varying_batch(dev: torch.device) -> Step:
+    model = _mlp(dev)
+
+    def step(i: int) -> Any:
+        return model(torch.randn(4 + i, 8, device=dev)).sum().backward()
+
+    return step
+
+
+@case(note="forward and backward on one batch size, no optimizer step: one graph a step")
+def clean_backward_only(dev: torch.device) -> Step:
+    model = _mlp(dev)
+
+    def step(i: int) -> Any:
+        return model(torch.randn(8, 8, device=dev)).sum().backward()
+
+    return step
+
+
+@case("host sync", note="a logging helper from an earlier cell reads the loss")
+def earlier_cell_reads_loss(dev: torch.device) -> Step:
+    model, opt = _trainer(dev, "sgd")
+
+    def step(i: int) -> Any:
+        return read_loss(train_step(model, opt, *_batch(dev)))
+
+    return step
+
+
+@case(note="layers of different widths in a Python loop inside forward: one graph a step")
+def clean_widening_layers_loop(dev: torch.device) -> Step:
+    torch.manual_seed(0)
+    model = Widening().to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    batches = [_batch(dev) for _ in range(STEPS)]
+
+    def step(i: int) -> Any:
+        return train_step(model, opt, *batches[i])
+
+    return step
+
+
+@case(note="AdamW without foreach reads its CPU step counters with .item() each step")
+def clean_adamw_single_tensor(dev: torch.device) -> Step:
+    model, opt = _trainer(dev, "adamw", foreach=False)
+
+    def step(i: int) -> Any:
+        x, y = _batch(dev)
+        loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad()

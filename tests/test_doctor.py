@@ -267,15 +267,40 @@ def test_libtpu_pins_that_conflict_on_a_tpu(tmp_path: Path) -> None:
         tmp_path, "torchax_torch_213_with_torchtpu", environ=environ, root=tpu_root(tmp_path)
     )
     (libtpu,) = [p for p in report.problems if p.package == "libtpu"]
-    assert "jax[tpu] 0.10.2 needs libtpu==0.0.42.*" in libtpu.message
-    assert "separate environments" in libtpu.message  # torch_tpu needs libtpu>=0.0.50
-    assert libtpu.fix == 'pip install "libtpu==0.0.42.*"'
+    assert "jax[tpu] 0.10.2 pins libtpu==0.0.42.* for TPUs" in libtpu.message
+    assert "TorchTPU (torch_tpu 0.2.0)" in libtpu.message and "libtpu>=0.0.50" in libtpu.message
+    # the pin would break TorchTPU: jax[tpu] gets an environment of its own instead
+    assert "libtpu==" not in libtpu.fix
+    assert libtpu.fix == (
+        'python -m venv .venv-jax && .venv-jax/bin/pip install "jax[tpu]==0.10.2"'
+    )
 
 
 def test_libtpu_pin_is_only_a_note_without_a_tpu(tmp_path: Path) -> None:
     report = stand_in(tmp_path, "torchax_torch_213_with_torchtpu")
     assert not [p for p in report.problems if p.package == "libtpu"]
     assert any("matters only on a TPU machine" in n.message for n in report.notes)
+
+
+def test_the_doctor_and_tpu_info_state_torch_tpus_needs_from_one_place() -> None:
+    """%tpu_doctor once said "No problems found" and then suggested libtpu==0.0.42.*, while
+    %tpu_info said TorchTPU needs libtpu>=0.0.50: both now read backends/torchtpu.py."""
+    from gpu2tpu.backends import torchtpu
+    from gpu2tpu.readiness.versions import InstalledDistribution, check_versions
+
+    installed = {
+        "jax": InstalledDistribution(
+            "jax", "0.10.2", requires=('libtpu==0.0.42.*; extra == "tpu"', "jaxlib<=0.10.2")
+        ),
+        "jaxlib": InstalledDistribution("jaxlib", "0.10.2"),
+        "libtpu": InstalledDistribution("libtpu", "0.0.52"),
+    }
+    (note,) = [f for f in check_versions(installed, (3, 11, 7)) if f.package == "libtpu"]
+    assert note.severity == "note" and "libtpu>=0.0.50" in note.message
+    assert "libtpu==" not in note.fix
+    assert "libtpu>=0.0.50" in torchtpu.REQUIRES
+    assert "libtpu>=0.0.50" in torchtpu.TorchTPUBackend.install_note
+    assert "Python>=3.11" in torchtpu.TorchTPUBackend.install_note
 
 
 def test_torch_xla_with_another_torch_minor(tmp_path: Path) -> None:

@@ -291,3 +291,142 @@ def test_a_changing_exponent_in_a_differentiated_power_is_a_recompilation() -> N
         lambda w: [(w * 2, (w ** (1.5 + 0.1 * i)).sum()) for i in range(4)], torch.randn(3)
     )
     assert plain.by_kind(HazardKind.SHAPE_CHANGE) == []
+
+
+# -- code the dry-run code calls, and loops with a backward pass (issue 28) ----------------------
+
+
+def _local_module(tmp_path, monkeypatch, name: str, text: str):  # type: ignore[no-untyped-def]
+    import importlib
+
+    (tmp_path / f"{name}.py").write_text(text, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return importlib.import_module(name)
+
+
+def test_hazards_in_a_local_module_are_reported_at_its_line_and_the_call(
+    tmp_path, monkeypatch
+) -> None:
+    from gpu2tpu.readiness.dryrun import DryRunDetector
+    from gpu2tpu.readiness.user_code import UserCode
+
+    helpers = _local_module(
+        tmp_path,
+        monkeypatch,
+        "g2t_generate_helpers",
+        "import torch\n\n"
+        "def generate(idx, n):\n"
+        "    for _ in range(n):\n"
+        "        nxt = idx[:, -1:] + 1\n"
+        "        idx = torch.cat((idx, nxt), dim=1)\n"
+        "    return idx.sum().item()\n",
+    )
+
+    def cell() -> float:
+        return helpers.generate(torch.zeros(1, 2), 4)
+
+    here = cell.__code__.co_filename
+    detector = DryRunDetector({here}, "cell", user_code=UserCode(cells={}, root=tmp_path))
+    with detector:
+        cell()
+    report = detector.report()
+    call = line_of(cell, "helpers.generate")
+    changes = {h.source_line: h for h in report.by_kind(HazardKind.SHAPE_CHANGE)}
+    change = changes[6]
+    assert (change.source, change.line) == ("g2t_generate_helpers.py", call)
+    assert change.code == "idx = torch.cat((idx, nxt), dim=1)"
+    assert change.where() == f"g2t_generate_helpers.py line 6 (from line {call})"
+    [sync] = report.by_kind(HazardKind.HOST_SYNC)
+    assert (sync.source_line, sync.line) == (7, call)
+    assert change.to_dict()["source"] == "g2t_generate_helpers.py"
+    # without the local module in the user's code, everything lands on the call: no loop seen
+    blind = DryRunDetector({here}, "cell", user_code=UserCode(cells={}, root=None))
+    with blind:
+        cell()
+    assert blind.report().by_kind(HazardKind.SHAPE_CHANGE) == []
+
+
+def backward_only(model: torch.nn.Module) -> None:
+    for n in (3, 5, 7, 9):
+        model(torch.randn(n, 6)).sum().backward()
+
+
+def backward_only_one_line(model: torch.nn.Module) -> None:
+    for n in (3, 5, 7, 9): model(torch.randn(n, 6)).sum().backward()  # fmt: skip  # noqa: E701
+
+
+@pytest.mark.parametrize("fn", [backward_only, backward_only_one_line])
+def test_a_loop_with_a_backward_pass_and_new_batch_sizes_is_a_shape_change(fn) -> None:
+    report = dry_run(fn, torch.nn.Linear(6, 1))
+    [change] = report.by_kind(HazardKind.SHAPE_CHANGE)
+    assert change.line == line_of(fn, ".backward()") and change.count == 3
+
+
+def forward_loop_inside_step(model: torch.nn.Module, x: torch.Tensor) -> None:
+    for _ in range(3):
+        model(x).sum().backward()
+
+
+def test_layers_of_different_widths_in_a_model_are_no_shape_change(tmp_path, monkeypatch) -> None:
+    """The dry run follows calls into the user's model code; the layers of one forward pass
+    are one run of the line that called the model, whatever their widths."""
+    from gpu2tpu.readiness.dryrun import DryRunDetector
+    from gpu2tpu.readiness.user_code import UserCode
+
+    models = _local_module(
+        tmp_path,
+        monkeypatch,
+        "g2t_widening_model",
+        "import torch\n\n"
+        "class Widening(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.layers = torch.nn.ModuleList(\n"
+        "            [torch.nn.Linear(8, 16), torch.nn.Linear(16, 32), torch.nn.Linear(32, 3)]\n"
+        "        )\n\n"
+        "    def forward(self, x):\n"
+        "        for layer in self.layers:\n"
+        "            x = layer(x).relu()\n"
+        "            x = x * 1.0\n"
+        "        return x\n",
+    )
+    here = forward_loop_inside_step.__code__.co_filename
+    detector = DryRunDetector({here}, "step", user_code=UserCode(cells={}, root=tmp_path))
+    with detector:
+        forward_loop_inside_step(models.Widening(), torch.randn(4, 8))
+    report = detector.report()
+    assert report.by_kind(HazardKind.SHAPE_CHANGE) == []
+    assert report.op_counts()["aten.addmm"] == 3 * 3  # three layers, three steps: all seen
+    # the same model with new batch sizes each step is reported, at the model's own lines
+    detector = DryRunDetector({here}, "step", user_code=UserCode(cells={}, root=tmp_path))
+    model = models.Widening()
+    with detector:
+        for n in (4, 5, 6):
+            forward_loop_inside_step(model, torch.randn(n, 8))
+    sources = {(h.source, h.source_line) for h in detector.report().by_kind("shape change")}
+    assert ("g2t_widening_model.py", 12) in sources
+
+
+def test_the_html_view_places_a_hazard_in_an_earlier_cell() -> None:
+    from collections import Counter
+
+    from gpu2tpu.readiness.dryrun import Hazard
+
+    report = DryRunReport(
+        label="In[5]",
+        filename=None,
+        seconds=0.001,
+        hazards=[
+            Hazard(
+                HazardKind.SHAPE_CHANGE,
+                2,
+                3,
+                Counter({"aten.cat": 3}),
+                source="In[3]",
+                source_line=6,
+            )
+        ],
+        ops={"aten.cat": Counter({2: 4})},
+    )
+    assert "In[3] line 6 (from line 2)" in report._repr_html_()
+    assert "In[3] line 6 (from line 2)" in str(report)

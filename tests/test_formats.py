@@ -139,11 +139,13 @@ def test_sarif_is_valid_sarif_2_1_0(tmp_path: Path) -> None:
     assert g2t101["properties"]["safety"] == "safe"
     assert g2t101["defaultConfiguration"]["level"] == "error"
     assert by_id["G2T601"]["defaultConfiguration"]["level"] == "note"
+    # a notebook's runtime settings (the tree's Colab notebook): a note, as performance hints
+    assert by_id["G2T513"]["defaultConfiguration"]["level"] == "note"
     for result in run["results"]:
         assert rules[result["ruleIndex"]]["id"] == result["ruleId"]
         assert result["properties"]["category"] in {
             "blocks-tpu", "differs-on-tpu", "tpu-performance", "fix-withheld",
-            "needs-newer-torch",
+            "needs-newer-torch", "runtime-settings",
         }  # fmt: skip
     first = next(r for r in run["results"] if r["ruleId"] == "G2T101")
     location = first["locations"][0]["physicalLocation"]

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import traceback
 
 import pytest
@@ -114,11 +115,14 @@ def test_help_documents_the_options(ip: InteractiveShell) -> None:
         "--samples-per-step",
         "--chips",
         "--search",
+        "--full",
+        "--trace",
     ):
         assert option in doc
     assert "silent fallback" in doc
     auto_doc = ip.find_line_magic("tpu_auto").__doc__
-    assert "--backend" in auto_doc and "{on,off}" in auto_doc  # magic_arguments' usage line
+    assert "--backend" in auto_doc and "{on,off,log}" in auto_doc  # magic_arguments' usage
+    assert "--show-diff" in auto_doc
 
 
 # -- running a cell --------------------------------------------------------------------------------
@@ -470,6 +474,7 @@ with capture_output():
     result = ip.run_cell("%%tpu --backend jax\\nloss = m(x).sum()\\nloss.backward()\\n")
 assert isinstance(result.error_in_exec, RuntimeError), result.error_in_exec
 assert BACKWARD_LIMITATION in result.error_in_exec.__notes__
+import time
 import traceback
 frames = traceback.extract_tb(result.error_in_exec.__traceback__)
 assert any(f.lineno == 3 and f.line == "loss.backward()" for f in frames), frames
@@ -497,9 +502,8 @@ def test_profile_and_forecast_dispatch_to_the_profile_package(
         calls.append(("profile", backend.name, run_cell(), run_cell(), options))
         return "profiled"
 
-    def forecast_cell(run_cell, *, targets, backend, source, **options):  # type: ignore[no-untyped-def]
-        run_cell()
-        calls.append(("forecast", targets, backend.name, "counter" in source, options))
+    def forecast_cell(namespace, *, targets, backend, source, **options):  # type: ignore[no-untyped-def]
+        calls.append(("forecast", targets, backend.name, namespace["counter"], options))
         return "forecast"
 
     monkeypatch.setattr(gpu2tpu.measure, "cell_profile", cell_profile)
@@ -520,8 +524,8 @@ def test_profile_and_forecast_dispatch_to_the_profile_package(
         {"steps": 4, "warmup": 1, "tokens_per_step": 1024.0},
     )
     assert ip.run_cell_magic("tpu", "--backend cpu --forecast v5e,v6e", cell) == "forecast"
-    # the largest-batch search is off unless asked for
-    assert calls[1] == ("forecast", ["v5e", "v6e"], "cpu", True, {"batch_search": False})
+    # the cell ran once before the forecast read it; the largest-batch search is off unless asked
+    assert calls[1] == ("forecast", ["v5e", "v6e"], "cpu", 3, {"batch_search": False})
     ip.run_cell_magic("tpu", "--backend cpu --forecast v5e --search --chips 2", cell)
     assert calls[2][-1] == {"batch_search": True, "chips": 2}
 
@@ -533,8 +537,7 @@ def test_profile_of_a_forecast_model_uses_the_compiled_tpu_figures(
 
     forecast = make_forecast()
 
-    def forecast_cell(run_cell, *, targets, backend, source, **options):  # type: ignore[no-untyped-def]
-        run_cell()
+    def forecast_cell(namespace, *, targets, backend, source, **options):  # type: ignore[no-untyped-def]
         return forecast
 
     monkeypatch.setattr(gpu2tpu.forecasting.forecast, "forecast_cell", forecast_cell)
@@ -549,7 +552,9 @@ def test_profile_of_a_forecast_model_uses_the_compiled_tpu_figures(
         "model(batch[0]).pow(2).mean().backward()\n"
     )
     result, cap = run(ip, step)
-    rows = {r.device_key: r for r in result.result.comparison.rows}
+    assert result.result is None  # one line by default; the result is in _tpu_profile
+    profiled = ip.user_ns["_tpu_profile"]
+    rows = {r.device_key: r for r in profiled.comparison.rows}
     for key in ("v5e", "v6e"):
         assert rows[key].source == "compiled"
         assert rows[key].step_seconds == forecast.target(key).step_seconds
@@ -565,8 +570,7 @@ def test_forecast_says_which_earlier_values_it_used(
 ) -> None:
     seen = []
 
-    def forecast_cell(run_cell, *, targets, backend, source, **options):  # type: ignore[no-untyped-def]
-        run_cell()
+    def forecast_cell(namespace, *, targets, backend, source, **options):  # type: ignore[no-untyped-def]
         seen.append(targets)
         return "forecast"
 
@@ -693,3 +697,263 @@ def test_problem_lines_count_lines_of_the_notebook_cell() -> None:
         "gpu2tpu: line 6: `.item()` inside the training loop (the `for` loop at line 4) waits "
         "every step (G2T601)"
     ]
+
+
+# -- what the second hour in a notebook meets (issue 28) ------------------------------------------
+
+
+def test_the_dry_run_follows_calls_into_functions_of_earlier_cells(ip: InteractiveShell) -> None:
+    """A generate() from an earlier cell grew `idx` in a loop: "No TPU hazards found" once,
+    while the same loop inline was a shape change; now both are, at the earlier cell's line."""
+    defined, _ = run(
+        ip,
+        "def generate(idx, n):\n"
+        "    for _ in range(n):\n"
+        "        nxt = idx[:, -1:] + 1\n"
+        "        idx = torch.cat((idx, nxt), dim=1)\n"
+        "    return idx\n",
+    )
+    result, cap = run(ip, "%%tpu --dry-run\nout = generate(torch.zeros(1, 3), 5)\n")
+    assert result.success, result.error_in_exec
+    [change] = [
+        h for h in ip.user_ns["_tpu_dry_run"].by_kind(HazardKind.SHAPE_CHANGE) if "cat" in h.code
+    ]
+    assert (change.source, change.source_line, change.line) == (
+        f"In[{defined.execution_count}]",
+        4,
+        2,
+    )
+    shown = "".join(str(o.data.get("text/plain", "")) for o in cap.outputs)
+    assert f"In[{defined.execution_count}] line 4 (from line 2)" in shown
+    assert "No TPU hazards found" not in shown
+    ip.user_ns.pop("generate")
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [
+        "for n in (3, 5, 7, 9): m(torch.randn(n, 6)).sum().backward()\n",
+        "for n in (3, 5, 7, 9):\n    m(torch.randn(n, 6)).sum().backward()\n",
+    ],
+)
+def test_a_backward_only_loop_over_batch_sizes_is_a_shape_change(
+    ip: InteractiveShell, loop: str
+) -> None:
+    """Without an optimizer step the loop once gave "No TPU hazards found"."""
+    ip.user_ns["m"] = torch.nn.Linear(6, 1)
+    run(ip, "%%tpu --dry-run\n" + loop)
+    [change] = ip.user_ns["_tpu_dry_run"].by_kind(HazardKind.SHAPE_CHANGE)
+    assert change.count == 3 and "4 input shapes" in change.detail
+    ip.user_ns.pop("m")
+
+
+def test_a_cell_that_only_defines_functions_prints_nothing(ip: InteractiveShell) -> None:
+    """It printed three empty dry-run lines ("0 ATen ops ... No TPU hazards found ...")."""
+    run(ip, "%%tpu\nprint('warm')\n")  # auto's one-line choice is said on its first cell
+    result, cap = run(ip, "%%tpu\ndef double(x):\n    return 2 * x\n")
+    assert result.success
+    assert (cap.stdout, cap.stderr, cap.outputs) == ("", "", [])
+    assert ip.user_ns["_tpu_dry_run"].empty  # still there for whoever asks
+    ip.user_ns.pop("double")
+
+
+def test_auto_mode_on_the_cpu_says_it_runs_cells_without_a_dry_run(ip: InteractiveShell) -> None:
+    """It said "... using the CPU dry run" and ran none."""
+    _, cap = run(ip, "%tpu_auto on")
+    run(ip, "%tpu_auto off")
+    assert "dry run" in cap.stdout
+    assert "using the CPU dry run" not in cap.stdout
+    assert "run on the CPU as usual, without a dry run" in cap.stdout
+
+
+def test_a_traceback_shows_the_users_frames_only(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """40 lines with torch's dynamo frames and gpu2tpu's dispatch frames once; now the cells'
+    frames, a note of what was left out, and every frame with %xmode Verbose."""
+    helper, _ = run(ip, "def project(x):\n    return lin(x)\n")
+    ip.user_ns["lin"] = torch.nn.Linear(6, 1)
+    cell = "%%tpu\ny = 1\nproject(torch.randn(3, 5))\n"
+    result, cap = run(ip, cell)
+    assert isinstance(result.error_in_exec, RuntimeError)
+    shown = cap.stdout
+    assert f"In[{result.execution_count}], line 3" in shown
+    assert f"In[{helper.execution_count}], line 2" in shown
+    assert "run_cell_magic" not in shown and "site-packages" not in shown
+    assert "gpu2tpu/" not in shown and "dryrun.py" not in shown
+    assert re.search(r"gpu2tpu: \d+ frames inside torch and gpu2tpu not shown", shown)
+    assert "mat1 and mat2 shapes cannot be multiplied" in shown
+    assert len(shown.splitlines()) < 20
+    # %xmode Verbose hands IPython every frame (its rendering of torch's frames is slow:
+    # what it is given is checked, not drawn)
+    given = []
+    monkeypatch.setattr(
+        ip.InteractiveTB, "structured_traceback", lambda *a, **k: given.append(a[2]) or []
+    )
+    ip.run_line_magic("xmode", "Verbose")
+    try:
+        result.error_in_exec._render_traceback_()
+    finally:
+        ip.run_line_magic("xmode", "Context")
+    files = []
+    tb = given[0]
+    while tb is not None:
+        files.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    assert any(f.endswith("torch/nn/modules/module.py") for f in files)
+    assert "not shown" not in " ".join(getattr(result.error_in_exec, "__notes__", []))
+    for name in ("project", "lin"):
+        ip.user_ns.pop(name)
+
+
+def test_forecast_names_every_value_it_borrows(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leftover MSELoss gave a shape error with no word of which loss was used."""
+    seen = []
+
+    def forecast_cell(namespace, *, targets, backend, source, **options):  # type: ignore[no-untyped-def]
+        seen.append((namespace["loss_fn"], namespace["optimizer"]))
+        return "forecast"
+
+    monkeypatch.setattr(gpu2tpu.forecasting.forecast, "forecast_cell", forecast_cell)
+    model = ip.user_ns["model"] = torch.nn.Linear(4, 2)
+    ip.user_ns["loss_fn"] = torch.nn.MSELoss()
+    ip.user_ns["optimizer"] = torch.optim.SGD(model.parameters(), lr=0.1)
+    result, cap = run(ip, "%%tpu --backend cpu --forecast v5e\nbatch = (torch.ones(8, 4), None)\n")
+    assert result.result == "forecast", result.error_in_exec
+    assert "gpu2tpu: --forecast uses `loss_fn` from an earlier cell: MSELoss()" in cap.stdout
+    assert (
+        "gpu2tpu: --forecast uses `optimizer` from an earlier cell: SGD over 2 tensors, lr=0.1"
+    ) in cap.stdout
+    assert len(seen) == 1
+    for name in ("model", "batch", "loss_fn", "optimizer"):
+        ip.user_ns.pop(name)
+
+
+def test_an_optimizer_of_another_model_stops_the_forecast_in_one_line(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An SGD built for another model gave a 60-line traceback ending in UnsupportedOptimizer."""
+    seen = []
+    monkeypatch.setattr(
+        gpu2tpu.forecasting.forecast, "forecast_cell", lambda *a, **k: seen.append(a)
+    )
+    other = torch.nn.Linear(3, 3)
+    ip.user_ns["optimizer"] = torch.optim.SGD(other.parameters(), lr=0.1)
+    cell = (
+        "%%tpu --backend cpu --forecast v5e\nmodel = torch.nn.Linear(4, 2)\n"
+        "batch = (torch.ones(8, 4), torch.zeros(8, dtype=torch.long))\n"
+    )
+    result, cap = run(ip, cell)
+    error = result.error_in_exec
+    assert isinstance(error, UsageError) and seen == []
+    message = str(error)
+    assert "\n" not in message
+    assert "`optimizer` (SGD, an earlier cell's) holds 2 of 2 tensors" in message
+    assert "optimizer = torch.optim.SGD(model.parameters(), ...)" in message
+    assert "del optimizer" in message
+    assert "Traceback" not in cap.stdout
+    for name in ("model", "batch", "optimizer"):
+        ip.user_ns.pop(name)
+
+
+def test_tpu_auto_shows_each_rewrite_and_keeps_a_log(ip: InteractiveShell) -> None:
+    """Auto mode's edits were invisible."""
+    _, on = run(ip, "%tpu_auto on --backend cpu --show-diff")
+    result, cap = run(ip, "x = torch.ones(2).cuda()\n")
+    assert result.success, result.error_in_exec
+    assert f"--- In[{result.execution_count}] (as written)" in cap.stdout
+    assert (
+        "-x = torch.ones(2).cuda()" in cap.stdout and "+x = torch.ones(2).to(device)" in cap.stdout
+    )
+    plain, _ = run(ip, "z = 1\n")
+    _, log = run(ip, "%tpu_auto log")
+    run(ip, "%tpu_auto off")
+    assert "auto mode ran 2 cells; 1 rewritten" in log.stdout
+    assert "+x = torch.ones(2).to(device)" in log.stdout
+    assert f"as written: In[{plain.execution_count}]" in log.stdout
+    with pytest.raises(UsageError, match="--show-diff goes with on"):
+        ip.run_line_magic("tpu_auto", "off --show-diff")
+    ip.user_ns.pop("z")
+
+
+def test_a_local_module_with_cuda_code_is_named_with_its_command(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """helper_functions.py beside a notebook, full of torch.cuda calls, was never mentioned."""
+    (tmp_path / "helper_functions_g2t.py").write_text(
+        "import torch\n\ndef to_gpu(x):\n    return x.cuda()\n", encoding="utf-8"
+    )
+    (tmp_path / "plain_helpers_g2t.py").write_text("def add(a, b):\n    return a + b\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _, cap = run(
+        ip,
+        "%%tpu --backend cpu\nimport plain_helpers_g2t\nfrom helper_functions_g2t import to_gpu\n",
+    )
+    said = [line for line in cap.stderr.splitlines() if "G2T514" in line]
+    assert said == [
+        "gpu2tpu: line 3: `helper_functions_g2t.py` holds CUDA code (1 fixable) and runs as "
+        "written: %%tpu and %tpu_auto rewrite cells, not the modules they import; "
+        "`gpu2tpu rewrite helper_functions_g2t.py` migrates it (then restart the kernel) (G2T514)"
+    ]
+    _, again = run(ip, "%%tpu --backend cpu\nimport helper_functions_g2t\n")
+    assert "G2T514" not in again.stderr  # named once a session
+    for name in ("to_gpu", "plain_helpers_g2t", "helper_functions_g2t"):
+        ip.user_ns.pop(name)
+
+
+def test_profile_says_one_line_and_the_full_view_on_request(ip: InteractiveShell, tmp_path) -> None:
+    """--profile printed about 25 lines and a table."""
+    ip.user_ns["lin"] = torch.nn.Linear(8, 8)
+    cell = "lin(torch.randn(4, 8)).sum().backward()\n"
+    result, cap = run(ip, "%%tpu --backend cpu --profile --steps 3 --warmup 1\n" + cell)
+    assert result.result is None and cap.outputs == []
+    lines = cap.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("gpu2tpu: step ")
+    assert "measured on" in lines[0] and "per 1k steps" in lines[0]
+    assert "e-0" not in lines[0]  # plain dollars
+    assert ip.user_ns["_tpu_profile"].stats.n == 3
+    full, _ = run(ip, "%%tpu --backend cpu --profile --full --steps 3 --warmup 1\n" + cell)
+    assert full.result is ip.user_ns["_tpu_profile"]
+    trace = tmp_path / "step.json"
+    traced, cap = run(ip, f"%%tpu --backend cpu --profile --trace {trace} --steps 2\n" + cell)
+    assert traced.success, traced.error_in_exec
+    assert f"trace: {trace}" in cap.stdout and "most time in aten::" in cap.stdout
+    assert "traceEvents" in trace.read_text(encoding="utf-8")
+    with pytest.raises(UsageError, match="--full goes with --profile"):
+        ip.run_cell_magic("tpu", "--dry-run --full", cell)
+    for name in ("lin", "_tpu_profile"):
+        ip.user_ns.pop(name)
+
+
+def test_profile_shows_a_progress_bar_in_a_kernel(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gpu2tpu.profile ran for 16 s with no word; in a kernel it now draws an ipywidgets bar
+    with the steps done and the time left."""
+    import ipywidgets
+
+    monkeypatch.setattr(ip, "kernel", object(), raising=False)
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, **kw: shown.append(obj))
+
+    def step() -> None:
+        time.sleep(0.02)
+
+    gpu2tpu.profile(step, steps=20, warmup=1, backend="cpu", progress=True, targets=())
+    [box] = shown
+    bar, label = box.children
+    assert isinstance(bar, ipywidgets.IntProgress) and bar.max == 22
+    assert bar.value == 22 and bar.bar_style == "success"
+    assert re.fullmatch(r"gpu2tpu\.profile: 22/22 steps, done in \d+\.\d s", label.value)
+
+
+def test_tpu_info_widget_says_autos_choice_once() -> None:
+    from gpu2tpu.magics.info import collect_info
+
+    info = collect_info()
+    widget = info.widget()
+    texts = [child.value for child in widget.children]
+    assert sum(info.auto.split(";")[0] in text for text in texts) == 1

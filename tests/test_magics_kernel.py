@@ -288,3 +288,97 @@ def test_errors_name_the_cells_own_execution_count(tmp_path: Path) -> None:
         # as IPython shows a syntax error in a cell it compiled itself
         normal = re.sub(r"In\[\d+\], line \d+", "In[n], line k", _text(cell))
         assert normal == re.sub(r"In\[\d+\], line \d+", "In[n], line k", plain)
+
+
+# -- the second hour in a notebook (issue 28) ------------------------------------------------
+
+
+def _widget_values(nb: nbformat.NotebookNode) -> list[dict]:
+    """The state of every widget the kernel made (nbclient stores it in the metadata)."""
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    return [m.get("state", {}) for m in state.get("state", {}).values()]
+
+
+def test_what_the_second_hour_in_a_notebook_meets(tmp_path: Path) -> None:
+    """Each item of issue 28 a notebook user saw, in a real kernel: the dry run follows calls
+    into earlier cells and sees a backward-only loop over batch sizes, a cell that only
+    defines functions prints nothing, auto mode says it runs no dry run, `%tpu_info` says
+    auto's choice once, `--profile` prints one line after a live progress bar, a local module
+    with CUDA code is named, and a traceback holds the user's frames only."""
+    (tmp_path / "helper_functions.py").write_text(
+        "import torch\n\ndef to_gpu(x):\n    return x.cuda()\n", encoding="utf-8"
+    )
+    cells = [
+        ("load", "%load_ext gpu2tpu\nimport time\nimport torch"),
+        ("info", "%tpu_info"),
+        (
+            "defs",
+            "def generate(idx, n):\n    for _ in range(n):\n        nxt = idx[:, -1:] + 1\n"
+            "        idx = torch.cat((idx, nxt), dim=1)\n    return idx\n\n"
+            "def project(x):\n    return lin(x)\n\nlin = torch.nn.Linear(6, 1)",
+        ),
+        ("follow", "%%tpu --dry-run\nout = generate(torch.zeros(1, 3), 5)"),
+        (
+            "backward",
+            "%%tpu --dry-run\nfor n in (3, 5, 7, 9): lin(torch.randn(n, 6)).sum().backward()",
+        ),
+        ("module", "%%tpu\nfrom helper_functions import to_gpu"),  # auto's choice said here
+        ("silent", "%%tpu\ndef double(x):\n    return 2 * x"),
+        (
+            "profile",
+            "%%tpu --profile --steps 25 --warmup 1\ntime.sleep(0.03)\n"
+            "lin(torch.randn(4, 6)).sum().backward()",
+        ),
+        ("auto", "%tpu_auto on\n%tpu_auto off"),
+        ("fails", "%%tpu\ny = 1\nproject(torch.randn(3, 5))"),
+    ]
+    nb = nbformat.v4.new_notebook()
+    for tag, source in cells:
+        nb.cells.append(nbformat.v4.new_code_cell(source, metadata={"tags": [tag]}))
+    client = NotebookClient(
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        store_widget_state=True,
+        allow_errors=True,  # the last cell fails; the widgets' state is stored at the end
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
+    client.execute(env=_env())
+
+    defs = _by_tag(nb, "defs")
+    follow = _text(_by_tag(nb, "follow"))
+    assert f"In[{defs.execution_count}] line 4 (from line 2)" in follow
+    assert "shape change" in follow and "No TPU hazards found" not in follow
+    assert "shape change" in _text(_by_tag(nb, "backward"))
+    assert _by_tag(nb, "silent").outputs == []
+    module = _text(_by_tag(nb, "module"))
+    assert "`helper_functions.py` holds CUDA code" in module
+    assert "`gpu2tpu rewrite helper_functions.py` migrates it" in module
+
+    profile = _by_tag(nb, "profile")
+    profiled = "".join(o.text for o in profile.outputs if o.output_type == "stream")
+    lines = profiled.splitlines()
+    assert lines[0].startswith("gpu2tpu: step ") and "per 1k steps" in lines[0]
+    assert "e-0" not in profiled
+    widgets = _widget_values(nb)
+    [bar] = [w for w in widgets if w.get("_model_name") == "IntProgressModel"]
+    assert (bar["value"], bar["max"], bar["bar_style"]) == (27, 27, "success")
+    assert any(
+        re.search(r"gpu2tpu\.profile: 27/27 steps, done in", str(w.get("value", "")))
+        for w in widgets
+    )
+
+    auto = _text(_by_tag(nb, "auto"))
+    assert "without a dry run" in auto and "using the CPU dry run" not in auto
+    choice = "auto: no TPU backend found"
+    assert sum(choice in str(w.get("value", "")) for w in widgets) == 1  # %tpu_info's widget
+
+    failing = _by_tag(nb, "fails")
+    error = failing.outputs[-1]
+    assert error.output_type == "error" and error.ename == "RuntimeError"
+    shown = ANSI.sub("", "\n".join(error.traceback))
+    assert f"In[{failing.execution_count}], line 3" in shown
+    assert f"In[{defs.execution_count}], line 8" in shown
+    assert "site-packages" not in shown and "run_cell_magic" not in shown
+    assert "frames inside torch and gpu2tpu not shown" in shown
+    assert len(shown.splitlines()) < 25

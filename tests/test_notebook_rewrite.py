@@ -22,6 +22,7 @@ from gpu2tpu.rewrite.notebook import (
     NOTEBOOK_RULES,
     NotebookError,
     NotebookResult,
+    local_module_findings,
     notebook_diff,
     rewrite_notebook,
 )
@@ -579,6 +580,32 @@ def test_colab_gpu_runtime_is_reported_and_fixed_only_with_unsafe_fixes() -> Non
     assert [e.finding.code for e in fixed.edits] == ["G2T513"] and not fixed.findings
 
 
+def _gpu2tpu(*args: str, cwd: Any, capsys: Any, monkeypatch: Any) -> tuple[int, str]:
+    """`gpu2tpu ARGS` run in this process from `cwd`: (exit code, standard output)."""
+    from gpu2tpu.cli import main
+
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    code = main(list(args))
+    return code, capsys.readouterr().out
+
+
+def test_a_colab_gpu_runtime_alone_does_not_fail_a_run(tmp_path, capsys, monkeypatch) -> None:
+    """`rewrite` exited 1 on every Colab notebook written for a GPU, nothing else being left."""
+    text = nbf.colab_text(nbf.colab_notebook([nbf.code("import torch\nx = torch.ones(2).cuda()")]))
+    (tmp_path / "colab.ipynb").write_text(text, encoding="utf-8")
+    run = {"cwd": tmp_path, "capsys": capsys, "monkeypatch": monkeypatch}
+    code, out = _gpu2tpu("rewrite", "colab.ipynb", **run)
+    assert code == 0, out
+    assert "G2T513" in out
+    assert "Notebook runtime settings, not code (no effect on the exit status" in out
+    assert "`--unsafe-fixes` writes them" in out
+    code, out = _gpu2tpu("check", "--format", "json", "colab.ipynb", **run)
+    assert code == 0, out
+    [finding] = json.loads(out)["findings"]
+    assert (finding["code"], finding["category"]) == ("G2T513", "runtime-settings")
+
+
 def test_kaggle_gpu_runtime_is_fixed_in_place() -> None:
     nb = nbf.notebook([nbf.code("print(1)")], metadata=nbf.kaggle_metadata())
     for text in (nbf.jupyter_text(nb), nbf.hand_edited(nb)):
@@ -734,3 +761,50 @@ def test_any_notebook_stays_valid_changes_only_sources_and_is_stable(
     assert again.new_text is result.new_text and not again.edits
     if "cuda" not in "".join(code_sources(text)) and not unsafe:
         assert result.new_text is text
+
+
+# -- local modules the notebook imports (G2T514) ---------------------------------------------------
+
+
+def test_a_local_module_with_cuda_code_is_named_with_the_command_that_migrates_it(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    """helper_functions.py beside the notebook, full of torch.cuda calls, was neither
+    rewritten nor mentioned by `gpu2tpu rewrite nb.ipynb`."""
+    (tmp_path / "helper_functions.py").write_text(
+        "import torch\n\ndef to_gpu(model):\n    return model.cuda()\n\n"
+        "def sync():\n    torch.cuda.synchronize()\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "plots.py").write_text("def show(x):\n    return x\n", encoding="utf-8")
+    (tmp_path / "chapters").mkdir()
+    (tmp_path / "chapters" / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "chapters" / "ch4.py").write_text("import torch\ndev = torch.zeros(1).cuda()\n")
+    cells = [
+        nbf.code("import torch\nimport plots\nfrom helper_functions import to_gpu"),
+        nbf.code("from chapters.ch4 import dev\nx = torch.ones(2).cuda()"),
+    ]
+    text = nbf.jupyter_text(nbf.notebook(cells))
+    (tmp_path / "nb.ipynb").write_text(text, encoding="utf-8")
+    found = local_module_findings(str(tmp_path / "nb.ipynb"), text, Options())
+    assert [(f.cell_index, f.finding.line, f.finding.code) for f in found] == [
+        (0, 3, "G2T514"),
+        (1, 1, "G2T514"),
+    ]
+    first = found[0].finding
+    assert first.message == (
+        "`helper_functions.py` holds CUDA code (2 fixable), which rewriting the notebook "
+        "leaves as it is: `gpu2tpu rewrite helper_functions.py` migrates it"
+    )
+    assert first.hint == "gpu2tpu rewrite helper_functions.py"
+    assert "`chapters/ch4.py` holds CUDA code" in found[1].finding.message
+    assert (
+        local_module_findings(str(tmp_path / "nb.ipynb"), text, Options(ignore=("G2T514",))) == []
+    )
+    # the CLI says it, and not when the same run rewrites the modules too
+    run = {"cwd": tmp_path, "capsys": capsys, "monkeypatch": monkeypatch}
+    code, alone = _gpu2tpu("check", "nb.ipynb", **run)
+    assert code == 1 and "nb.ipynb:cell 0:line 3:col 1: G2T514 `helper_functions.py` holds" in alone
+    code, together = _gpu2tpu("check", ".", **run)
+    assert "G2T514" not in together
+    assert "helper_functions.py:4:12: G2T101" in together  # checked in the same run

@@ -41,7 +41,7 @@ def test_the_top_level_names() -> None:
                 "step_fn", "args", "steps", "warmup", "backend", "tokens_per_step",
                 "samples_per_step", "compare_to", "targets", "baseline", "dataset_size",
                 "prices", "price", "chips", "catalogue", "count_flops", "count_syncs",
-                "flops_per_step", "bytes_per_step",
+                "flops_per_step", "bytes_per_step", "progress", "trace",
             ],
         ),
         (

@@ -43,6 +43,13 @@ if TYPE_CHECKING:
 # The device type TorchTPU registers where a TPU is present (the stand-in's is "meta").
 DEVICE_TYPE = "tpu"
 
+# What the supported release declares (docs/backends.md, "The package"): its Requires-Python
+# and its Requires-Dist lines on the TPU stack. The one statement of TorchTPU's requirements:
+# `%tpu_info`'s install line and `gpu2tpu doctor`'s advice (readiness/versions.py) read it.
+RELEASE = "0.2.0"
+REQUIRES_PYTHON = ">=3.11"
+REQUIRES = ("torch>=2.11,<=2.15", "libtpu>=0.0.50")
+
 # `eager_mode` choices -> the member of `torch.tpu.EagerMode` they select.
 EAGER_MODES: dict[str, str] = {
     "defer_and_fuse": "DEFER_AND_FUSE",
@@ -126,7 +133,7 @@ class TorchTPUBackend(Backend):
     name = "tpu"
     title = "TorchTPU"
     install = "pip install torch-tpu~=0.2.0"
-    install_note = "on a TPU VM (it needs torch>=2.11,<=2.15, libtpu>=0.0.50 and Python>=3.11)"
+    install_note = f"on a TPU VM (it needs {', '.join(REQUIRES)} and Python{REQUIRES_PYTHON})"
     distribution = "torch-tpu"
     runs_on_tpu = True
     compile_backend = "tpu"

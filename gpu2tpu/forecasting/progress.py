@@ -1,7 +1,8 @@
 """A live status line per forecast target, where the user is looking.
 
-A forecast compiles for minutes; silence for that long reads as a hang. Each target shows
-what it is doing and for how long ("… v5e  compiling at batch 8 [0:42]", "… v5e  batch
+A forecast compiles for minutes; silence for that long reads as a hang. The heading says
+about how long is left once a target has finished (the mean time of the finished ones for
+each target still to go); each target shows what it is doing and for how long ("… v5e  compiling at batch 8 [0:42]", "… v5e  batch
 search 2/8: compiling at batch 24 [1:10]"), then its verdict. Three renderings, picked by where the forecast runs:
 
 - a notebook kernel: one display (text/plain and text/html) updated in place through an
@@ -106,11 +107,31 @@ class ForecastProgress:
 
     # rendering ---------------------------------------------------------------------------
 
+    def eta(self, now: float) -> float | None:
+        """Seconds left, from the mean time of the targets done so far (None before one is)."""
+        done = [
+            line.elapsed(now) for line in self.lines.values() if line.state in ("done", "failed")
+        ]
+        left = [line for line in self.lines.values() if line.state in ("waiting", "running")]
+        if not done or not left:
+            return None
+        mean = sum(done) / len(done)
+        return sum(max(0.0, mean - line.elapsed(now)) for line in left)
+
+    def heading(self, now: float) -> str:
+        """The title, with the time left once a target has finished ("about 2:10 left")."""
+        eta = self.eta(now)
+        if eta is None:
+            return self.title
+        left = f"about {format_clock(eta)} left"
+        return f"{self.title} ({left})" if self.title else left
+
     def text(self) -> str:
         now = time.monotonic()
         width = max((len(label) for label in self.lines), default=0)
         rows = [line.render(now, width) for line in self.lines.values()]
-        return "\n".join(([self.title] if self.title else []) + rows)
+        heading = self.heading(now)
+        return "\n".join(([heading] if heading else []) + rows)
 
     def html(self) -> str:
         now = time.monotonic()
@@ -124,7 +145,8 @@ class ForecastProgress:
                 f"<td style='padding-right:1em'>{html.escape(line.text)}</td>"
                 f"<td style='font-variant-numeric:tabular-nums'>{clock}</td></tr>"
             )
-        title = f"<div><b>{html.escape(self.title)}</b></div>" if self.title else ""
+        heading = self.heading(now)
+        title = f"<div><b>{html.escape(heading)}</b></div>" if heading else ""
         return (
             f"<div class='gpu2tpu-forecast-progress'>{title}"
             f"<table style='font-family:monospace'>{''.join(rows)}</table></div>"
@@ -144,10 +166,11 @@ class ForecastProgress:
             clock = "" if line.started is None else format_clock(line.elapsed(now))
             style = styles.get(line.state, "dim")
             table.add_row(Text(line.label, style=f"bold {style}"), Text(line.text), Text(clock))
-        if self.title:
+        heading = self.heading(now)
+        if heading:
             from rich.console import Group
 
-            return Group(Text(self.title, style="bold"), table)
+            return Group(Text(heading, style="bold"), table)
         return table
 
     @contextmanager

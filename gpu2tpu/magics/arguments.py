@@ -33,6 +33,7 @@ class CellPlan:
     dry_run: bool = False
     profile: bool = False
     forecast: tuple[str, ...] = ()
+    full: bool = False
     output: bool | str | None = None
     profile_options: dict[str, Any] = field(default_factory=dict)
     forecast_options: dict[str, Any] = field(default_factory=dict)
@@ -77,6 +78,8 @@ def check(args: Any) -> CellPlan:
         "--tokens-per-step": (args.tokens_per_step, ("--profile", "--forecast")),
         "--chips": (args.chips, ("--profile", "--forecast")),
         "--search": (args.search or None, ("--forecast",)),
+        "--full": (args.full or None, ("--profile",)),
+        "--trace": (args.trace, ("--profile",)),
     }
     for option, (value, modes_ok) in belongs.items():
         if value is not None and not set(modes) & set(modes_ok):
@@ -104,6 +107,7 @@ def check(args: Any) -> CellPlan:
             ("tokens_per_step", args.tokens_per_step),
             ("samples_per_step", args.samples_per_step),
             ("chips", args.chips),
+            ("trace", args.trace),
         )
         if value is not None
     }
@@ -119,6 +123,7 @@ def check(args: Any) -> CellPlan:
         dry_run=args.dry_run,
         profile=args.profile,
         forecast=targets,
+        full=args.full,
         output=output,
         profile_options=profile_options,
         forecast_options=forecast_options,

@@ -29,11 +29,14 @@ from .cells import (
     PreparedCell,
     add_notes,
     cell_map,
+    diff_text,
     leading_blank_lines,
+    local_module_lines,
     problem_lines,
     remap_positions,
     replace_stale_devices,
     say,
+    show_user_frames,
 )
 
 if TYPE_CHECKING:
@@ -81,13 +84,62 @@ class _CellPositions(ast.NodeTransformer):
         return node
 
 
+# How many cells `%tpu_auto log` remembers.
+_LOG_LIMIT = 256
+
+
+@dataclass
+class _Ran:
+    number: int
+    written: str
+    rewritten: str | None  # None: not looked at (no CUDA token, or a %%tpu cell)
+    backend: str
+
+
+class AutoLog:
+    """What auto mode ran for each cell, newest last: `%tpu_auto log` prints it, so the
+    silent edits can be read after the fact (`%tpu_auto on --show-diff` prints them live)."""
+
+    def __init__(self) -> None:
+        self.cells: list[_Ran] = []
+
+    def add(self, number: int, written: str, rewritten: str | None, backend: str) -> None:
+        self.cells = [c for c in self.cells if c.number != number][-_LOG_LIMIT + 1 :]
+        self.cells.append(_Ran(number, written, rewritten, backend))
+
+    def text(self) -> str:
+        if not self.cells:
+            return "gpu2tpu: auto mode has run no cell yet (`%tpu_auto on` starts it)\n"
+        changed = [c for c in self.cells if c.rewritten is not None and c.rewritten != c.written]
+        out = [
+            f"gpu2tpu: auto mode ran {len(self.cells)} cell{'s' * (len(self.cells) != 1)}; "
+            f"{len(changed)} rewritten" + (":\n" if changed else ", the others as written\n")
+        ]
+        for c in changed:
+            out.append(diff_text(c.written, c.rewritten or "", f"In[{c.number}]", c.backend))
+        same = [f"In[{c.number}]" for c in self.cells if c not in changed]
+        if changed and same:
+            out.append(f"as written: {', '.join(same)}\n")
+        return "".join(out)
+
+
 class AutoMode:
     """The hooks of `%tpu_auto on` for one shell and backend."""
 
-    def __init__(self, shell: InteractiveShell, runner: CellRunner, backend: Backend) -> None:
+    def __init__(
+        self,
+        shell: InteractiveShell,
+        runner: CellRunner,
+        backend: Backend,
+        *,
+        show_diff: bool = False,
+        log: AutoLog | None = None,
+    ) -> None:
         self.shell = shell
         self.runner = runner
         self.backend = backend
+        self.show_diff = show_diff
+        self.log = log if log is not None else AutoLog()
         self._stack: ExitStack | None = None
         self._depth = 0  # run_cell nesting (%%capture runs its body as a cell)
         self._pending: _Pending | None = None
@@ -168,12 +220,21 @@ class AutoMode:
         if self._depth > 1:
             return
         self._raw_cell = getattr(info, "raw_cell", None)
-        if self._pending is not None:  # ipykernel transforms a cell twice: say it once, here
-            say(problem_lines(self._pending.rewrite))
-            self.runner.run_imports(self._pending.rewrite)
+        pending = self._pending
+        if pending is not None:  # ipykernel transforms a cell twice: say it once, here
+            say(problem_lines(pending.rewrite))
+            self.runner.run_imports(pending.rewrite)
+            rewritten = pending.rewrite.new_source if pending.rewrite is not None else None
+            if not pending.written.lstrip().startswith("%tpu_auto"):  # not `%tpu_auto log`
+                self.log.add(pending.number, pending.written, rewritten, self.backend.name)
+            if self.show_diff and rewritten is not None and rewritten != pending.written:
+                label = f"In[{pending.number}]"
+                sys.stdout.write(diff_text(pending.written, rewritten, label, self.backend.name))
         transformed = getattr(info, "transformed_cell", None)  # IPython 8.22+: what compiles
         if self._pending is not None and isinstance(transformed, str):
             self._pending.python = transformed
+        if pending is not None and pending.python is not None:
+            say(local_module_lines(pending.python, 0, self.runner.modules_said))
         self._close()
         stack = ExitStack()
         stack.enter_context(self.backend.activate())
@@ -195,7 +256,8 @@ class AutoMode:
     # -- errors ------------------------------------------------------------------------------------
 
     def _wrap_showtraceback(self) -> None:
-        original = self.shell.showtraceback
+        shell = self.shell
+        original = shell.showtraceback
         runner, backend = self.runner, self.backend
 
         def showtraceback(exc_tuple: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -204,6 +266,7 @@ class AutoMode:
                 cells = runner.recent.values()
                 if _passes_through(error, {c.filename for c in cells}):
                     add_notes(error, cells, backend)
+                    show_user_frames(error, shell)
             return original(exc_tuple, *args, **kwargs)
 
         showtraceback.gpu2tpu_original = original  # type: ignore[attr-defined]

@@ -14,14 +14,17 @@ which the magics add to an error as a note.
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 import functools
 import linecache
+import os
 import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from types import CodeType, ModuleType
+from pathlib import Path
+from types import CodeType, ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -554,6 +557,107 @@ def add_notes(
             error.add_note(note)
 
 
+def diff_text(written: str, rewritten: str, label: str, backend: str) -> str:
+    """A unified diff of the cell as written and as it runs on `backend` (its name)."""
+    lines = difflib.unified_diff(
+        written.splitlines(keepends=True),
+        rewritten.splitlines(keepends=True),
+        fromfile=f"{label} (as written)",
+        tofile=f"{label} (as run on {backend})",
+    )
+    text = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    return text or f"{label}: nothing to rewrite\n"
+
+
+# -- tracebacks with the user's frames only ----------------------------------------------------------
+
+_SITE_PARTS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+_GPU2TPU_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
+
+
+def show_user_frames(error: BaseException, shell: InteractiveShell) -> None:
+    """Have IPython show only the user's frames of `error`: the notebook's cells and its
+    local modules, not torch's, gpu2tpu's or IPython's. A note says how many frames were
+    left out and where; `%xmode Verbose` shows every frame.
+
+    Uses the hook IPython offers exceptions for their own display (`_render_traceback_`),
+    so the error itself, its notes and its full `__traceback__` are unchanged.
+    """
+    if getattr(error, "_render_traceback_", None) is not None:
+        return  # the error renders itself (or was given this already)
+
+    def render() -> list[str]:
+        formatter = shell.InteractiveTB
+        full = error.__traceback__
+        if getattr(formatter, "mode", "") != "Verbose":
+            kept, hidden = user_frames(full, shell)
+            if kept is not None:
+                note = _hidden_note(hidden)
+                added = note is not None and note not in getattr(error, "__notes__", ())
+                if note is not None and added:
+                    error.add_note(note)
+                try:
+                    return formatter.structured_traceback(type(error), error, kept, tb_offset=0)
+                finally:
+                    if note is not None and added:  # shown in this rendering only
+                        error.__notes__.remove(note)
+        return formatter.structured_traceback(type(error), error, full, tb_offset=1)
+
+    with contextlib.suppress(AttributeError, TypeError):  # a type that takes no attributes
+        error._render_traceback_ = render  # type: ignore[attr-defined]
+
+
+def user_frames(tb: TracebackType | None, shell: Any) -> tuple[TracebackType | None, list[str]]:
+    """A traceback of the user's frames of `tb` only, and the files of the frames left out
+    below the first one kept. None when no frame is the user's (then nothing is left out).
+
+    The frame of the cell that hands a cell magic its body (`get_ipython().run_cell_magic(...)`)
+    is IPython's, not the user's: the body's own frames follow.
+    """
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from ..readiness.user_code import UserCode, cell_labels
+
+    code = UserCode(cell_labels(shell))
+    dispatch = InteractiveShell.run_cell_magic.__code__
+    kept: list[TracebackType] = []
+    hidden: list[str] = []
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        magic_line = tb.tb_next is not None and tb.tb_next.tb_frame.f_code is dispatch
+        if code.label(filename) is not None and not magic_line:
+            kept.append(tb)
+        elif kept:
+            hidden.append(filename)
+        tb = tb.tb_next
+    if not kept:
+        return None, []
+    chain = None
+    for item in reversed(kept):
+        chain = TracebackType(chain, item.tb_frame, item.tb_lasti, item.tb_lineno)
+    return chain, hidden
+
+
+def _hidden_note(hidden: list[str]) -> str | None:
+    if not hidden:
+        return None
+    packages = list(dict.fromkeys(_package(f) for f in hidden))
+    where = packages[0] if len(packages) == 1 else f"{', '.join(packages[:-1])} and {packages[-1]}"
+    count = f"{len(hidden)} frame{'s' * (len(hidden) != 1)}"
+    return f"gpu2tpu: {count} inside {where} not shown (`%xmode Verbose` shows every frame)"
+
+
+def _package(filename: str) -> str:
+    """The installed package a frame's file belongs to ("torch"), for the note."""
+    if filename.startswith(_GPU2TPU_DIR):
+        return "gpu2tpu"
+    for part in _SITE_PARTS:
+        if part in filename:
+            top = filename.split(part, 1)[1].split(os.sep, 1)[0]
+            return top.removesuffix(".py")
+    return "Python's library" if filename.startswith(sys.base_prefix) else "library code"
+
+
 # -- what the magics say before a cell runs -------------------------------------------------------
 
 
@@ -571,6 +675,50 @@ def problem_lines(rewrite: CellRewrite | None, offset: int = 0) -> list[str]:
             out.append(text)
     if rewrite.error and not rewrite.error.startswith("syntax error"):
         out.append(f"gpu2tpu: the cell runs as written, not rewritten: {rewrite.error}")
+    return out
+
+
+def local_module_lines(python: str, offset: int, said: set[tuple[str, int]]) -> list[str]:
+    """One line per local module the cell imports that holds CUDA code (G2T514, as `gpu2tpu
+    rewrite` reports it for a notebook), with the command that migrates it: `%%tpu` and
+    `%tpu_auto` rewrite cells, not the modules they import. `python` is the cell as IPython
+    runs it, `offset` the magic lines above it; `said` holds the modules already named this
+    session (by path and modification time), which are not named again."""
+    import importlib.util
+
+    from ..readiness.user_code import UserCode
+    from ..rewrite.model import Options
+    from ..rewrite.notebook import imported_modules, module_file, module_with_cuda
+
+    local = UserCode(cells={})
+    out = []
+    for dotted, line, _col in imported_modules(python):
+        top, _, rest = dotted.partition(".")
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.origin or local.label(spec.origin) is None:
+            continue
+        folder = Path(spec.origin).parent
+        path = module_file(folder, rest) if rest and spec.submodule_search_locations else None
+        path = path or Path(spec.origin)
+        try:
+            key = (str(path), path.stat().st_mtime_ns)
+        except OSError:
+            continue
+        if key in said:
+            continue
+        module = module_with_cuda(path, Options(fix=False))
+        if module is None:
+            continue
+        said.add(key)
+        shown = local.label(str(path)) or path.name
+        out.append(
+            f"gpu2tpu: line {line + offset}: {module.describe(shown)} and runs as written: "
+            f"%%tpu and %tpu_auto rewrite cells, not the modules they import; "
+            f"`gpu2tpu rewrite {shown}` migrates it (then restart the kernel) (G2T514)"
+        )
     return out
 
 

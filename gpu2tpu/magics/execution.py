@@ -12,7 +12,6 @@ with a note saying what a rewritten line really ran.
 from __future__ import annotations
 
 import ast
-import difflib
 import functools
 import sys
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from ..backends import (
     get_backend,
 )
 from .arguments import CellPlan, check
+from .auto import AutoLog
 from .cells import (
     CELL_SYNTAX_ERRORS,
     DEVICE_VARIABLE,
@@ -40,14 +40,17 @@ from .cells import (
     add_notes,
     cell_number,
     compile_cell,
+    diff_text,
     execute,
+    local_module_lines,
     prior_imports,
     problem_lines,
     replace_stale_devices,
     say,
     show_cell_syntax_error,
+    show_user_frames,
 )
-from .forecasts import ForecastMemory
+from .forecasts import FORECAST_INPUTS, ForecastMemory, describe, optimizer_mismatch
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -134,6 +137,7 @@ class CellRunner:
         self.histories: dict[str, Any] = {}
         self.last_report: DryRunReport | None = None
         self.recent: dict[str, PreparedCell] = {}  # traceback name -> cell, newest last
+        self.modules_said: set[tuple[str, int]] = set()  # local modules with CUDA, named once
 
     def device_variable(self, backend: Backend) -> str:
         """Bind the device variable for `backend` in the user namespace; return its name.
@@ -200,6 +204,8 @@ class CellRunner:
             say(problem_lines(result, len(header)))
             self.run_imports(result)
         python = shell.transform_cell(rewritten)
+        if rewrite:
+            say(local_module_lines(python, len(header), self.modules_said))
         prepared = compile_cell(
             shell,
             written=cell,
@@ -227,18 +233,6 @@ class CellRunner:
         while len(self.histories) > _HISTORY_LIMIT:
             self.histories.pop(next(iter(self.histories)))
         return history
-
-
-def diff_text(written: str, rewritten: str, label: str, backend: Backend) -> str:
-    """A unified diff of the cell as written and as it runs."""
-    lines = difflib.unified_diff(
-        written.splitlines(keepends=True),
-        rewritten.splitlines(keepends=True),
-        fromfile=f"{label} (as written)",
-        tofile=f"{label} (as run on {backend.name})",
-    )
-    text = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
-    return text or f"{label}: nothing to rewrite\n"
 
 
 # -- the magics --------------------------------------------------------------------------------
@@ -277,6 +271,7 @@ class TPUMagics(Magics):
         self.runner = CellRunner(shell)
         self.forecasts = ForecastMemory()  # a later --profile of a forecast model uses them
         self.auto: AutoMode | None = None
+        self.auto_log = AutoLog()  # what auto mode ran, for `%tpu_auto log`
         self._last_reason: str | None = None
         # A syntax error in a %%tpu cell is shown as IPython shows one in a plain cell (no
         # stack), through the shell's custom-exception slot, if no one else uses it.
@@ -375,6 +370,26 @@ class TPUMagics(Magics):
         help="--profile/--forecast: chips per target (a power of two for the forecast)",
     )
     @magic_arguments.argument(
+        "--full",
+        action="store_true",
+        help=(
+            "--profile: show the full view (the comparison table, bars and details) instead "
+            "of one line; the result is also in `_tpu_profile`"
+        ),
+    )
+    @magic_arguments.argument(
+        "--trace",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help=(
+            "--profile: also time one step op by op with torch.profiler: a per-op table, and "
+            "a Chrome trace written to PATH (default: a file in the working directory) to "
+            "open in https://ui.perfetto.dev or chrome://tracing"
+        ),
+    )
+    @magic_arguments.argument(
         "--search",
         action="store_true",
         help=(
@@ -417,7 +432,7 @@ class TPUMagics(Magics):
         )
         label = f"In[{number}]"
         if plan.show_diff:
-            sys.stdout.write(diff_text(prepared.written, prepared.rewritten, label, backend))
+            sys.stdout.write(diff_text(prepared.written, prepared.rewritten, label, backend.name))
         run = self._runner_for(prepared, backend)
         if plan.profile or plan.forecast:
             return self._finish(plan, self._hooked(plan, run, backend, prepared))
@@ -432,7 +447,8 @@ class TPUMagics(Magics):
         return result
 
     def _runner_for(self, prepared: PreparedCell, backend: Backend) -> Callable[[], Any]:
-        namespace = self.shell.user_ns
+        shell = self.shell
+        namespace = shell.user_ns
         runner = self.runner
 
         def run() -> Any:
@@ -445,6 +461,7 @@ class TPUMagics(Magics):
                     return value
             except Exception as err:
                 add_notes(err, runner.recent.values(), backend)
+                show_user_frames(err, shell)
                 raise
 
         return run
@@ -454,15 +471,21 @@ class TPUMagics(Magics):
         from IPython.display import display
 
         from ..readiness.dryrun import DryRunDetector
+        from ..readiness.user_code import UserCode, cell_labels
 
         history = self.runner.dry_run_history(prepared.rewritten)
-        detector = DryRunDetector({prepared.filename}, label=label, history=history)
+        # Calls into functions of earlier cells and local modules are followed.
+        user_code = UserCode(cell_labels(self.shell))
+        detector = DryRunDetector(
+            {prepared.filename}, label=label, history=history, user_code=user_code
+        )
         ns = self.shell.user_ns
         try:
             with backend.activate(), detector:
                 value = execute(prepared, ns)
         except Exception as err:
             add_notes(err, self.runner.recent.values(), backend)
+            show_user_frames(err, self.shell)
             self.runner.last_report = detector.report(err)
             ns["_tpu_dry_run"] = self.runner.last_report
             raise
@@ -471,7 +494,8 @@ class TPUMagics(Magics):
         ns["_tpu_dry_run"] = report
         if plan.output is not None:
             return self._finish(plan, report)
-        display(report)
+        if not report.empty:  # a cell that only defines functions has nothing to report
+            display(report)
         return value
 
     def _hooked(
@@ -485,40 +509,69 @@ class TPUMagics(Magics):
             said = self.forecasts.apply(result, self.shell.user_ns.get("model"))
             if said:
                 print(said)
-            return result
+            self.shell.user_ns["_tpu_profile"] = result
+            if plan.full or plan.output is not None:
+                return result
+            # One line by default, as %%time says its time; the full view on request.
+            print(f"gpu2tpu: {result.summary_line()}")
+            trace = getattr(result, "trace", None)
+            if trace is not None:
+                print(trace.summary_line())
+            print("gpu2tpu: the table, bars and details: `_tpu_profile`, or %%tpu --profile --full")
+            return None
         from ..forecasting.forecast import forecast_cell
 
         self._say_forecast_inputs(prepared)
+        run()  # the cell runs once; the forecast reads what it left in the namespace
+        namespace = self.shell.user_ns
+        self._check_forecast_optimizer(prepared, namespace)
         result = forecast_cell(
-            run,
+            namespace,
             targets=list(plan.forecast),
             backend=backend,
             source=prepared.rewritten,
             **plan.forecast_options,
         )
-        self.forecasts.remember(self.shell.user_ns.get("model"), result, prepared.number)
+        self.forecasts.remember(namespace.get("model"), result, prepared.number)
         return result
 
     def _say_forecast_inputs(self, prepared: PreparedCell) -> None:
-        """The forecast reads `model` and `batch`: the cell should define them; if it does
-        not, name the earlier values it will use, or stop before anything runs."""
+        """The forecast reads `model`, `batch` and, if they exist, `optimizer`, `loss_fn`,
+        `tokens_per_step` and `dtype`: name each one an earlier cell left (this cell does not
+        define it), or stop before anything runs when a required one is missing."""
         ns = self.shell.user_ns
         lines = []
-        for names, what in ((("model",), "a torch.nn.Module"),
-                            (("batch", "example_batch"), "a pair (inputs, targets)")):  # fmt: skip
+        for names, what, required in FORECAST_INPUTS:
             if any(n in prepared.binds for n in names):
                 continue
             found = next((n for n in names if ns.get(n) is not None), None)
             if found is None:
-                raise UsageError(
-                    f"%%tpu --forecast needs the cell to define `{names[0]}` ({what}); "
-                    f"neither this cell nor an earlier one did"
-                )
+                if required:
+                    raise UsageError(
+                        f"%%tpu --forecast needs the cell to define `{names[0]}` ({what}); "
+                        f"neither this cell nor an earlier one did"
+                    )
+                continue
             lines.append(
-                f"gpu2tpu: --forecast uses `{found}` from an earlier cell: {_describe(ns[found])}"
+                f"gpu2tpu: --forecast uses `{found}` from an earlier cell: {describe(ns[found])}"
             )
         for line in lines:
             print(line)
+
+    def _check_forecast_optimizer(self, prepared: PreparedCell, ns: dict[str, Any]) -> None:
+        """An optimizer that trains another model (one an earlier cell built) stops the
+        forecast before anything is traced, in one line that says how to pass the right one."""
+        optimizer, model = ns.get("optimizer"), ns.get("model")
+        why = optimizer_mismatch(optimizer, model) if optimizer is not None else None
+        if why is None:
+            return
+        origin = "this cell's" if "optimizer" in prepared.binds else "an earlier cell's"
+        kind = type(optimizer).__name__
+        raise UsageError(
+            f"%%tpu --forecast: `optimizer` ({kind}, {origin}) {why} ({describe(model)}); "
+            f"define it in this cell as `optimizer = torch.optim.{kind}(model.parameters(), ...)`"
+            f", or `del optimizer` to forecast with AdamW"
+        )
 
     def _run_nested(
         self, cell: str, backend: Backend, plan: CellPlan, number: int, header: list[str]
@@ -536,7 +589,7 @@ class TPUMagics(Magics):
             self.runner.run_imports(result)
         if plan.show_diff:
             label = f"In[{number}]"
-            sys.stdout.write(diff_text(cell, rewritten, label, backend))
+            sys.stdout.write(diff_text(cell, rewritten, label, backend.name))
         inner = split_cell_magic(rewritten)
         assert inner is not None
         say(replace_stale_devices(self.shell.user_ns, inner.body, backend))
@@ -545,14 +598,18 @@ class TPUMagics(Magics):
                 return self.shell.run_cell_magic(inner.name, inner.args, inner.body)
         except Exception as err:
             add_notes(err, (), backend)
+            show_user_frames(err, self.shell)
             raise
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument(
         "state",
         nargs="?",
-        choices=("on", "off"),
-        help="on: rewrite and run every later cell on a TPU backend; off: stop; none: say which",
+        choices=("on", "off", "log"),
+        help=(
+            "on: rewrite and run every later cell on a TPU backend; off: stop; log: show what "
+            "each cell ran, as diffs of the cells auto mode rewrote; none: say whether it is on"
+        ),
     )
     @magic_arguments.argument(
         "--backend",
@@ -561,18 +618,30 @@ class TPUMagics(Magics):
         metavar="NAME",
         help="with on: the backend, as for %%tpu (default auto)",
     )
+    @magic_arguments.argument(
+        "--show-diff",
+        action="store_true",
+        help="with on: print each cell's rewrite as a unified diff before the cell runs",
+    )
     @line_magic
     def tpu_auto(self, line: str) -> None:
-        """`%tpu_auto on [--backend NAME]` rewrites and runs every later cell on a TPU backend;
-        `%tpu_auto off` stops; `%tpu_auto` says whether it is on.
+        """`%tpu_auto on [--backend NAME] [--show-diff]` rewrites and runs every later cell on a
+        TPU backend; `%tpu_auto off` stops; `%tpu_auto log` shows what each cell ran (the diff
+        of every cell it rewrote); `%tpu_auto` says whether it is on.
 
         Each cell is rewritten as `gpu2tpu rewrite` rewrites a notebook cell; what cannot be
-        migrated is listed before the cell runs. With no TPU backend, `auto` runs the cells on
-        the CPU (use `%%tpu --dry-run` on a cell to see what would hurt on a TPU).
+        migrated is listed before the cell runs (`--show-diff` also prints the rewrite). With
+        no TPU backend, `auto` runs the cells on the CPU as usual, without a dry run (use
+        `%%tpu --dry-run` on a cell to see what would hurt on a TPU).
         """
         args = magic_arguments.parse_argstring(self.tpu_auto, line)
         if args.state != "on" and args.backend is not None:
             raise UsageError("%tpu_auto: --backend goes with on: %tpu_auto on --backend NAME")
+        if args.state != "on" and args.show_diff:
+            raise UsageError("%tpu_auto: --show-diff goes with on: %tpu_auto on --show-diff")
+        if args.state == "log":
+            sys.stdout.write(self.auto_log.text())
+            return
         if args.state is None:
             state = f"on ({self.auto.backend.name})" if self.auto else "off"
             print(f"gpu2tpu: auto mode is {state}")
@@ -589,11 +658,11 @@ class TPUMagics(Magics):
 
         if self.auto is not None:
             self.auto.stop()
-        self.auto = AutoMode(self.shell, self.runner, backend)
-        self.auto.start()
-        print(
-            f"gpu2tpu: auto mode on: every cell is rewritten and run on {backend.name} ({reason})"
+        self.auto = AutoMode(
+            self.shell, self.runner, backend, show_diff=args.show_diff, log=self.auto_log
         )
+        self.auto.start()
+        print(_auto_on_line(backend, reason))
 
     @line_magic
     def tpu_info(self, line: str) -> None:
@@ -620,20 +689,18 @@ class TPUMagics(Magics):
             self.shell.set_custom_exc((), None)
 
 
-def _describe(value: Any) -> str:
-    """A short description of a value the forecast will use."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - the magics need torch to run a cell
-        torch = None  # type: ignore[assignment]
-    if torch is not None and isinstance(value, torch.nn.Module):
-        count = sum(p.numel() for p in value.parameters())
-        return f"{type(value).__name__} ({count:,} parameters)"
-    if isinstance(value, tuple | list):
-        shapes = [tuple(getattr(v, "shape", ())) or type(v).__name__ for v in value]
-        return f"{type(value).__name__} of {', '.join(str(s) for s in shapes)}"
-    shape = getattr(value, "shape", None)
-    return f"{type(value).__name__} {tuple(shape)}" if shape is not None else type(value).__name__
+def _auto_on_line(backend: Backend, reason: str) -> str:
+    """What `%tpu_auto on` says it will do: where cells run, and, on the CPU, that no dry run
+    happens (auto's choice for `%%tpu` cells is a dry run; auto mode runs cells as usual)."""
+    if backend.name != "cpu" or not reason.startswith("auto: "):
+        return (
+            f"gpu2tpu: auto mode on: every cell is rewritten and run on {backend.name} ({reason})"
+        )
+    why = reason.removeprefix("auto: ").split("; ")[0]
+    return (
+        f"gpu2tpu: auto mode on: {why}, so every cell is rewritten and run on the CPU as "
+        "usual, without a dry run (`%%tpu --dry-run` on a cell reports what would hurt on a TPU)"
+    )
 
 
 def _cell_magic_depth() -> int:

@@ -6,6 +6,10 @@ counted by PyTorch on the CPU, unfused, scaled by the CPU's efficiency. A foreca
 same model compiled the step with libtpu for those TPUs. Shown side by side without a word,
 the two disagree by one or two orders of magnitude; here the profile's TPU rows take the
 forecast's compiled step times and say where they come from.
+
+It also holds what `%%tpu --forecast` reads from the notebook (`FORECAST_INPUTS`): the magic
+names every value an earlier cell left behind before using it, and checks that an optimizer
+it would use trains the model being forecast.
 """
 
 from __future__ import annotations
@@ -107,3 +111,64 @@ class ForecastMemory:
             f"gpu2tpu: {', '.join(replaced)}: the compiled figures of the forecast of "
             f"`{remembered.name}` in In[{remembered.number}], not this run's figures"
         )
+
+
+# -- what `%%tpu --forecast` reads from the notebook ---------------------------------------------
+
+# The variables the forecast reads, what each should hold, and whether it must be there.
+FORECAST_INPUTS: tuple[tuple[tuple[str, ...], str, bool], ...] = (
+    (("model",), "a torch.nn.Module", True),
+    (("batch", "example_batch"), "a pair (inputs, targets)", True),
+    (("optimizer",), "a torch optimizer or a name", False),
+    (("loss_fn",), "loss_fn(output, targets)", False),
+    (("tokens_per_step",), "a number", False),
+    (("dtype",), "a torch dtype", False),
+)
+
+
+def describe(value: Any) -> str:
+    """A short description of a value the forecast will use."""
+    import torch
+
+    if isinstance(value, torch.nn.Module) and not list(value.children()) and _is_loss(value):
+        return f"{type(value).__name__}()"
+    if isinstance(value, torch.nn.Module):
+        count = sum(p.numel() for p in value.parameters())
+        return f"{type(value).__name__} ({count:,} parameters)"
+    if isinstance(value, torch.optim.Optimizer):
+        count = sum(len(g["params"]) for g in value.param_groups)
+        lr = value.param_groups[0].get("lr") if value.param_groups else None
+        rate = f", lr={lr:g}" if isinstance(lr, int | float) else ""
+        return f"{type(value).__name__} over {count} tensors{rate}"
+    if isinstance(value, tuple | list):
+        shapes = [tuple(getattr(v, "shape", ())) or type(v).__name__ for v in value]
+        return f"{type(value).__name__} of {', '.join(str(s) for s in shapes)}"
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return f"{type(value).__name__} {tuple(shape)}"
+    if callable(value):
+        return getattr(value, "__qualname__", None) or type(value).__name__
+    return repr(value) if isinstance(value, int | float | str) else type(value).__name__
+
+
+def _is_loss(module: Any) -> bool:
+    import torch
+
+    return isinstance(module, torch.nn.modules.loss._Loss)
+
+
+def optimizer_mismatch(optimizer: Any, model: Any) -> str | None:
+    """Why `optimizer` cannot train `model` (it holds other tensors, or none of the model's
+    trainable parameters), as a phrase; None when it fits or is a name or class."""
+    groups = getattr(optimizer, "param_groups", None)
+    parameters = getattr(model, "parameters", None)
+    if groups is None or parameters is None:
+        return None
+    own = {id(p): p for p in parameters()}
+    held = [p for g in groups for p in g.get("params", ())]
+    foreign = sum(id(p) not in own for p in held)
+    if foreign:
+        return f"holds {foreign} of {len(held)} tensors that are not parameters of `model`"
+    if not any(id(p) in own and p.requires_grad for p in held):
+        return "holds none of `model`'s trainable parameters"
+    return None

@@ -78,26 +78,29 @@ class TPUInfo:
             )
         return "".join(rows)
 
-    def _repr_html_(self) -> str:
+    def _body_html(self) -> str:
+        """The backends table and the versions, without the line on `auto`'s choice."""
         versions = ", ".join(
             f"{html.escape(k)} {html.escape(v)}" for k, v in self.versions.items() if v
         )
         return (
-            f"<div class='gpu2tpu-info'><p>{html.escape(self.auto)}</p>"
             "<div style='overflow-x:auto;max-width:100%'><table><thead><tr><th>backend</th>"
             "<th></th><th>state</th><th>details</th>"
             f"</tr></thead><tbody>{self._backend_rows()}</tbody></table></div>"
-            f"<p><small>{versions}</small></p></div>"
+            f"<p><small>{versions}</small></p>"
         )
 
+    def _repr_html_(self) -> str:
+        return f"<div class='gpu2tpu-info'><p>{html.escape(self.auto)}</p>{self._body_html()}</div>"
+
     def widget(self) -> ipywidgets.VBox:
-        """Core ipywidgets only: a heading and the tables as HTML."""
+        """Core ipywidgets only: a heading with `auto`'s choice (said once), then the tables."""
         import ipywidgets as w
 
         return w.VBox(
             [
                 w.HTML(f"<b>gpu2tpu</b>: {html.escape(self.auto)}"),
-                w.HTML(self._repr_html_()),
+                w.HTML(f"<div class='gpu2tpu-info'>{self._body_html()}</div>"),
             ]
         )
 

@@ -4,8 +4,9 @@ FLOPs come from PyTorch's own `FlopCounterMode` (matmuls, convolutions, attentio
 that dominate a training step, forward and backward). Bytes are a rough upper bound on
 memory traffic: the sizes of every non-view op's inputs and outputs, as if nothing were
 fused; XLA fuses, so a TPU moves fewer bytes than this (docs/profiler.md). Host syncs are the
-ops that make the host wait for a device value (`.item()`, `bool(t)`, data-dependent shapes,
-copies to the CPU), which stall a TPU's pipeline on every step.
+reads of device data by the host (`.item()`, `bool(t)`, `.tolist()`, printing, copies to the
+CPU), which stall a TPU's pipeline on every step: counted by the rules the dry run uses
+(measure/syncs.py), so an optimizer's step counters, which stay on the host, are not.
 
 Counting runs on one extra, untimed step: a dispatch mode slows every op it sees.
 """
@@ -18,20 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# aten ops that need a value on the host before the program can go on.
-SYNC_OPS = frozenset(
-    {
-        "aten._local_scalar_dense",  # .item(), float(t), bool(t), `if t:`
-        "aten.equal",
-        "aten.is_nonzero",
-        "aten.nonzero",  # data-dependent output shape
-        "aten.masked_select",
-        "aten._unique2",
-        "aten.unique_dim",
-        "aten.unique_consecutive",
-    }
-)
-_COPY_OPS = frozenset({"aten._to_copy", "aten.copy_"})
+from .syncs import HostReads, op_info
 
 
 @dataclass(frozen=True)
@@ -67,30 +55,8 @@ def is_attention_op(name: str) -> bool:
     )
 
 
-def _op_name(func: Any) -> str:
-    # OpOverload's packet name is "aten.mm"; fall back to str() for anything else.
-    packet = getattr(func, "overloadpacket", None)
-    return str(packet) if packet is not None else str(func)
-
-
-def _is_host_sync(name: str, func: Any, args: tuple, kwargs: dict) -> bool:
-    if name in SYNC_OPS:
-        return True
-    if name in _COPY_OPS:
-        # A copy from an accelerator to the CPU waits for the device.
-        import torch
-
-        src = args[1] if name == "aten.copy_" and len(args) > 1 else (args[0] if args else None)
-        dst_device = kwargs.get("device")
-        if name == "aten.copy_" and args:
-            dst_device = getattr(args[0], "device", None)
-        if isinstance(src, torch.Tensor) and dst_device is not None:
-            return src.device.type != "cpu" and torch.device(dst_device).type == "cpu"
-    return False
-
-
-def _make_traffic_mode() -> Any:
-    """A dispatch mode counting bytes in and out of every non-view op, and host syncs."""
+def _make_traffic_mode(reads: HostReads) -> Any:
+    """A dispatch mode counting bytes in and out of every non-view op, and host reads."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
@@ -99,14 +65,11 @@ def _make_traffic_mode() -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.bytes = 0
-            self.syncs: dict[str, int] = {}
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
-            name = _op_name(func)
-            if _is_host_sync(name, func, args, kwargs):
-                self.syncs[name] = self.syncs.get(name, 0) + 1
+            reads.op_read(op_info(func), args, kwargs)
             if not getattr(func, "is_view", False):
                 for leaf in tree_leaves((args, kwargs, out)):
                     if isinstance(leaf, torch.Tensor):
@@ -116,43 +79,68 @@ def _make_traffic_mode() -> Any:
     return TrafficMode()
 
 
-def _make_sync_mode() -> Any:
+def _make_sync_mode(reads: HostReads) -> Any:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class SyncMode(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.count = 0
-
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
-            if _is_host_sync(_op_name(func), func, args, kwargs):
-                self.count += 1
+            reads.op_read(op_info(func), args, kwargs)
             return out
 
     return SyncMode()
 
 
+class _ReadTally:
+    """Host reads by cause, as `HostReads` reports them (measure/syncs.py: the dry run's rules)."""
+
+    def __init__(self, emulated: bool) -> None:
+        self.causes: dict[str, int] = {}
+        self.reads = HostReads(self._on_read, emulated=emulated)
+
+    def _on_read(self, cause: str, frame: Any, origin: str | None) -> None:
+        self.causes[cause] = self.causes.get(cause, 0) + 1
+
+    @property
+    def count(self) -> int:
+        return sum(self.causes.values())
+
+
 @dataclass
 class StepCounter:
-    """Context manager: count FLOPs, bytes and host syncs of the code run inside it."""
+    """Context manager: count FLOPs, bytes and host syncs of the code run inside it.
+
+    `emulated`: the step runs on the CPU in place of a TPU, so every tensor read counts as a
+    device read (except those that stay on the host on a TPU too); on an accelerator only
+    reads of its tensors count (measure/syncs.py).
+    """
 
     top: int = 8
+    emulated: bool = True
     _flop_mode: Any = field(default=None, init=False)
     _traffic: Any = field(default=None, init=False)
+    _tally: Any = field(default=None, init=False)
+    _watch: Any = field(default=None, init=False)
     _done: bool = field(default=False, init=False)
 
     def __enter__(self) -> StepCounter:
         from torch.utils.flop_counter import FlopCounterMode
 
+        self._tally = _ReadTally(self.emulated)
         self._flop_mode = FlopCounterMode(display=False)
-        self._traffic = _make_traffic_mode()
-        self._flop_mode.__enter__()
+        self._traffic = _make_traffic_mode(self._tally.reads)
+        self._watch = self._tally.reads.watching()
+        self._watch.__enter__()
         try:
-            self._traffic.__enter__()
+            self._flop_mode.__enter__()
+            try:
+                self._traffic.__enter__()
+            except BaseException:
+                self._flop_mode.__exit__(None, None, None)
+                raise
         except BaseException:
-            self._flop_mode.__exit__(None, None, None)
+            self._watch.__exit__(None, None, None)
             raise
         return self
 
@@ -161,9 +149,12 @@ class StepCounter:
             return
         self._done = True
         try:
-            self._traffic.__exit__(exc_type, exc, tb)
+            try:
+                self._traffic.__exit__(exc_type, exc, tb)
+            finally:
+                self._flop_mode.__exit__(exc_type, exc, tb)
         finally:
-            self._flop_mode.__exit__(exc_type, exc, tb)
+            self._watch.__exit__(exc_type, exc, tb)
 
     def result(self) -> StepCount:
         """The counts, once the block has ended."""
@@ -171,7 +162,7 @@ class StepCounter:
             raise RuntimeError("StepCounter.result() is ready only after the block ends.")
         per_op = self._flop_mode.get_flop_counts().get("Global", {})
         ranked = sorted(((str(op), float(n)) for op, n in per_op.items()), key=lambda t: -t[1])
-        syncs = self._traffic.syncs
+        syncs = self._tally.causes
         return StepCount(
             flops=float(self._flop_mode.get_total_flops()),
             bytes_accessed=float(self._traffic.bytes),
@@ -182,9 +173,9 @@ class StepCounter:
         )
 
 
-def count_step(step: Callable[[], Any]) -> StepCount:
+def count_step(step: Callable[[], Any], *, emulated: bool = True) -> StepCount:
     """Run `step()` once under the counters and return what it did."""
-    counter = StepCounter()
+    counter = StepCounter(emulated=emulated)
     with counter:
         step()
     return counter.result()
@@ -194,21 +185,32 @@ class HostSyncCounter:
     """Context manager counting host syncs only (`profile(count_syncs=True)`).
 
     Lighter than `StepCounter`, but still a Python call per op: the steps it watches run
-    slower, which the result notes.
+    slower, which the result notes. `emulated` as for `StepCounter`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, emulated: bool = True) -> None:
+        self._tally = _ReadTally(emulated)
         self._mode: Any = None
+        self._watch: Any = None
         self.count = 0
 
     def __enter__(self) -> HostSyncCounter:
-        self._mode = _make_sync_mode()
-        self._mode.__enter__()
+        self._watch = self._tally.reads.watching()
+        self._watch.__enter__()
+        self._mode = _make_sync_mode(self._tally.reads)
+        try:
+            self._mode.__enter__()
+        except BaseException:
+            self._watch.__exit__(None, None, None)
+            raise
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:  # type: ignore[no-untyped-def]
-        self._mode.__exit__(exc_type, exc, tb)
-        self.count = self._mode.count
+        try:
+            self._mode.__exit__(exc_type, exc, tb)
+        finally:
+            self._watch.__exit__(exc_type, exc, tb)
+        self.count = self._tally.count
 
 
 @dataclass(frozen=True)

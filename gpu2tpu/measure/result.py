@@ -179,6 +179,8 @@ class ProfileResult(ComparisonExports):
     # What the runtime reports compiling (XLA's CompileTime), None where it keeps no record.
     compile_seconds_warmup: float | None = None
     compile_seconds_timed: float | None = None
+    # One more step op by op (`profile(trace=...)`): a measure.trace.OpTrace, or None.
+    trace: Any = None
 
     # -- numbers --------------------------------------------------------------------------
 
@@ -344,6 +346,13 @@ class ProfileResult(ComparisonExports):
             d["Host syncs in timed steps"] = str(self.host_syncs_timed)
         if self.top_ops:
             d["Top ops by FLOPs"] = ", ".join(f"{op} {format_flops(n)}" for op, n in self.top_ops)
+        if self.trace is not None:
+            slowest = ", ".join(
+                f"{op.name} {format_seconds(op.self_seconds)}" for op in self.trace.ops[:5]
+            )
+            d["Slowest ops (one step, torch.profiler)"] = slowest or "none"
+            if self.trace.path is not None:
+                d["Chrome trace"] = f"{self.trace.path} (https://ui.perfetto.dev)"
         d["Timer"] = f"{self.timer_floor * 1e6:.2f} µs per synchronize + clock reading"
         d["Prices"] = self.comparison.prices_summary()
         if self.comparison.expected_source:
@@ -351,6 +360,46 @@ class ProfileResult(ComparisonExports):
         for i, note in enumerate(self.notes, 1):
             d[f"Note {i}"] = note
         return d
+
+    def summary_line(self) -> str:
+        """The run in one line, as `%%time` prints one: the measured step, the cheapest TPU
+        row per 1k steps (its figure's kind said), and what makes a TPU comparison misleading."""
+        from ..views.format import format_money, format_seconds
+
+        line = (
+            f"step {format_seconds(self.median)} measured on {self.device_name} via "
+            f"{self.backend} (p10–p90 {format_seconds(self.p10)}–{format_seconds(self.p90)}, "
+            f"{self.stats.n} steps after {self.warmup} warm-up)"
+        )
+        catalogue = self.comparison.catalogue
+        tpus = [
+            r
+            for r in self.comparison.rows
+            if r.source != "measured"
+            and r.cost_per_1k_steps is not None
+            and catalogue is not None
+            and (chip := catalogue.find(r.device_key)) is not None
+            and chip.kind == "tpu"
+        ]
+        if tpus:
+            best = min(tpus, key=lambda r: r.cost_per_1k_steps or 0.0)
+            kind = best.time_kind or best.source
+            if kind == "expected" and best.step_low is not None and best.step_high is not None:
+                kind += f", {format_seconds(best.step_low)}–{format_seconds(best.step_high)}"
+            line += (
+                f"; cheapest TPU: {best.label} {format_seconds(best.step_seconds)} a step "
+                f"({kind}), {format_money(best.cost_per_1k_steps)} per 1k steps"
+            )
+            if best.cost_per_1m_tokens is not None:
+                line += f", {format_money(best.cost_per_1m_tokens)} per 1M tokens"
+        warnings = []
+        if self.host_syncs_per_step:
+            warnings.append(f"{self.host_syncs_per_step} host syncs a step")
+        if self.compilations_timed:
+            warnings.append(f"{self.compilations_timed} recompiles in timed steps")
+        if warnings:
+            line += f"; {', '.join(warnings)}"
+        return line
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -393,6 +442,7 @@ class ProfileResult(ComparisonExports):
             "notes": self.notes,
             "created": self.created,
             "comparison": self.comparison.to_dict(),
+            "trace": None if self.trace is None else self.trace.to_dict(),
         }
 
     def to_html(self) -> str:

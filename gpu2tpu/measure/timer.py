@@ -140,6 +140,12 @@ def _compile_seconds(backend: Backend) -> float | None:
         return None
 
 
+def _emulated(backend: Backend) -> bool:
+    """Whether the CPU runs the step in place of a TPU: every tensor read then counts as a
+    host sync, as in the dry run (measure/syncs.py)."""
+    return backend.name == "cpu"
+
+
 def _diff(after: Any, before: Any) -> Any:
     return None if after is None or before is None else after - before
 
@@ -160,11 +166,11 @@ def _reset_peak(backend: Backend) -> None:
         backend.reset_peak_memory()
 
 
-def _count_step(step: Callable[[], Any]) -> tuple[StepCount | None, str | None]:
+def _count_step(step: Callable[[], Any], backend: Backend) -> tuple[StepCount | None, str | None]:
     from .flops import count_step
 
     try:
-        return count_step(step), None
+        return count_step(step, emulated=_emulated(backend)), None
     except Exception as exc:  # counting is best-effort; the timed steps still run the step
         return None, f"FLOPs were not counted ({type(exc).__name__}: {exc})."
 
@@ -189,6 +195,8 @@ def profile(
     count_syncs: bool = False,
     flops_per_step: float | None = None,
     bytes_per_step: float | None = None,
+    progress: bool | None = None,
+    trace: bool | str | Path | None = None,
 ) -> ProfileResult:
     """Time `step_fn(*args)` and set it beside other chips in time and money.
 
@@ -202,6 +210,11 @@ def profile(
     overrides; `targets` are chip keys (or `(key, chips)` / "key:chips") estimated from the
     measured run; `compare_to` is a baseline file saved with `result.save_baseline(path)`
     (or a ProfileResult); `baseline` picks the chip the ratios are against.
+
+    `progress`: a live bar with the steps done and the time left (in a notebook kernel and on
+    a terminal; None shows it once a run has lasted half a second, False never). `trace`:
+    one more step op by op under torch.profiler, its per-op table in `result.trace` and its
+    Chrome trace written to the path given (True: a new file in the working directory).
     """
     steps = check_count(steps, "steps", 1)
     warmup = check_count(warmup, "warmup", 0)
@@ -226,17 +239,47 @@ def profile(
     def step() -> Any:
         return step_fn(*args)
 
-    record = measure(
-        step,
-        backend=be,
-        steps=steps,
-        warmup=warmup,
-        count_flops=count_flops and flops_per_step is None,
-        count_syncs=count_syncs,
-    )
+    counting = count_flops and flops_per_step is None
+    tracing = trace is not None and trace is not False
+    from .progress import StepProgress
+
+    total = warmup + int(counting) + steps + int(tracing)
+    bar = StepProgress(total, mode="off" if progress is False else None)
+    if progress:
+        bar.delay = 0.0
+    with bar:
+        record = measure(
+            step,
+            backend=be,
+            steps=steps,
+            warmup=warmup,
+            count_flops=counting,
+            count_syncs=count_syncs,
+            progress=bar,
+        )
+        traced = _trace(step, be, trace, bar) if tracing else None
     from .result import build_result
 
-    return build_result(record, costing)
+    result = build_result(record, costing)
+    result.trace = traced
+    return result
+
+
+def _trace(step: Callable[[], Any], backend: Backend, trace: Any, bar: Any) -> Any:
+    """One more step under torch.profiler (`profile(trace=...)`): the per-op table and trace."""
+    from .trace import default_trace_path, trace_step
+
+    bar.start_phase("tracing")
+    path = default_trace_path() if trace is True or trace == "" else Path(trace)
+    traced = trace_step(
+        step,
+        synchronize=backend.synchronize,
+        backend=backend.name,
+        path=path,
+        cuda=backend.name == "cuda",
+    )
+    bar.step()
+    return traced
 
 
 def measure(
@@ -247,8 +290,15 @@ def measure(
     warmup: int,
     count_flops: bool = True,
     count_syncs: bool = False,
+    progress: Any = None,
 ) -> RunRecord:
-    """Warm up, count one step, time `steps` steps; re-time in groups if they are too fast."""
+    """Warm up, count one step, time `steps` steps; re-time in groups if they are too fast.
+
+    `progress` (a `StepProgress`) is told each step done; the timed loop only appends to the
+    list it watches."""
+    from .progress import StepProgress
+
+    bar = progress if progress is not None else StepProgress(0, mode="off")
     timer = StepTimer(backend.synchronize)
     notes: list[str] = []
     _reset_peak(backend)
@@ -258,14 +308,17 @@ def measure(
     for _ in range(warmup):
         step()
         timer.lap()
+        bar.step()
     warmup_times = list(timer.times)
 
     count = None
     if count_flops:
-        count, why = _count_step(step)
+        bar.start_phase("counting FLOPs")
+        count, why = _count_step(step, backend)
         if why:
             notes.append(why)
         backend.synchronize()
+        bar.step()
     c1, s1 = _count(backend), _compile_seconds(backend)
 
     floor = timer.reading_cost()
@@ -273,12 +326,14 @@ def measure(
     if count_syncs:
         from .flops import HostSyncCounter
 
-        sync_counter = HostSyncCounter()
+        sync_counter = HostSyncCounter(emulated=_emulated(backend))
         sync_counter.__enter__()
     try:
         timer.reset()
         sync, clock = backend.synchronize, time.perf_counter
         times = timer.times
+        bar.start_phase("timed")
+        bar.watch(times)
         sync()
         wall0 = last = clock()
         for _ in range(steps):
@@ -289,6 +344,7 @@ def measure(
             last = now
         wall = last - wall0
     finally:
+        bar.unwatch()
         if sync_counter is not None:
             sync_counter.__exit__(None, None, None)
     step_times = list(times)
@@ -303,6 +359,7 @@ def measure(
         samples = steps
         if group * samples * median > MAX_RETIME_S:
             samples = max(5, int(MAX_RETIME_S / (group * max(median, 1e-9))))
+        bar.start_phase(f"re-timing in groups of {group}")
         step_times, wall = _grouped(step, sync, group, samples)
         notes.append(
             f"A step takes about {median * 1e6:.1f} µs, close to the timer's own cost "
@@ -453,7 +510,7 @@ class Profiler:
         if self.count_flops:
             from .flops import StepCounter
 
-            self._counter = StepCounter()
+            self._counter = StepCounter(emulated=_emulated(self.backend))
             self._counter.__enter__()
         else:
             self._c1, self._s1 = _count(self.backend), _compile_seconds(self.backend)

@@ -7,15 +7,23 @@ user's code that caused it:
   and (through small wrappers on `torch.Tensor`, because on the CPU they run no ATen op)
   `.cpu()`, `.tolist()`, `.numpy()` and printing a tensor. Reads that stay on the host on a
   TPU too are left out: an optimizer's step counter (a CPU tensor unless `capturable` or
-  `fused`) and the DataLoader sampler's indices;
+  `fused`) and the DataLoader sampler's indices. The rules are the profiler's too
+  (measure/syncs.py);
 - float64 work (TPUs have no fast float64); a float64 scalar (0-d) is left out;
 - ops whose output shape depends on the data (`nonzero`, boolean-mask indexing `x[mask]`,
   `unique`, `masked_select`, ...): PyTorch/XLA runs them on the CPU, reading the data;
 - recompilations: the same line running an op on new shapes after its first run, within one
   run or between repeated runs of the same code; a line whose op count changes from one run
   to the next (a Python loop whose count changes unrolls into a new graph); and a changing
-  Python exponent in a differentiated `x ** p` (pow's backward bakes it into the graph);
+  Python exponent in a differentiated `x ** p` (pow's backward bakes it into the graph). A
+  line's "run" is decided by the code that drives the model: a loop that comes round after
+  a backward pass or an optimizer step starts new runs, the layers of one forward pass do
+  not (`DryRunDetector`);
 - a GradScaler under bfloat16 autocast, which bfloat16 does not need.
+
+Calls into the user's other code (functions defined in earlier notebook cells, local
+modules: `user_code.UserCode`) are followed, so a hazard there is reported at its own line,
+with the line that called it.
 
 What PyTorch/XLA does with the same steps is the yardstick: benchmarks/dryrun_accuracy.py
 scores these predictions against torch_xla's own metrics on the CPU.
@@ -33,14 +41,16 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..measure.syncs import DYNAMIC_SHAPE, HOST_READ, MASK_INDEX, OP_INFO, HostReads, op_info
+from .user_code import UserCode
 
 __all__ = [
     "DryRunDetector",
@@ -105,22 +115,13 @@ FIX: dict[HazardKind, str] = {
 }
 
 _F64 = (torch.float64, torch.complex128)
-_DYNAMIC = torch.Tag.dynamic_output_shape
-_DATA_DEPENDENT = torch.Tag.data_dependent_output
-# Ops that read tensor data on the host, named as a user wrote them.
-_SYNC_OPS = {
-    "aten._local_scalar_dense": ".item() / Python scalar from a tensor",
-}
 _DYNAMIC_CAUSES = {"aten.nonzero": "nonzero / torch.where(mask)"}
 _MASK_DTYPES = (torch.bool, torch.uint8)
-# Library code whose host reads stay on the host on a TPU too: optimizers keep their step
-# counter on the CPU (unless capturable/fused), and the DataLoader's sampler draws indices there.
-_HOST_SIDE_PATHS = (
-    f"{os.sep}torch{os.sep}optim{os.sep}",
-    f"{os.sep}torch{os.sep}utils{os.sep}data{os.sep}",
-)
 _DATA_PATH = f"{os.sep}torch{os.sep}utils{os.sep}data{os.sep}"
-_GRAD_SCALER_FILE = f"{os.sep}torch{os.sep}amp{os.sep}grad_scaler.py"
+# Frames that say a training step ran: autograd's backward and the optimizers.
+_STEP_PATHS = (f"{os.sep}torch{os.sep}autograd{os.sep}", f"{os.sep}torch{os.sep}optim{os.sep}")
+# The frame of an nn.Module call: user code below it is the model, above it the driver loop.
+_MODULE_FILE = f"{os.sep}torch{os.sep}nn{os.sep}modules{os.sep}module.py"
 # GradScaler's own ops; under bfloat16 autocast the advice is to drop the scaler instead.
 _SCALER_OPS = ("aten._amp_foreach_non_finite_check_and_unscale_", "aten._amp_update_scale_")
 # Ops whose Python-number arguments PyTorch/XLA bakes into the graph when they are
@@ -128,29 +129,25 @@ _SCALER_OPS = ("aten._amp_foreach_non_finite_check_and_unscale_", "aten._amp_upd
 # training, while changing scalars in mul, add, clamp, leaky_relu, elu or softplus do not).
 _BAKED_SCALAR_OPS = frozenset({"aten.pow.Tensor_Scalar"})
 
-# What an op is, decided once per op overload for the whole process: its packet name
-# ("aten.mul"), its full name ("aten.mul.Tensor") and a hazard class from its tags.
-_K_NONE, _K_SYNC, _K_DYNAMIC, _K_INDEX = 0, 1, 2, 3
-_OP_INFO: dict[Any, tuple[str, str, int]] = {}
+# What a frame's file is to the walk up the stack: the code being dry-run, the user's other
+# code, nn.Module's call machinery, the DataLoader, autograd or an optimizer, anything else.
+_F_OTHER, _F_PRIMARY, _F_USER, _F_MODULE, _F_DATA, _F_STEP = range(6)
 
-
-def _op_info(func: Any) -> tuple[str, str, int]:
-    name = f"{func.namespace}.{func._opname}"
-    tags = func.tags
-    if name in _SYNC_OPS or _DATA_DEPENDENT in tags:
-        kind = _K_SYNC
-    elif _DYNAMIC in tags:
-        # Indexing is dynamic only with a boolean mask; integer indices keep their shape.
-        kind = _K_INDEX if name == "aten.index" else _K_DYNAMIC
-    else:
-        kind = _K_NONE
-    info = _OP_INFO[func] = (name, str(func), kind)
-    return info
+# A place in the user's code: (file name, line); the code being dry-run is `_PRIMARY`, so
+# that a cell's shape history carries over to its next run (IPython names each run anew).
+Site = tuple[str, int]
+_PRIMARY = ""
 
 
 @dataclass
 class Hazard:
-    """One kind of hazard at one line: how often, and what caused it."""
+    """One kind of hazard at one line: how often, and what caused it.
+
+    `line` is a line of the code being dry-run (a cell, a function's file). When the hazard
+    is in code that line called (a function defined in an earlier cell, a local module),
+    `source` names that code ("In[3]", "helper_functions.py"), `source_line` is the line
+    there and `code` its text; `line` is then the call that led there.
+    """
 
     kind: HazardKind
     line: int | None
@@ -158,17 +155,29 @@ class Hazard:
     causes: Counter[str] = field(default_factory=Counter)
     detail: str = ""
     code: str = ""
+    source: str | None = None
+    source_line: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": str(self.kind),
             "line": self.line,
+            "source": self.source,
+            "source_line": self.source_line,
             "count": self.count,
             "causes": dict(self.causes),
             "detail": self.detail,
             "code": self.code,
             "fix": FIX[self.kind],
         }
+
+    def where(self) -> str:
+        """ "line 4", "In[3] line 6 (from line 2)", or "outside your code"."""
+        here = f"line {self.line}" if self.line is not None else ""
+        if self.source is not None:
+            called = f" (from {here})" if here else ""
+            return f"{self.source} line {self.source_line}{called}"
+        return here or "outside your code"
 
     def cause_text(self, most: int = 3) -> str:
         """The most frequent causes, and the detail, in one phrase."""
@@ -180,31 +189,33 @@ class Hazard:
 
 
 class ShapeHistory:
-    """Input shapes seen per (line, op) across runs of the same code.
+    """Input shapes seen per (site, op) across runs of the same code.
 
     Kept by the caller between runs (the magic keeps one per cell, `dry_run` one per
     function), so that the second run of a cell with a new batch size shows up as the
-    recompilation it would be on XLA.
+    recompilation it would be on XLA. A site is a (file, line) of the user's code.
     """
 
     def __init__(self) -> None:
-        # (line, op name) -> input shape signatures seen, and those first seen after the
-        # line's first run: each of those is a new graph on XLA
-        self.shapes: dict[tuple[int, str], set[tuple[Any, ...]]] = {}
-        self.new_shapes: dict[tuple[int, str], list[tuple[Any, ...]]] = {}
-        # (line, op) -> the run of the line in which the op first ran there
-        self.first_run: dict[tuple[int, str], int] = {}
-        # line -> how many times it has been entered (a run of ops from that line)
-        self.entries: Counter[int] = Counter()
-        # line -> the op counts of its latest run, and (before, after) totals of runs that differed
-        self.op_counts: dict[int, Counter[str]] = {}
-        self.count_changes: dict[int, list[tuple[int, int]]] = {}
-        # (line, op) -> Python scalars seen, and those first seen after the line's first run
-        self.scalars: dict[tuple[int, str], set[Any]] = {}
-        self.new_scalars: dict[tuple[int, str], list[Any]] = {}
+        # (site, op name) -> input shape signatures seen, and those first seen after the
+        # site's first run: each of those is a new graph on XLA
+        self.shapes: dict[tuple[Site, str], set[tuple[Any, ...]]] = {}
+        self.new_shapes: dict[tuple[Site, str], list[tuple[Any, ...]]] = {}
+        # (site, op) -> the run of the site in which the op first ran there
+        self.first_run: dict[tuple[Site, str], int] = {}
+        # site -> how many times it has been entered (a run of ops from that site)
+        self.entries: Counter[Site] = Counter()
+        # site -> the op counts of its latest run, and (before, after) totals of runs that differed
+        self.op_counts: dict[Site, Counter[str]] = {}
+        self.count_changes: dict[Site, list[tuple[int, int]]] = {}
+        # (site, op) -> Python scalars seen, and those first seen after the site's first run
+        self.scalars: dict[tuple[Site, str], set[Any]] = {}
+        self.new_scalars: dict[tuple[Site, str], list[Any]] = {}
+        # site -> the line of the code being dry-run that called it (None: outside it)
+        self.call_lines: dict[Site, int | None] = {}
 
-    def changed(self) -> dict[tuple[int, str], set[tuple[Any, ...]]]:
-        """(line, op) -> every signature seen, for the pairs that met a new one later."""
+    def changed(self) -> dict[tuple[Site, str], set[tuple[Any, ...]]]:
+        """(site, op) -> every signature seen, for the pairs that met a new one later."""
         return {key: self.shapes[key] | set(new) for key, new in self.new_shapes.items() if new}
 
 
@@ -281,8 +292,11 @@ class DryRunReport:
             "error": self.error,
         }
 
-    def _where(self, line: int | None) -> str:
-        return f"line {line}" if line is not None else "outside your code"
+    @property
+    def empty(self) -> bool:
+        """Nothing to say: the code ran no ATen op, found nothing and raised nothing (a cell
+        that only defines functions or imports)."""
+        return not self.ops and not self.hazards and self.error is None
 
     def __str__(self) -> str:
         head = (
@@ -291,8 +305,12 @@ class DryRunReport:
         )
         coverage = self._coverage_text()
         if not self.hazards:
+            if self.coverage.fully_covered:  # one line, as %%time says its time
+                return f"{head}. No TPU hazards found. Op coverage: every op has an XLA lowering."
             return "\n".join([head, "No TPU hazards found.", coverage])
         out = [head]
+        where = {id(h): h.where() for h in self.hazards}
+        width = max(9, *(len(w) for w in where.values()))
         for kind in HazardKind:
             found = self.by_kind(kind)
             if not found:
@@ -300,9 +318,7 @@ class DryRunReport:
             total = sum(h.count for h in found)
             out.append(f"{kind} ({total}): {WHY[kind]}")
             for h in found:
-                out.append(
-                    f"  {self._where(h.line):<9} x{h.count:<4} {h.code}  <- {h.cause_text()}"
-                )
+                out.append(f"  {where[id(h)]:<{width}} x{h.count:<4} {h.code}  <- {h.cause_text()}")
             out.append(f"  fix: {FIX[kind]}")
         out.append(coverage)
         return "\n".join(out)
@@ -333,8 +349,18 @@ def _key(item: tuple[int | None, int]) -> int:
 class DryRunDetector(TorchDispatchMode):
     """Records TPU hazards while active; use as a context manager, then call `report()`.
 
-    `filenames` are the files whose lines count as the user's (a cell's compile-cache name,
-    a script); an op is attributed to the innermost frame from one of them.
+    `filenames` are the files of the code being dry-run (a cell's compile-cache name, a
+    script): its lines are the report's. Calls into other code of the user's (`user_code`:
+    functions defined in earlier cells, local modules; by default the running shell's cells
+    and the Python files under the working directory) are followed: an op is attributed to
+    the innermost frame of the user's code, and to the line of `filenames` that called it.
+
+    Ops run in "runs", decided by the code that drives the model (the user's frames outside
+    any nn.Module call): a run ends when another driving line runs ops, when the outermost
+    driving frame is a new call (a step function called again), or when a driving frame goes
+    round a loop after a backward pass or an optimizer step. The ops of a model belong to the
+    run of the line that called it. A site's first run is its warm-up; shapes, op counts and
+    exponents new in a later run are new graphs.
     """
 
     def __init__(
@@ -342,114 +368,176 @@ class DryRunDetector(TorchDispatchMode):
         filenames: set[str],
         label: str = "the code",
         history: ShapeHistory | None = None,
+        user_code: UserCode | None = None,
     ) -> None:
         super().__init__()
         self.filenames = filenames
         self.label = label
         self.history = history if history is not None else ShapeHistory()
+        self.user_code = user_code if user_code is not None else UserCode()
         self.ops: dict[str, Counter[int | None]] = {}
         self.overloads: dict[str, int] = {}
-        self.found: dict[tuple[HazardKind, int | None], Hazard] = {}
-        self._quiet = 0
+        self.found: dict[tuple[HazardKind, Site | None], Hazard] = {}
         self._started = 0.0
         self.seconds = 0.0
-        self._last_line: int | None = None
-        self._entry: Counter[str] = Counter()  # op counts of the current run of _last_line
+        self._anchor: Site | None = None  # the driving line of the current run
+        self._run_counts: dict[Site, Counter[str]] = {}  # op counts per site in the current run
         self._bf16_autocast = False
         self._scaler_syncs: dict[int | None, int] = {}
+        self._reads = HostReads(self._on_read, emulated=True, user_files=_UserFiles(self))
+        self._stop: Any = None  # the frame that entered the detector: the walk ends there
+        self._kinds: dict[str, int] = {}  # file name -> what it is to `_locate` (_F_*)
+        self._outer: Any = None  # the outermost driving frame of the last op
+        # where the driving frames were (outer first) when a backward pass or an optimizer
+        # step first ran in this run; None until one does
+        self._stepped_at: list[tuple[Any, int]] | None = None
+        self._new_run = False
 
     # -- attribution -----------------------------------------------------------------------------
 
-    def _user_line(self) -> int | None:
-        frame = sys._getframe(2)
-        names = self.filenames
-        while frame is not None:
-            if frame.f_code.co_filename in names:
-                return frame.f_lineno
-            frame = frame.f_back
-        return None
-
-    def _attribute(self) -> tuple[int | None, bool]:
-        """The user's line for the op being dispatched, and whether the DataLoader ran it
-        (its collate and sampler work on the host, on a TPU too: no graph, no shape)."""
-        frame = sys._getframe(2)
-        names = self.filenames
-        loader = False
-        while frame is not None:
+    def _locate(self, frame: Any) -> tuple[Site | None, int | None, bool, Site | None]:
+        """Walk up from `frame`: the user's site of the op, the line of the code being dry-run
+        that led there, whether the DataLoader ran it (its collate and sampler work on the
+        host, on a TPU too: no graph, no shape), and the driving line (the innermost user
+        line outside any nn.Module call: the op's site, or the line that called the model).
+        Notes run boundaries on the way."""
+        kinds = self._kinds
+        stop = self._stop
+        site: Site | None = None
+        line: int | None = None
+        loader = stepping = False
+        drivers: list[Any] = []  # user frames above the outermost nn.Module call, inner first
+        while frame is not None and frame is not stop:
             filename = frame.f_code.co_filename
-            if filename in names:
-                return frame.f_lineno, loader
-            if not loader and _DATA_PATH in filename:
-                loader = True
+            kind = kinds.get(filename)
+            if kind is None:
+                kind = self._kind_of(filename)
+            if kind == _F_PRIMARY:
+                if site is None:
+                    site = (_PRIMARY, frame.f_lineno)
+                if line is None:
+                    line = frame.f_lineno
+                drivers.append(frame)
+            elif kind == _F_USER:
+                if site is None:
+                    site = (filename, frame.f_lineno)
+                drivers.append(frame)
+            elif kind == _F_MODULE:
+                drivers.clear()
+            elif site is None:
+                if kind == _F_DATA:
+                    loader = True
+                elif kind == _F_STEP:
+                    stepping = True
             frame = frame.f_back
-        return None, loader
+        if site is None:
+            return None, line, loader, None
+        if drivers:
+            if stepping or drivers[-1] is not self._outer or self._stepped_at is not None:
+                self._note_drivers(drivers, stepping)
+            return site, line, loader, (drivers[0].f_code.co_filename, drivers[0].f_lineno)
+        return site, line, loader, site
 
-    def _host_read_origin(self) -> str | None:
-        """Where a host read comes from, if not from a device tensor: "host" for library code
-        whose tensors live on the CPU on a TPU too, "scaler" for GradScaler's found_inf."""
-        frame = sys._getframe(2)
-        names = self.filenames
-        while frame is not None:
-            filename = frame.f_code.co_filename
-            if filename in names:
-                return None
-            if any(part in filename for part in _HOST_SIDE_PATHS):
-                return "host"
-            if filename.endswith(_GRAD_SCALER_FILE):
-                return "scaler"
-            frame = frame.f_back
-        return None
+    def _kind_of(self, filename: str) -> int:
+        """What a frame's file is to the walk in `_locate` (decided once per file)."""
+        if filename in self.filenames:
+            kind = _F_PRIMARY
+        elif self.user_code.label(filename) is not None:
+            kind = _F_USER
+        elif filename.endswith(_MODULE_FILE):
+            kind = _F_MODULE
+        elif _DATA_PATH in filename:
+            kind = _F_DATA
+        elif any(part in filename for part in _STEP_PATHS):
+            kind = _F_STEP
+        else:
+            kind = _F_OTHER
+        self._kinds[filename] = kind
+        return kind
 
-    def _record_sync(self, line: int | None, cause: str) -> None:
-        origin = self._host_read_origin()
-        if origin == "host":
-            return
+    def _note_drivers(self, drivers: list[Any], stepping: bool) -> None:
+        """A new run starts when the outermost driving frame is a new call (a step function
+        called again), or when a driving frame is back before where it was when a backward
+        pass or an optimizer step ran (a loop that has come round). `drivers` are inner first.
+        """
+        outer = drivers[-1]
+        if outer is not self._outer:
+            if self._outer is not None:
+                self._new_run = True
+            self._outer, self._stepped_at = outer, None
+        else:
+            at = self._stepped_at
+            if at is not None:
+                count = len(drivers)
+                for i, (frame, lasti) in enumerate(at):
+                    if i >= count or drivers[count - 1 - i] is not frame:
+                        break
+                    if frame.f_lasti < lasti:
+                        self._new_run = True
+                        self._stepped_at = None
+                        break
+        if stepping and self._stepped_at is None:
+            self._stepped_at = [(f, f.f_lasti) for f in reversed(drivers)]
+
+    def _on_read(self, cause: str, frame: Any, origin: str | None) -> None:
+        site, line, _, _ = self._locate(frame)
         if origin == "scaler":
             self._scaler_syncs[line] = self._scaler_syncs.get(line, 0) + 1
             cause = "GradScaler reads found_inf on the host"
-        self._record(HazardKind.HOST_SYNC, line, cause)
+        self._record(HazardKind.HOST_SYNC, site, line, cause)
 
-    def _record(self, kind: HazardKind, line: int | None, cause: str, detail: str = "") -> None:
-        hazard = self.found.get((kind, line))
+    def _record(
+        self, kind: HazardKind, site: Site | None, line: int | None, cause: str, detail: str = ""
+    ) -> None:
+        hazard = self.found.get((kind, site))
         if hazard is None:
-            hazard = self.found[(kind, line)] = Hazard(kind, line)
+            hazard = self.found[(kind, site)] = self._hazard(kind, site, line)
         hazard.count += 1
         hazard.causes[cause] += 1
         if detail:
             hazard.detail = detail
 
+    def _hazard(self, kind: HazardKind, site: Site | None, line: int | None, **kw: Any) -> Hazard:
+        """A hazard at `site`, placed for the report: a line of the code being dry-run, or
+        another file of the user's with the line that called it."""
+        if site is None:
+            return Hazard(kind, line, **kw)
+        if site[0] == _PRIMARY:
+            return Hazard(kind, site[1], **kw)  # its code comes from the file in `report()`
+        code = linecache.getline(site[0], site[1]).strip()
+        source = self.user_code.label(site[0])
+        return Hazard(kind, line, code=code, source=source, source_line=site[1], **kw)
+
     # -- the dispatch hook -----------------------------------------------------------------------
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         out = func(*args, **(kwargs or {}))
-        if self._quiet:
+        reads = self._reads
+        if reads.quiet:
             return out
-        info = _OP_INFO.get(func)
-        if info is None:
-            info = _op_info(func)
+        info = OP_INFO.get(func) or op_info(func)
         name, overload, kind = info
         overloads = self.overloads
         overloads[overload] = overloads.get(overload, 0) + 1
-        line, host_side = self._attribute()
+        if kind == HOST_READ:
+            reads.op_read(info, args, kwargs or {})
+        site, line, host_side, anchor = self._locate(sys._getframe(1))
         lines = self.ops.get(name)
         if lines is None:
             lines = self.ops[name] = Counter()
         lines[line] += 1
 
-        if kind:
-            if kind == _K_SYNC:
-                self._record_sync(line, _SYNC_OPS.get(name, name))
-            elif kind == _K_DYNAMIC:
-                self._record(HazardKind.DYNAMIC_SHAPE, line, _DYNAMIC_CAUSES.get(name, name))
-            elif _has_mask_index(args):
-                self._record(HazardKind.DYNAMIC_SHAPE, line, "boolean-mask indexing x[mask]")
+        if kind == DYNAMIC_SHAPE:
+            self._record(HazardKind.DYNAMIC_SHAPE, site, line, _DYNAMIC_CAUSES.get(name, name))
+        elif kind == MASK_INDEX and _has_mask_index(args):
+            self._record(HazardKind.DYNAMIC_SHAPE, site, line, "boolean-mask indexing x[mask]")
         if isinstance(out, torch.Tensor):
             if out.dtype in _F64 and out.dim():
-                self._record(HazardKind.FLOAT64, line, name)
+                self._record(HazardKind.FLOAT64, site, line, name)
         elif isinstance(out, tuple | list):
             for item in out:
                 if isinstance(item, torch.Tensor) and item.dtype in _F64 and item.dim():
-                    self._record(HazardKind.FLOAT64, line, name)
+                    self._record(HazardKind.FLOAT64, site, line, name)
                     break
         if (
             not self._bf16_autocast
@@ -460,120 +548,86 @@ class DryRunDetector(TorchDispatchMode):
             # autocast's own flag reads False, so the dtypes are the evidence).
             self._bf16_autocast = True
 
-        if line is not None and not host_side:
-            if line != self._last_line:
-                self._enter(line)
-            self._entry[name] += 1
+        if site is not None and not host_side:
+            if anchor != self._anchor or self._new_run:
+                self._start_run(anchor)
+            counts = self._run_counts.get(site)
+            if counts is None:
+                counts = self._run_counts[site] = Counter()
+                self.history.entries[site] += 1
+                self.history.call_lines.setdefault(site, line)
+            counts[name] += 1
             sig = tuple([a.shape for a in args if isinstance(a, torch.Tensor)])
             if not sig and isinstance(out, torch.Tensor):
                 sig = (out.shape,)  # a factory (randn, zeros, arange): its output's shape
             if sig:
-                self._note_shapes(line, name, sig)
+                self._note_shapes(site, name, sig)
             if overload in _BAKED_SCALAR_OPS and args and getattr(args[0], "requires_grad", False):
-                self._note_scalars(line, name, tuple(a for a in args[1:] if _is_number(a)))
+                self._note_scalars(site, name, tuple(a for a in args[1:] if _is_number(a)))
         return out
 
-    def _enter(self, line: int) -> None:
-        """A new run of ops from `line` starts: close the previous line's run first."""
-        self._close_entry()
-        self._last_line = line
-        self.history.entries[line] += 1
+    def _start_run(self, anchor: Site | None) -> None:
+        """A new run starts at the driving line `anchor`: close the previous run first.
 
-    def _close_entry(self) -> None:
-        """Compare the run that ends with the line's previous run, from its second run on.
+        Ops of the model that line calls belong to the line's run, so that the layers of a
+        model (of different widths, called in a loop in `forward`) are one run; a driving
+        line that another follows, or that a loop comes back to after a step, starts another.
+        """
+        self._close_run()
+        self._new_run = False
+        self._anchor = anchor
 
-        A line's first run is its warm-up (an optimizer creates its state there, XLA compiles
+    def _close_run(self) -> None:
+        """Compare each site's op counts in the run that ends with its previous run's, from
+        its second run on.
+
+        A site's first run is its warm-up (an optimizer creates its state there, XLA compiles
         the first steps anyway); after that, a run with other op counts is a new graph.
         """
-        line, counts = self._last_line, self._entry
-        self._entry = Counter()
-        if line is None or not counts:
-            return
         history = self.history
-        before = history.op_counts.get(line)
-        history.op_counts[line] = counts
-        if before is not None and history.entries[line] > 2 and before != counts:
-            changes = history.count_changes.setdefault(line, [])
-            changes.append((sum(before.values()), sum(counts.values())))
+        for site, counts in self._run_counts.items():
+            before = history.op_counts.get(site)
+            history.op_counts[site] = counts
+            if before is not None and history.entries[site] > 2 and before != counts:
+                changes = history.count_changes.setdefault(site, [])
+                changes.append((sum(before.values()), sum(counts.values())))
+        self._run_counts = {}
 
-    def _note_shapes(self, line: int, name: str, sig: tuple[Any, ...]) -> None:
-        """Remember the input shapes `name` ran on from `line`.
+    def _note_shapes(self, site: Site, name: str, sig: tuple[Any, ...]) -> None:
+        """Remember the input shapes `name` ran on from `site`.
 
-        Shapes seen in the line's first run are its set (two layers of different widths on
+        Shapes seen in the site's first run are its set (two layers of different widths on
         one line are no change); a shape first seen in a later run (a loop iteration, or a
         run of the cell) is a new graph, as the DataLoader's short last batch is. An op the
-        line first runs later (an optimizer's state updates after its first step) starts
+        site first runs later (an optimizer's state updates after its first step) starts
         its own set.
         """
-        key = (line, name)
+        key = (site, name)
         history = self.history
         seen = history.shapes.get(key)
         if seen is None:
             history.shapes[key] = {sig}
-            history.first_run[key] = history.entries[line]
+            history.first_run[key] = history.entries[site]
         elif sig not in seen:
             seen.add(sig)
-            if history.entries[line] > history.first_run[key]:
+            if history.entries[site] > history.first_run[key]:
                 history.new_shapes.setdefault(key, []).append(sig)
 
-    def _note_scalars(self, line: int, name: str, values: tuple[Any, ...]) -> None:
-        key = (line, "scalars of " + name)
+    def _note_scalars(self, site: Site, name: str, values: tuple[Any, ...]) -> None:
+        key = (site, "scalars of " + name)
         history = self.history
         seen = history.scalars.get(key)
         if seen is None:
             history.scalars[key] = {values}
-            history.first_run[key] = history.entries[line]
+            history.first_run[key] = history.entries[site]
         elif values not in seen:
             seen.add(values)
-            if history.entries[line] > history.first_run[key]:
+            if history.entries[site] > history.first_run[key]:
                 history.new_scalars.setdefault(key, []).append(values)
 
-    # -- host transfers that run no ATen op on the CPU -------------------------------------------
-
-    @contextmanager
-    def _tensor_method_hooks(self) -> Iterator[None]:
-        """Wrap `.cpu()`, `.tolist()`, `.numpy()` and printing so they count as host syncs."""
-        cls = torch.Tensor
-        originals = {
-            n: getattr(cls, n) for n in ("cpu", "tolist", "numpy", "__repr__", "__format__")
-        }
-        labels = {
-            "cpu": ".cpu()",
-            "tolist": ".tolist()",
-            "numpy": ".numpy()",
-            "__repr__": "printing a tensor",
-            "__format__": "formatting a tensor (f-string)",
-        }
-        detector = self
-
-        def wrap(method_name: str) -> Callable[..., Any]:
-            original = originals[method_name]
-            label = labels[method_name]
-
-            def hooked(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-                if detector._quiet:
-                    return original(self, *args, **kwargs)
-                detector._record_sync(detector._user_line(), label)
-                detector._quiet += 1
-                try:
-                    return original(self, *args, **kwargs)
-                finally:
-                    detector._quiet -= 1
-
-            hooked.__name__ = getattr(original, "__name__", method_name)
-            hooked.__doc__ = getattr(original, "__doc__", None)
-            return hooked
-
-        for method_name in originals:
-            setattr(cls, method_name, wrap(method_name))
-        try:
-            yield
-        finally:
-            for method_name, original in originals.items():
-                setattr(cls, method_name, original)
-
     def __enter__(self) -> DryRunDetector:
-        self._hooks = self._tensor_method_hooks()
+        self._stop = sys._getframe(1)
+        self._hooks = self._reads.watching()
         self._hooks.__enter__()
         try:
             super().__enter__()
@@ -581,11 +635,11 @@ class DryRunDetector(TorchDispatchMode):
             self._hooks.__exit__(*sys.exc_info())
             raise
         # The first dispatch in a process imports torch machinery; keep it out of the timing.
-        self._quiet += 1
+        self._reads.quiet += 1
         try:
             torch.zeros(()).add_(0)
         finally:
-            self._quiet -= 1
+            self._reads.quiet -= 1
         self._started = time.perf_counter()
         return self
 
@@ -595,47 +649,53 @@ class DryRunDetector(TorchDispatchMode):
             super().__exit__(*exc)
         finally:
             self._hooks.__exit__(*exc)
+            self._stop = None
+            self._outer = self._stepped_at = None  # frames keep their locals alive
 
     # -- results -----------------------------------------------------------------------------------
 
     def report(self, error: BaseException | None = None) -> DryRunReport:
-        self._close_entry()
-        self._last_line = None
+        self._close_run()
+        self._anchor = None
         hazards = list(self.found.values())
         filename = next(iter(self.filenames), None)
         history = self.history
-        for (line, name), seen in history.changed().items():
-            fresh = history.new_shapes[(line, name)]
-            before = _closest(history.shapes[(line, name)] - set(fresh), fresh[0])
+        calls = history.call_lines
+        for (site, name), seen in history.changed().items():
+            fresh = history.new_shapes[(site, name)]
+            before = _closest(history.shapes[(site, name)] - set(fresh), fresh[0])
             hazards.append(
-                Hazard(
+                self._hazard(
                     HazardKind.SHAPE_CHANGE,
-                    line,
+                    site,
+                    calls.get(site),
                     count=len(set(fresh)),
                     causes=Counter({name: len(set(fresh))}),
                     detail=f"{len(seen)} input shapes, e.g. {_fmt(before)} and then "
                     f"{_fmt(fresh[0])}",
                 )
             )
-        for line, changes in history.count_changes.items():
+        for site, changes in history.count_changes.items():
             sizes = sorted({n for pair in changes for n in pair})
             hazards.append(
-                Hazard(
+                self._hazard(
                     HazardKind.SHAPE_CHANGE,
-                    line,
+                    site,
+                    calls.get(site),
                     count=len(changes),
                     causes=Counter({"the number of ops changes from run to run": len(changes)}),
                     detail=f"runs of {', '.join(map(str, sizes))} ops: a Python loop count or "
                     "branch that changes unrolls into a new graph",
                 )
             )
-        for (line, label), values in history.new_scalars.items():
+        for (site, label), values in history.new_scalars.items():
             name = label.removeprefix("scalars of ")
             shown = ", ".join(str(v[0] if len(v) == 1 else v) for v in values[:3])
             hazards.append(
-                Hazard(
+                self._hazard(
                     HazardKind.SHAPE_CHANGE,
-                    line,
+                    site,
+                    calls.get(site),
                     count=len(values),
                     causes=Counter({f"{name} with a changing Python exponent": len(values)}),
                     detail=f"new exponents {shown}: pass the exponent as a tensor",
@@ -646,9 +706,9 @@ class DryRunDetector(TorchDispatchMode):
         if self._bf16_autocast:
             hazards, ops, overloads = self._drop_scaler(hazards, ops, overloads)
         for hazard in hazards:
-            if hazard.line is not None and filename is not None:
+            if not hazard.code and hazard.line is not None and filename is not None:
                 hazard.code = linecache.getline(filename, hazard.line).strip()
-        hazards.sort(key=lambda h: (list(HazardKind).index(h.kind), _key((h.line, 0))))
+        hazards.sort(key=_order)
         return DryRunReport(
             label=self.label,
             filename=filename,
@@ -703,6 +763,17 @@ class DryRunDetector(TorchDispatchMode):
         return kept, ops, overloads
 
 
+class _UserFiles:
+    """The files whose frames end the walk for library code that reads on the host: the code
+    being dry-run and the user's other code (a container, for `host_side_origin`)."""
+
+    def __init__(self, detector: DryRunDetector) -> None:
+        self.detector = detector
+
+    def __contains__(self, filename: object) -> bool:
+        return filename in self.detector.filenames or filename in self.detector.user_code
+
+
 def _closest(seen: set[tuple[Any, ...]], sig: tuple[Any, ...]) -> tuple[Any, ...]:
     """The signature in `seen` most like `sig` (fewest differing sizes), to show beside it."""
 
@@ -731,22 +802,32 @@ def _fmt(sig: tuple[Any, ...]) -> str:
     return " ".join(str(list(s)) for s in sig)
 
 
+def _place(hazard: Hazard) -> tuple[int | None, str | None, int | None]:
+    return hazard.line, hazard.source, hazard.source_line
+
+
+def _order(hazard: Hazard) -> tuple[int, int, str, int]:
+    """Kinds in HazardKind's order, then by line (outside the code first), then by source."""
+    line = -1 if hazard.line is None else hazard.line
+    return (list(HazardKind).index(hazard.kind), line, hazard.source or "", hazard.source_line or 0)
+
+
 def _merge_shape_changes(hazards: list[Hazard]) -> list[Hazard]:
-    """One shape-change entry per line: the op with the most shapes speaks for the line."""
+    """One shape-change entry per place: the op with the most shapes speaks for the line."""
     keep: list[Hazard] = []
-    best: dict[int | None, Hazard] = {}
+    best: dict[tuple[int | None, str | None, int | None], Hazard] = {}
     for hazard in hazards:
         if hazard.kind is not HazardKind.SHAPE_CHANGE:
             keep.append(hazard)
             continue
-        current = best.get(hazard.line)
+        current = best.get(_place(hazard))
         if current is None:
-            best[hazard.line] = hazard
+            best[_place(hazard)] = hazard
             continue
         winner, other = (hazard, current) if hazard.count > current.count else (current, hazard)
         for cause in other.causes:
             winner.causes.setdefault(cause, other.causes[cause])
-        best[hazard.line] = winner
+        best[_place(hazard)] = winner
     return keep + list(best.values())
 
 
@@ -756,7 +837,9 @@ _FUNCTION_HISTORY: dict[Any, ShapeHistory] = {}
 def dry_run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> DryRunReport:
     """Run `fn(*args, **kwargs)` on the CPU and report what would hurt on a TPU.
 
-    The report's `result` holds what `fn` returned. Lines are those of the file that defines `fn`. Calling `dry_run` again on the same
+    The report's `result` holds what `fn` returned. Lines are those of the file that defines
+    `fn`; calls into local modules (Python files under the working directory) and, in
+    IPython, into functions of earlier cells are followed. Calling `dry_run` again on the same
     function with inputs of new shapes reports the change, as XLA would recompile. An error
     raised by `fn` propagates; the report so far is attached to it as `error.dry_run_report`.
     """

@@ -447,6 +447,11 @@ def check_versions(
                 continue
             if _contains(rule.specifier, present.version):
                 continue
+            reported.add(str(SpecifierSet(rule.specifier)))
+            clash = _clashes_with_torch_tpu(rule, installed)
+            if clash is not None:
+                findings.append(_torch_tpu_finding(rule, clash, present, severity, tpu_present))
+                continue
             scope = [*binding, rule] if rule not in binding else binding
             fix = _install_command(target, scope, tpu_present)
             conflict = ""
@@ -457,7 +462,6 @@ def check_versions(
                     "so install them in separate environments"
                 )
                 fix = _install_command(target, [rule], tpu_present)
-            reported.add(str(SpecifierSet(rule.specifier)))
             if rule.tpu_only and not tpu_present:
                 message = (
                     f"{rule.required_by} pins {name}{rule.specifier} for TPUs, but {name} "
@@ -478,6 +482,63 @@ def check_versions(
                 )
             )
     return findings
+
+
+def torch_tpu_rules() -> list[Constraint]:
+    """TorchTPU's requirements (backends/torchtpu.py, the one statement of them) as rules."""
+    from ..backends import torchtpu
+
+    label = f"TorchTPU (torch_tpu {torchtpu.RELEASE})"
+    source = f"Requires-Dist of torch_tpu {torchtpu.RELEASE} (docs/backends.md)"
+    rules = []
+    for text in torchtpu.REQUIRES:
+        req = Requirement(text)
+        rules.append(Constraint(canonicalize_name(req.name), str(req.specifier), label, source))
+    return rules
+
+
+def _clashes_with_torch_tpu(
+    rule: Constraint, installed: Mapping[str, InstalledDistribution]
+) -> Constraint | None:
+    """TorchTPU's rule on the same package, when a TPU-only pin (jax[tpu]'s libtpu) leaves no
+    version both accept: following the pin would break the backend `%%tpu` prefers."""
+    if not rule.tpu_only:
+        return None
+    for other in torch_tpu_rules():
+        if other.target == rule.target and _pin([rule, other]) is None and _pin([rule]):
+            return other
+    return None
+
+
+def _torch_tpu_finding(
+    rule: Constraint,
+    clash: Constraint,
+    present: InstalledDistribution,
+    severity: str,
+    tpu_present: bool,
+) -> VersionFinding:
+    """A pin that TorchTPU's requirement contradicts: keep the package TorchTPU needs and give
+    the pinning package an environment of its own (never the pin that breaks TorchTPU)."""
+    name = display_name(rule.target)
+    owner, _, version = rule.required_by.partition(" ")
+    fits = (
+        f", which {name} {present.version} meets"
+        if _contains(clash.specifier, present.version)
+        else ""
+    )
+    where = "" if tpu_present else "; that matters only on a TPU machine"
+    env = f".venv-{owner.split('[')[0]}"
+    return VersionFinding(
+        message=(
+            f"{rule.required_by} pins {name}{rule.specifier} for TPUs, but {clash.required_by}, "
+            f"the backend %%tpu prefers on a TPU, needs {name}{clash.specifier}{fits}: no {name} "
+            f"serves both, so run {owner} from an environment of its own{where}."
+        ),
+        fix=f'python -m venv {env} && {env}/bin/pip install "{owner}=={version}"',
+        severity=severity,
+        package=rule.target,
+        source=f"{rule.source}; {clash.source}",
+    )
 
 
 # -- TorchTPU's allocator ----------------------------------------------------------------------

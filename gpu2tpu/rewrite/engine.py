@@ -521,7 +521,7 @@ def _read(path: str, config: Config) -> bytes:
 
 
 def _process_notebook(path: str, data: bytes, config: Config, mode: Mode) -> FileOutcome:
-    from .notebook import NotebookError, notebook_diff, rewrite_notebook
+    from .notebook import NotebookError, local_module_findings, notebook_diff, rewrite_notebook
     from .torch_target import rewrite_for_target
 
     try:
@@ -534,11 +534,13 @@ def _process_notebook(path: str, data: bytes, config: Config, mode: Mode) -> Fil
         result = rewrite_for_target(rewrite_notebook, text, config.options)
     except NotebookError as err:
         return FileOutcome(path, Status.ERROR, error=f"{err.reason}; file left as it is")
+    # The local modules it imports that hold CUDA code, unless this run rewrites them too.
+    modules = local_module_findings(path, text, config.options, covered=config.roots)
     outcome = FileOutcome(
         path,
         Status.UNCHANGED,
         edits=list(result.edits),
-        findings=list(result.findings),
+        findings=[*result.findings, *modules],
         withheld=list(result.withheld),
         cell_errors=list(result.cell_errors),
     )

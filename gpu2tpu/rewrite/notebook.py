@@ -15,19 +15,24 @@ ids, metadata, key order, indent, escapes and the trailing newline stay byte for
 
 Notebook-only checks (IPython syntax and metadata that libcst never sees):
 G2T510 NVIDIA tools in shell escapes, G2T511 `CUDA_VISIBLE_DEVICES`, G2T512 installing a
-CUDA-only package, G2T513 a notebook that asks Colab or Kaggle for a GPU runtime.
+CUDA-only package, G2T513 a notebook that asks Colab or Kaggle for a GPU runtime, G2T514 a
+local module it imports that holds CUDA code (`local_module_findings` reads those files: the
+one check here that looks beyond the notebook's text).
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import json
+import os
 import re
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from json.decoder import scanstring
+from pathlib import Path
 
 from .analysis.names import variable_names
 from .ipython_syntax import (
@@ -43,7 +48,7 @@ from .ipython_syntax import (
 )
 from .model import CellFinding, Finding, Options, Result, Safety, Severity
 from .rules.base import DEVICE_NAMES
-from .source import SourceError, rewrite_source
+from .source import SourceError, prefilter_tokens, rewrite_source
 
 
 class NotebookError(ValueError):
@@ -152,6 +157,22 @@ NOTEBOOK_RULES: dict[str, NotebookRule] = {
 
             Example:
                 "accelerator": "GPU", "gpuType": "T4"  ->  "accelerator": "TPU", "gpuType": "V5E1"
+            """,
+        ),
+        NotebookRule(
+            "G2T514",
+            "local-module-with-cuda",
+            Safety.REPORT,
+            Severity.ERROR,
+            """The notebook imports a local module (a `.py` file beside it) that holds CUDA code.
+
+            Why: rewriting the notebook does not rewrite the modules it imports, and neither
+            do `%%tpu` and `%tpu_auto`: `helper_functions.py` full of `torch.cuda` calls still
+            runs them. The finding names the module and the command that migrates it; it is
+            not reported when the same run rewrites the module too.
+
+            Example:
+                from helper_functions import train  ->  gpu2tpu rewrite helper_functions.py
             """,
         ),
     )
@@ -926,6 +947,130 @@ def _runtime_finding(
         before=before,
         after=after if apply else "",
     )
+
+
+# -- local modules the notebook imports (G2T514) --------------------------------------------------
+
+
+def imported_modules(python: str) -> list[tuple[str, int, int]]:
+    """(dotted module name, line, column) of each absolute import in a cell's Python."""
+    try:
+        tree = ast.parse(python)
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno, node.col_offset + 1) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.append((node.module, node.lineno, node.col_offset + 1))
+    return sorted(out, key=lambda t: (t[1], t[2]))
+
+
+def module_file(folder: Path, dotted: str) -> Path | None:
+    """The file `import dotted` finds in `folder` (a module or a package's `__init__.py`)."""
+    base = folder.joinpath(*dotted.split("."))
+    for candidate in (base.with_name(base.name + ".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@dataclass(frozen=True)
+class LocalModule:
+    """A local module that holds CUDA code: what `gpu2tpu rewrite` would say about it."""
+
+    path: Path
+    edits: int  # fixes `gpu2tpu rewrite` would apply
+    findings: int  # what it would leave for a person (TPU performance hints aside)
+    severity: Severity
+
+    def describe(self, shown: str) -> str:
+        parts = [f"{n} {what}" for n, what in
+                 ((self.edits, "fixable"), (self.findings, "for a person")) if n]  # fmt: skip
+        return f"`{shown}` holds CUDA code ({', '.join(parts)})"
+
+
+@functools.lru_cache(maxsize=256)
+def _module_with_cuda(path: str, stamp: tuple[int, int], options: Options) -> LocalModule | None:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not any(token.decode() in text for token in prefilter_tokens(options)):
+        return None
+    try:
+        result = rewrite_source(text, options)
+    except SourceError:
+        return None
+    found = [f for f in (*result.edits, *result.findings) if not f.code.startswith("G2T6")]
+    edits = [f for f in found if f.fixable or f.fixed]
+    findings = [f for f in found if not (f.fixable or f.fixed)]
+    if not edits and not findings:
+        return None
+    severe = any(f.severity is Severity.ERROR for f in (*edits, *findings))
+    return LocalModule(
+        Path(path), len(edits), len(findings), Severity.ERROR if severe else Severity.WARNING
+    )
+
+
+def module_with_cuda(path: Path, options: Options) -> LocalModule | None:
+    """What `gpu2tpu rewrite` would do to the module at `path` (None: nothing CUDA there)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return _module_with_cuda(str(path), (st.st_mtime_ns, st.st_size), options)
+
+
+def local_module_findings(
+    notebook_path: str, text: str, options: Options, covered: Iterable[str] = ()
+) -> list[CellFinding]:
+    """G2T514 for each module beside the notebook that a code cell imports and that holds
+    CUDA code, at the cell's import; none for modules inside `covered` (paths the same run
+    rewrites)."""
+    if not options.enabled("G2T514"):
+        return []
+    try:
+        nb = _load(text)
+    except NotebookError:
+        return []
+    folder = Path(notebook_path).resolve().parent
+    roots = tuple(str(Path(r).resolve()) for r in covered)
+    out: list[CellFinding] = []
+    seen: set[Path] = set()
+    for index, raw in enumerate(nb["cells"]):
+        if not isinstance(raw, dict) or raw.get("cell_type") != "code":
+            continue
+        cell = _prepare(index, raw, facts=False)
+        if cell.error or cell.masked is None:
+            continue
+        for dotted, line, col in imported_modules(cell.masked.text):
+            path = module_file(folder, dotted)
+            if path is None or path in seen or _inside(str(path), roots):
+                continue
+            seen.add(path)
+            module = module_with_cuda(path, replace(options, fix=False))
+            if module is None:
+                continue
+            shown = os.path.relpath(path, folder)
+            finding = replace(
+                _finding(
+                    "G2T514",
+                    line,
+                    col,
+                    f"{module.describe(shown)}, which rewriting the notebook leaves as it is: "
+                    f"`gpu2tpu rewrite {shown}` migrates it",
+                    f"gpu2tpu rewrite {shown}",
+                ),
+                severity=module.severity,
+            )
+            out.append(CellFinding(cell.index, cell.cell_id, _shift(finding, cell)))
+    return out
+
+
+def _inside(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 
 
 # -- writing the JSON back ------------------------------------------------------------------

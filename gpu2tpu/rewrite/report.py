@@ -31,6 +31,7 @@ class Category(StrEnum):
     TPU_PERFORMANCE = "tpu-performance"  # runs correctly, slowly (G2T6xx)
     FIX_WITHHELD = "fix-withheld"  # a fix exists but would have broken the file
     NEEDS_NEWER_TORCH = "needs-newer-torch"  # a fix exists but needs a newer torch
+    RUNTIME_SETTINGS = "runtime-settings"  # where a notebook asks to run, not its code (G2T513)
 
 
 CATEGORY_TITLES: dict[Category, str] = {
@@ -39,6 +40,10 @@ CATEGORY_TITLES: dict[Category, str] = {
     Category.TPU_PERFORMANCE: "TPU performance hints",
     Category.FIX_WITHHELD: "Fixes withheld (the result would not have been valid code)",
     Category.NEEDS_NEWER_TORCH: "Fixes that need a newer torch than target-torch",
+    Category.RUNTIME_SETTINGS: (
+        "Notebook runtime settings, not code (no effect on the exit status; "
+        "`--unsafe-fixes` writes them)"
+    ),
 }
 
 # Short labels, for a list or a table column.
@@ -48,13 +53,19 @@ CATEGORY_LABELS: dict[Category, str] = {
     Category.TPU_PERFORMANCE: "TPU performance",
     Category.FIX_WITHHELD: "fix withheld",
     Category.NEEDS_NEWER_TORCH: "needs a newer torch",
+    Category.RUNTIME_SETTINGS: "runtime settings",
 }
+# Rules about where a notebook asks to run (its Colab or Kaggle metadata), not about its code:
+# every Colab notebook written for a GPU has one, so they never fail a CI gate.
+RUNTIME_SETTING_CODES = frozenset({"G2T513"})
 
 
 def category(finding: Finding, *, withheld: bool = False) -> Category:
     """The finding's category; `withheld`: the safety net withheld its fix (`item_category`)."""
     if withheld:
         return Category.FIX_WITHHELD
+    if finding.code in RUNTIME_SETTING_CODES:
+        return Category.RUNTIME_SETTINGS
     if finding.needs_torch:
         return Category.NEEDS_NEWER_TORCH
     if finding.code.startswith("G2T6"):
@@ -352,11 +363,19 @@ def print_summary(report: RunReport, stream, info: RunInfo | None = None) -> Non
 
 
 def exit_code(report: RunReport) -> int:
-    """0 clean, 1 changes or findings, 2 files that could not be processed."""
+    """0 clean, 1 changes or findings, 2 files that could not be processed. Findings about a
+    notebook's runtime settings (`Category.RUNTIME_SETTINGS`) do not count."""
     if report.errors or any(o.cell_errors for o in report.files):
         return 2
     if report.mode is Mode.CHECK:
-        return int(any(o.edits or o.findings for o in report.files))
+        return int(any(o.edits or _counted(o) for o in report.files))
     if report.mode in (Mode.DRY, Mode.DIFF):
         return int(report.count(Status.WOULD_REWRITE) > 0)
-    return int(any(o.findings for o in report.files))
+    return int(any(_counted(o) for o in report.files))
+
+
+def _counted(outcome: FileOutcome) -> bool:
+    """Whether the file has findings that count for the exit status."""
+    return any(
+        item_category(outcome, item) is not Category.RUNTIME_SETTINGS for item in outcome.findings
+    )

@@ -51,6 +51,7 @@ _LEVELS = {
     Category.NEEDS_NEWER_TORCH: ("warning", "warning"),
     Category.DIFFERS_ON_TPU: ("warning", "warning"),
     Category.TPU_PERFORMANCE: ("notice", "note"),
+    Category.RUNTIME_SETTINGS: ("notice", "note"),
 }
 
 

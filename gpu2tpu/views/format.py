@@ -20,8 +20,13 @@ def format_seconds(value: float | None) -> str:
     return f"{value:.3g} s"
 
 
+# Below this a cost reads as "under $0.000000001" rather than as a long row of zeros.
+_SMALLEST_MONEY = 1e-9
+
+
 def format_money(value: float | None) -> str:
-    """USD, about three significant digits: "$1.19e-05", "$0.0123", "$4.56", "$1,234"."""
+    """USD in plain dollars, about three significant digits: "$0.0000119", "$0.0123", "$4.56",
+    "$1,234" (never scientific notation: views show costs per 1k steps and per 1M tokens)."""
     if value is None:
         return "—"
     if value == 0:
@@ -30,8 +35,8 @@ def format_money(value: float | None) -> str:
         return f"${value:,.0f}"
     if abs(value) >= 1:
         return f"${value:.2f}"
-    if abs(value) < 1e-3:
-        return f"${value:.3g}"
+    if abs(value) < _SMALLEST_MONEY:
+        return "under $0.000000001"
     return f"${value:.{2 - math.floor(math.log10(abs(value)))}f}"
 
 

@@ -680,7 +680,7 @@ def dry_run_html(report: Any) -> str:
             '<th class="g2t-left">cause</th><th class="g2t-left">code</th></tr></thead><tbody>'
         )
         for h in report.hazards:
-            where = f"line {h.line}" if h.line is not None else "outside your code"
+            where = h.where()  # "line 4", or "In[3] line 6 (from line 2)" in an earlier cell
             out.append(
                 f'<tr><td class="g2t-left">{_e(h.kind)}</td><td class="g2t-left">{_e(where)}'
                 f'</td><td>{h.count}</td><td class="g2t-left g2t-wrap">{_e(h.cause_text())}</td>'

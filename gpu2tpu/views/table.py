@@ -111,7 +111,9 @@ def columns(comparison: Comparison, *, compact: bool = False) -> list[Column]:
 
 
 def table_cells(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
-    cols = columns(comparison)
+    """The cells every view shows: costs per 1k steps and per 1M tokens, not per step (a
+    fraction of a cent); the exports keep `cost_per_step`."""
+    cols = columns(comparison, compact=True)
     return [c.header for c in cols], [[c.text(r) for c in cols] for r in comparison.rows]
 
 
@@ -154,7 +156,7 @@ def comparison_rich(comparison: Comparison) -> Any:
     if comparison.baseline_key:
         caption = f"Ratios are against {comparison.baseline_key}. " + caption
     table = Table(title=comparison.title, caption=caption, caption_justify="left")
-    for col in columns(comparison):
+    for col in columns(comparison, compact=True):
         table.add_column(col.header, justify="left" if col.key in ("device", "source") else "right")
     styles = {"measured": "bold", "baseline": "green", "estimated": "dim", "compiled": "cyan"}
     for row, cells in zip(comparison.rows, body, strict=True):

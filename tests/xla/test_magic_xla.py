@@ -96,7 +96,7 @@ def test_a_cuda_training_cell_trains_on_xla_and_its_results_stay(tmp_path: Path)
 
 
 def test_profile_reports_xlas_compile_events(tmp_path: Path) -> None:
-    step = TRAINING_CELL.replace("%%tpu --backend xla", "%%tpu --backend xla --profile")
+    step = TRAINING_CELL.replace("%%tpu --backend xla", "%%tpu --backend xla --profile --full")
     step = step.replace("for _ in range(5):", "for _ in range(1):")
     nb = _run(["%load_ext gpu2tpu", step], tmp_path)
     text = _text(nb.cells[1])
