@@ -118,8 +118,20 @@ def test_each_readme_install_line_gives_a_working_set(
 
     fetched = _run([py, "-m", "pip", "download", "-q", "-d", str(wheels), *requirement], tmp_path)
     assert fetched.returncode == 0, f"{line}: pip download failed\n{fetched.stderr[-3000:]}"
+    # --no-compile: the same files, without pip compiling torch's ~4,000 modules to bytecode.
     installed = _run(
-        [py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels), *requirement],
+        [
+            py,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-compile",
+            "--no-index",
+            "--find-links",
+            str(wheels),
+        ]
+        + requirement,
         tmp_path,
     )
     assert installed.returncode == 0, f"{line}: pip install failed\n{installed.stderr[-3000:]}"
