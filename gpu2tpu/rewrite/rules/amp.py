@@ -25,7 +25,7 @@ from ..analysis.edits import (
     keyword,
     prepend_arg,
 )
-from ..analysis.literals import attribute_named, cuda_literal, is_false, string_value
+from ..analysis.literals import attribute_named, cuda_literal, is_false, is_name, string_value
 from ..analysis.names import full_name, is_reference_end, matches, qualified
 from ..model import Safety, Severity
 from .base import Fix, Rule, RuleContext
@@ -662,6 +662,10 @@ FLOAT16_STRINGS = {
 }
 
 
+# Calls that describe a dtype instead of computing in it.
+DESCRIBES = ("torch.finfo", "torch.iinfo")
+
+
 def _in_comparison(rule: Rule, node: cst.CSTNode) -> bool:
     parent = rule.parent(node)
     while isinstance(parent, cst.Element | cst.Tuple | cst.List | cst.Set):
@@ -704,12 +708,28 @@ class Float16Dtype(Rule):
     def _dtype(self, node: cst.Name | cst.Attribute) -> None:
         if not matches(self.ctx, node, *FLOAT16) or not is_reference_end(self.ctx, node):
             return
+        if self._not_a_choice(node):
+            return
         message = self.message.format(value=self.code_for(node))
         if _in_comparison(self, node):
             self.report(node, message, hint="decide whether the test should accept bfloat16")
             return
         fix, hint = float16_fix(self, lambda updated: self.ctx.torch_attr("bfloat16"))
         self.report(node, message, fix=fix, hint=hint)
+
+    def _not_a_choice(self, node: cst.CSTNode) -> bool:
+        """Whether the dtype is named, not chosen: a key of a table (`{torch.float16: 312e12}`,
+        peak FLOP/s by dtype), something printed or logged (a dtype tutorial's
+        `print(torch.float16)`), or what `torch.finfo`/`torch.iinfo` describe."""
+        child, parent = node, self.parent(node)
+        while parent is not None and not isinstance(parent, cst.BaseStatement):
+            if isinstance(parent, cst.DictElement) and parent.key is child:
+                return True
+            if isinstance(parent, cst.Call) and child is not parent.func:
+                if is_name(parent.func, "print") or self.matches_name(parent, *DESCRIBES):
+                    return True
+            child, parent = parent, self.parent(parent)
+        return False
 
     def visit_Arg(self, node: cst.Arg) -> None:
         if node.keyword is None or not isinstance(node.value, cst.SimpleString):
