@@ -481,9 +481,7 @@ class SynchronizeInLoop(_PerfRule):
             return False
         body = list(block.body)
         index = next(i for i, stmt in enumerate(body) if stmt is line)
-        return any(
-            self._reads_clock(body[j]) for j in (index - 1, index + 1) if 0 <= j < len(body)
-        )
+        return any(self._reads_clock(body[j]) for j in (index - 1, index + 1) if 0 <= j < len(body))
 
     def _reads_clock(self, stmt: cst.CSTNode) -> bool:
         if not isinstance(stmt, cst.SimpleStatementLine):
