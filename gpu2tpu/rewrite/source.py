@@ -22,6 +22,7 @@ from typing import ClassVar
 import libcst as cst
 
 from . import net, statements
+from .analysis.edits import merge_guards
 from .analysis.flow import FlowRecorder
 from .analysis.names import ModuleNames, caller_names
 from .analysis.placement import device_line_after, device_line_blocked, leading_imports_end
@@ -553,6 +554,13 @@ class _ApplyFixes(cst.CSTTransformer):
 
     def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
         fixes = self.fixes.get(id(original_node))
+        if isinstance(updated_node, cst.IndentedBlock | cst.Module) and updated_node is not (
+            original_node
+        ):
+            # Guards that fixes wrote next to each other become one (edits.merge_guards).
+            merged = merge_guards(updated_node.body, original_node.body)
+            if merged is not None:
+                updated_node = updated_node.with_changes(body=merged)
         if fixes is None:
             node = super().on_leave(original_node, updated_node)
         else:

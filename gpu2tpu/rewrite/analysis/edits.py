@@ -9,7 +9,7 @@ statement that must go hands its comments to the next one.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -228,6 +228,84 @@ def guarded_line(
         body=cst.IndentedBlock(body=[inner]),
         leading_lines=line.leading_lines,
     )
+
+
+def _accelerator_guard(stmt: cst.CSTNode) -> str | None:
+    """The test's text of `if <torch>.accelerator.is_available():` with a block and no
+    `else` (what `guarded_line` writes), else None."""
+    if not isinstance(stmt, cst.If) or stmt.orelse is not None:
+        return None
+    if not isinstance(stmt.body, cst.IndentedBlock):
+        return None
+    test = stmt.test
+    if not (isinstance(test, cst.Call) and not test.args and isinstance(test.func, cst.Attribute)):
+        return None
+    func = test.func
+    inner = func.value
+    if func.attr.value != "is_available" or not isinstance(inner, cst.Attribute):
+        return None
+    if inner.attr.value != "accelerator" or not isinstance(inner.value, cst.Name):
+        return None
+    return code_for(test)
+
+
+def _is_synchronize(stmt: cst.CSTNode) -> bool:
+    """`<torch>.accelerator.synchronize()` as a statement line of its own."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return False
+    expr = stmt.body[0]
+    if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
+        return False
+    call = expr.value
+    func = call.func
+    return (
+        not call.args
+        and isinstance(func, cst.Attribute)
+        and func.attr.value == "synchronize"
+        and isinstance(func.value, cst.Attribute)
+        and func.value.attr.value == "accelerator"
+    )
+
+
+def merge_guards(
+    body: Sequence[cst.BaseStatement], original: Sequence[cst.BaseStatement]
+) -> list[cst.BaseStatement] | None:
+    """`body` with each run of adjacent `if torch.accelerator.is_available():` blocks made one
+    block, when a fix wrote at least one of them (a statement not in `original`); a
+    synchronize right after another one inside it goes (nothing was queued between). The
+    test answers the same each time, so one `if` runs what the several ran. The blank lines
+    and comments between them stay, before the statement they belonged to. None when nothing
+    merges."""
+    kept = {id(stmt) for stmt in original}
+    out: list[cst.BaseStatement] = []
+    merged = False
+    for stmt in body:
+        test = _accelerator_guard(stmt)
+        previous = out[-1] if out else None
+        if (
+            test is not None
+            and previous is not None
+            and _accelerator_guard(previous) == test
+            and not (id(stmt) in kept and id(previous) in kept)
+        ):
+            assert isinstance(stmt, cst.If) and isinstance(previous, cst.If)
+            inner = list(stmt.body.body)
+            if inner and stmt.leading_lines:
+                first = inner[0]
+                inner[0] = first.with_changes(
+                    leading_lines=[*stmt.leading_lines, *first.leading_lines]  # type: ignore[attr-defined]
+                )
+            joined = list(previous.body.body)
+            for line in inner:
+                if _is_synchronize(line) and joined and _is_synchronize(joined[-1]):
+                    if not line.leading_lines:  # type: ignore[attr-defined]
+                        continue
+                joined.append(line)
+            out[-1] = previous.with_changes(body=previous.body.with_changes(body=joined))
+            merged = True
+            continue
+        out.append(stmt)
+    return out if merged else None
 
 
 def move_fix_to(rule: Rule, node: cst.CSTNode, target: cst.CSTNode) -> None:

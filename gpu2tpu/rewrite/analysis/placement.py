@@ -213,11 +213,14 @@ def setup_block_end(tree: ast.Module) -> int:
 def device_line_after(tree: ast.Module) -> int:
     """How many of the module's top-level statements (Python's own count) come before the
     device line: the start-up block, the last statement that imports torch, and the last
-    top-level statement that sets a CUDA start-up variable, whichever ends last."""
+    top-level statement that sets a CUDA start-up variable, whichever ends last, and the
+    imports and set-up right after that one (never in the middle of an import block)."""
     after = setup_block_end(tree)
     for i, stmt in enumerate(tree.body):
         if _imports_torch(stmt) or sets_cuda_start_env(stmt):
             after = max(after, i + 1)
+    while after < len(tree.body) and _is_setup(tree.body[after], False):
+        after += 1
     return after
 
 

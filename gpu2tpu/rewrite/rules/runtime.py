@@ -125,12 +125,14 @@ class CudaEventTiming(Rule):
     `ev.record()` and `ev.synchronize()` statements and `a.elapsed_time(b)` with another such
     event, each `record()` becomes a guarded `torch.accelerator.synchronize()` and a
     `time.perf_counter()` reading, `elapsed_time` the difference in milliseconds, and
-    `synchronize()` goes (the reading already waited); `import time` is added if needed.
+    `synchronize()` goes (the reading already waited), as does the line that made the event
+    (a reading there would be dead: CUDA raises on an event never recorded); `import time`
+    is added if needed.
     Timings now include the host's view of the step; results are unchanged. Other events
     (kept in lists, recorded on a stream, queried, used for synchronisation) are reported.
 
     Example:
-        start = torch.cuda.Event(enable_timing=True)   ->  start = time.perf_counter()
+        start = torch.cuda.Event(enable_timing=True)   ->  (dropped: `record()` assigns it)
         start.record()                                 ->  if torch.accelerator.is_available(): torch.accelerator.synchronize()
                                                            start = time.perf_counter()
         ms = start.elapsed_time(end)                   ->  ms = (end - start) * 1000.0
@@ -301,7 +303,12 @@ class CudaEventTiming(Rule):
         def now() -> cst.Call:
             return cst.Call(func=cst.parse_expression("time.perf_counter"))
 
-        if not self.report(plan.call, fix=lambda updated: now()):
+        # Every `record()` assigns a fresh reading before any `elapsed_time` can read it (an
+        # event never recorded makes CUDA raise there), so the event's own line goes.
+        assign = self.parent(plan.call)
+        line = self.parent(assign) if assign is not None else None
+        assert isinstance(line, cst.SimpleStatementLine)
+        if not report_removal(self, plan.call, line):
             return False
         for line in plan.records:
 
