@@ -482,6 +482,38 @@ def on_cuda_only(
     return cst.IfExp(test=test, body=body, orelse=otherwise)
 
 
+def _device_kind(node: cst.CSTNode) -> str | None:
+    """`d` for the name `d` or `d.type`: a device or its type, as fixes spell them."""
+    if isinstance(node, cst.Attribute) and node.attr.value == "type":
+        node = node.value
+    return node.value if isinstance(node, cst.Name) else None
+
+
+def cuda_only_choice(node: cst.CSTNode) -> bool:
+    """`x if d.type == "cuda" else d` (or `else None`, `else d.type`, `else d.type !=
+    "cpu"`): a value CUDA gets as before and every other device replaces with the device
+    itself or nothing, as `on_cuda_only` and the device-property fixes write it. Its test
+    means "is it CUDA?" on purpose."""
+    if not isinstance(node, cst.IfExp) or not isinstance(node.test, cst.Comparison):
+        return False
+    test = node.test
+    if len(test.comparisons) != 1 or not isinstance(test.comparisons[0].operator, cst.Equal):
+        return False
+    if string_value(test.comparisons[0].comparator) != "cuda":
+        return False
+    device = _device_kind(test.left)
+    if device is None:
+        return False
+    other = node.orelse
+    if isinstance(other, cst.Name) and other.value == "None":
+        return True
+    if isinstance(other, cst.Comparison) and len(other.comparisons) == 1:
+        if string_value(other.comparisons[0].comparator) != "cpu":
+            return False
+        other = other.left
+    return _device_kind(other) == device
+
+
 def is_cuda_only(node: cst.CSTNode) -> bool:
     """`x if <test> else None` / `x if device.type == "cuda" else device`: a value already
     given on some devices only (what `on_cuda_only` writes)."""

@@ -35,6 +35,8 @@ AUTOCAST = ("torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.aut
 CUDA_SCALER = ("torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler")
 SCALER = ("torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler", "torch.cpu.amp.GradScaler")
 FLOAT16 = ("torch.float16", "torch.half")
+# Legacy typed tensors of float16 (G2T314 rewrites the CUDA ones into `dtype=torch.float16`).
+LEGACY_HALF = ("torch.cuda.HalfTensor", "torch.HalfTensor")
 BFLOAT16 = ("torch.bfloat16",)
 
 # Functions whose first positional parameter is a device *type* string.
@@ -697,7 +699,7 @@ class Float16Dtype(Rule):
     severity = Severity.WARNING
     message = "float16 `{value}`: TPUs compute in bfloat16"
     hint = f"use bfloat16; {NUMERICS_NOTE}"
-    tokens = (b"float16", b".half", b"fp16", b"16-mixed")
+    tokens = (b"float16", b".half", b"fp16", b"16-mixed", b"HalfTensor")
 
     def visit_Name(self, node: cst.Name) -> None:
         self._dtype(node)
@@ -706,6 +708,9 @@ class Float16Dtype(Rule):
         self._dtype(node)
 
     def _dtype(self, node: cst.Name | cst.Attribute) -> None:
+        if matches(self.ctx, node, *LEGACY_HALF) and is_reference_end(self.ctx, node):
+            self._legacy(node, self.code_for(node))
+            return
         if not matches(self.ctx, node, *FLOAT16) or not is_reference_end(self.ctx, node):
             return
         if self._not_a_choice(node):
@@ -716,6 +721,23 @@ class Float16Dtype(Rule):
             return
         fix, hint = float16_fix(self, lambda updated: self.ctx.torch_attr("bfloat16"))
         self.report(node, message, fix=fix, hint=hint)
+
+    def _legacy(self, node: cst.CSTNode, name: str) -> None:
+        """A legacy half tensor type: G2T314 makes it `dtype=torch.float16` (or leaves it to a
+        person), so the float16 is named here already, as the next run would name it."""
+        self.report(
+            node,
+            self.message.format(value=name),
+            hint=f"use bfloat16 (`dtype=torch.bfloat16`); {NUMERICS_NOTE}",
+        )
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        """`x.type("torch.cuda.HalfTensor")`: the type by its name."""
+        if node.evaluated_value in LEGACY_HALF:
+            arg = self.parent(node)
+            call = self.parent(arg) if isinstance(arg, cst.Arg) else None
+            if isinstance(call, cst.Call) and attribute_named(call.func, "type"):
+                self._legacy(node, self.code_for(node))
 
     def _not_a_choice(self, node: cst.CSTNode) -> bool:
         """Whether the dtype is named, not chosen: a key of a table (`{torch.float16: 312e12}`,

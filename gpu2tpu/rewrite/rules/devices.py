@@ -21,6 +21,7 @@ from ..analysis.branches import (
 from ..analysis.edits import (
     as_positional,
     comparison_needs_parentheses,
+    cuda_only_choice,
     find_arg,
     guarded_line,
     indexed_device_string,
@@ -1001,6 +1002,9 @@ class CudaDeviceComparison(Rule):
     def _cuda_only_branch(self, node: cst.Comparison) -> bool:
         """Whether the comparison guards code only CUDA runs, or selects the CUDA device index
         of a process (what G2T107 writes for a rank's index)."""
+        parent = self.parent(node)
+        if isinstance(parent, cst.IfExp) and parent.test is node and cuda_only_choice(parent):
+            return True  # a CUDA value with the device itself elsewhere (what fixes write)
         region, how = guarded_region(self.ctx, node)
         if how != "if" or not region:
             return False

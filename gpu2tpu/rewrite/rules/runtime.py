@@ -671,11 +671,27 @@ class CudaLegacyTensor(Rule):
             and not call.args[0].star
         )
 
+    def _bfloat16_wanted(self, kind: str) -> bool:
+        """Whether this run also switches float16 to bfloat16 (G2T212's unsafe fix): a legacy
+        half tensor is then a person's call, since the float16 it would become is rewritten
+        again by the next run."""
+        options = self.ctx.options
+        return (
+            kind == "HalfTensor"
+            and options.fix
+            and options.unsafe_fixes
+            and options.enabled("G2T212")
+        )
+
     def visit_Call(self, node: cst.Call) -> None:
         if not self._is_type_call(node):
             return
         kind = self._type(node.args[0].value)
         if kind is None:
+            return
+        if self._bfloat16_wanted(kind):
+            message = self.message.format(type=kind)
+            self.report(node, message, hint="use `x.to(device, torch.bfloat16)`, by hand")
             return
         ctx = self.ctx
         dtype = LEGACY_TENSORS[kind]
@@ -702,7 +718,8 @@ class CudaLegacyTensor(Rule):
         args = call.args
         data = len(args) == 1 and isinstance(args[0].value, cst.List | cst.Tuple)
         sizes = all(isinstance(a.value, cst.Integer) and a.keyword is None for a in args)
-        if any(a.star or a.keyword is not None for a in args) or not (data or sizes):
+        unclear = any(a.star or a.keyword is not None for a in args) or not (data or sizes)
+        if unclear or self._bfloat16_wanted(kind):
             self.report(
                 call, self.message.format(type=kind), hint=f"{self.hint}, by hand: data or sizes?"
             )

@@ -28,6 +28,8 @@ from .base import Rule
 TRAINING_LOOP_TOKENS = (b".backward(", b".step(", b"loader", b"Loader", b"model(", b"net(")
 SYNC_NAMES = tuple(f"torch.{m}.synchronize" for m in ("cuda", "accelerator", "xpu", "mps", "tpu"))
 FLOAT64 = ("torch.float64", "torch.double")
+# Legacy typed tensors of float64 (G2T314 rewrites the CUDA ones into `dtype=torch.float64`).
+LEGACY_DOUBLE = ("torch.DoubleTensor", "torch.cuda.DoubleTensor")
 # Clocks a benchmark reads around the work it times.
 CLOCKS = tuple(
     f"time.{c}"
@@ -334,16 +336,20 @@ class Float64Tensor(_Warning):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if self.matches_name(node, "torch.DoubleTensor"):
+        if self.matches_name(node, *LEGACY_DOUBLE):
             self.report(node, self.message.format(what=short(node, 30)))
             return
+        if isinstance(func, cst.Attribute) and func.attr.value == "type" and len(node.args) == 1:
+            if string_value(node.args[0].value) in LEGACY_DOUBLE:  # `x.type("torch.DoubleTensor")`
+                self.report(node.args[0].value, self.message.format(what=short(node.args[0], 30)))
+                return
         if isinstance(func, cst.Attribute) and func.attr.value == "double" and not node.args:
             module = isinstance(func.value, cst.Name) and self.qualified_names(func.value)
             if not module and not _on_host(func.value):
                 self.report(node, self.message.format(what=".double()"))
             return
         for arg in node.args:
-            if not self.matches_name(arg.value, *FLOAT64, "torch.DoubleTensor"):
+            if not self.matches_name(arg.value, *FLOAT64, *LEGACY_DOUBLE):
                 continue
             if arg.keyword is not None and arg.keyword.value not in ("dtype", "torch_dtype"):
                 continue
@@ -477,6 +483,11 @@ class SynchronizeInLoop(_PerfRule):
         expr = self.parent(node)
         line = self.parent(expr) if isinstance(expr, cst.Expr) else None
         block = self.parent(line) if isinstance(line, cst.SimpleStatementLine) else None
+        guard = self.parent(block) if isinstance(block, cst.IndentedBlock) else None
+        if isinstance(guard, cst.If) and guard.orelse is None and len(block.body) == 1:  # type: ignore[union-attr]
+            # `if torch.accelerator.is_available(): torch.accelerator.synchronize()`: the
+            # guard's neighbours are the synchronize's
+            line, block = guard, self.parent(guard)
         if not isinstance(block, cst.IndentedBlock | cst.Module):
             return False
         body = list(block.body)
