@@ -26,6 +26,7 @@ from .analysis.edits import merge_guards
 from .analysis.flow import FlowRecorder
 from .analysis.names import ModuleNames, caller_names
 from .analysis.placement import device_line_after, device_line_blocked, leading_imports_end
+from .analysis.values import ordinal_argument_lines
 from .model import Options, Result
 from .parsing import Prepared, SourceError, parse_module, prepare
 from .positions import source_span, statement_position
@@ -107,11 +108,13 @@ def _prepare(
     }
     planner = None
     names: list[ModuleNames] = []  # made once, for the plan and the rules
+    devices = any(r.follows_devices for r in rules)
     if statement_level:
 
         def planner(tree: ast.Module, lines: list[str]) -> statements.Plan | None:
             names.append(ModuleNames(text, tree, options.prior_imports))
-            return statements.plan(tree, lines, tokens, names[0].imports, follow)
+            keep = ordinal_argument_lines(text, names[0]) if devices else frozenset()
+            return statements.plan(tree, lines, tokens, names[0].imports, follow, keep)
 
     prepared = prepare(text, tokens, planner)
     return prepared, (names[0] if names else None)
@@ -368,11 +371,20 @@ def _statements_to_visit(ctx: RuleContext, rules: list[type[Rule]]) -> set[int] 
     raw |= {local for local, full in ctx.imports.items() if any(t in full for t in raw)}
     tokens = tuple(raw)
     codes = ctx.statement_code()
-    return {
+    keep = {
         id(s)
         for s, code in zip(ctx.module.body, codes, strict=True)
         if any(t in code for t in tokens)
     }
+    if any(r.follows_devices for r in rules):
+        lines = ordinal_argument_lines(ctx.source, ctx.names)
+        spans = ctx.statement_spans() if lines else []
+        if spans is None:
+            return None
+        for stmt, (first, last) in zip(ctx.module.body, spans or (), strict=False):
+            if any(first <= line <= last for line in lines):
+                keep.add(id(stmt))
+    return keep
 
 
 class _Dispatch:

@@ -467,6 +467,31 @@ def indexed_device_string(
     )
 
 
+def carries_prefix(node: cst.CSTNode) -> bool:
+    """Whether `prefixed_device_string` can carry the string's text over verbatim (no
+    escapes, no braces, which an f-string reads otherwise)."""
+    if not isinstance(node, cst.SimpleString):
+        return False
+    body = node.raw_value
+    return not any(c in body for c in "\\{}")
+
+
+def prefixed_device_string(ctx: RuleContext, node: cst.CSTNode) -> cst.BaseExpression:
+    """`"cuda:%d"` -> `f"{device.type}:%d"`: the start of a device string built by hand, on
+    the module's device type (the same text on CUDA)."""
+    assert isinstance(node, cst.SimpleString) and carries_prefix(node)
+    body = node.raw_value
+    prefix = node.prefix.replace("u", "").replace("U", "")
+    return cst.FormattedString(
+        parts=[
+            cst.FormattedStringExpression(ctx.device_type()),
+            cst.FormattedStringText(body[len("cuda") :]),
+        ],
+        start=f"f{prefix}{node.quote}",
+        end=node.quote,
+    )
+
+
 def on_cuda_only(
     ctx: RuleContext, value: cst.BaseExpression, otherwise: cst.BaseExpression
 ) -> cst.IfExp:

@@ -615,6 +615,10 @@ class Rule(cst.BatchableCSTVisitor):
     # `record()` calls) says so: the statement-level parse keeps every top-level statement
     # that names one of them, token or not.
     follows_names: ClassVar[bool] = False
+    # A rule that follows device values into device arguments wherever those are
+    # (analysis/values.py) says so: the statement-level parse keeps, and the traversal visits,
+    # the statements whose device argument an int written elsewhere reaches.
+    follows_devices: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

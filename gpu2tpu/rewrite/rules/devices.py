@@ -20,6 +20,7 @@ from ..analysis.branches import (
 )
 from ..analysis.edits import (
     as_positional,
+    carries_prefix,
     comparison_needs_parentheses,
     cuda_only_choice,
     find_arg,
@@ -30,6 +31,7 @@ from ..analysis.edits import (
     needs_parentheses,
     on_cuda_only,
     parenthesized,
+    prefixed_device_string,
     sole_statement,
     string_literal,
     unpacks,
@@ -38,6 +40,7 @@ from ..analysis.literals import (
     attribute_named,
     cuda_format_call,
     cuda_literal,
+    cuda_prefix,
     cuda_string_index,
     is_call_to_attr,
     is_name,
@@ -48,11 +51,19 @@ from ..analysis.literals import (
 )
 from ..analysis.names import defines_attribute, is_store
 from ..analysis.ranks import device_index_names, spawn_counts
+from ..analysis.values import module_values
 from ..model import Safety, Severity
 from .base import Rule
 
 DEVICE_KWARGS = frozenset({"device", "map_location", "output_device"})
 STORAGE_METHODS = frozenset({"storage", "untyped_storage", "_typed_storage", "_untyped_storage"})
+
+
+def _indexed_api(rule: Rule, call: cst.Call) -> bool:
+    """A call of torch's per-device APIs (`torch.cuda.memory_allocated(device=0)`): its
+    `device` is an index as often as a device, and rules of their own rewrite it."""
+    name = rule.ctx.qualified_name(call.func) or ""
+    return name.startswith(("torch.cuda.", "torch.accelerator.", "torch.xpu.", "torch.mps."))
 
 
 def _is_torch_device_call(rule: Rule, node: cst.CSTNode) -> bool:
@@ -207,30 +218,163 @@ class CudaDeviceString(Rule):
     safety = Safety.SAFE
     message = "device string {value} names NVIDIA GPUs; use the module's device"
     hint = "use the module's `device` variable"
-    # `.to(1)` has no `cuda` in it: the digits after `.to(` are its own tokens.
-    tokens = (b"cuda", *(f".to({d}".encode() for d in range(10)))
+    # `.to(1)` and `device=0` have no `cuda` in them: the digits are tokens of their own.
+    tokens = (
+        b"cuda",
+        *(f".to({d}".encode() for d in range(10)),
+        *(f"device={d}".encode() for d in range(10)),
+    )
+    follows_devices = True  # `net.to(gpu_ids[0])` holds no token
+
+    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ctx)
+        # CUDA values written outside a device argument, and device arguments that are not
+        # literals: where they go is decided once the traversal is done (analysis/values.py).
+        self.sources: list[cst.CSTNode] = []
+        self.arguments: list[tuple[cst.Call, cst.BaseExpression]] = []
 
     def visit_Call(self, node: cst.Call) -> None:
         if _is_torch_device_call(self, node):
             self._torch_device(node)
             return
+        if cuda_format_call(node) is not None:
+            self._source(node)
         if attribute_named(node.func, "to") and node.args:
             first = node.args[0]
             if first.keyword is None and not first.star and self._is_cuda_string(first.value):
                 self._replace(first.value)
             elif first.keyword is None and not first.star and literal_index(first.value):
                 self._ordinal(node, first.value)
+            elif first.keyword is None and not first.star:
+                self.arguments.append((node, first.value))
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value in DEVICE_KWARGS:
                 if self._is_cuda_string(arg.value):
                     self._replace(arg.value, arg.keyword.value == "map_location")
+                elif arg.keyword.value == "device" and literal_index(arg.value):
+                    if not (_indexed_api(self, node) or attribute_named(node.func, "cuda")):
+                        self._ordinal(node, arg.value)  # (`.cuda(device=0)` is G2T101's)
+                else:
+                    self.arguments.append((node, arg.value))
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if cuda_literal(node) or cuda_prefix(node):
+            if not attribute_named(self.parent(node) or node, "format"):
+                self._source(node)  # (`"cuda:{}".format(i)` is one, as a whole)
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        if cuda_literal(node):
+            self._source(node)
+
+    def _source(self, node: cst.CSTNode) -> None:
+        """A CUDA value that may be kept for later (assigned, returned, a default, an item):
+        not compared, not a key, not an index."""
+        child, parent = node, self.parent(node)
+        while parent is not None and not isinstance(parent, cst.BaseStatement):
+            if isinstance(parent, cst.Comparison | cst.ComparisonTarget | cst.SubscriptElement):
+                return
+            if isinstance(parent, cst.DictElement) and parent.key is child:
+                return
+            child, parent = parent, self.parent(parent)
+        self.sources.append(node)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        if not (self.sources or self.arguments):
+            return
+        values = module_values(self.ctx)
+        if values is None:
+            return
+        taken = {id(p.node) for p in self.ctx.pending}
+        for node in self.sources:
+            if self._within(node, taken):
+                continue  # its own rule has it (`device = "cuda"`: G2T103; a default: G2T113)
+            uses = values.device_uses(*self.position(node))
+            if uses:
+                self._flow(node, uses)
+        for call, value in self.arguments:
+            if id(value) in taken or id(call) in taken:
+                continue  # `.to(rank)`: G2T407; `.cuda(i)`: G2T101
+            found = values.ordinal_source(*self.position(value))
+            if found is None:
+                continue
+            line, always = found
+            message = f"`{short(value, 30)}` is a CUDA device ordinal (the int at line {line})"
+            if not always:
+                self.report(
+                    value,
+                    message,
+                    hint="on a TPU each process owns one chip: use the module's device, or "
+                    "`torch.device(device.type, i)` to keep the index on CUDA",
+                )
+                continue
+            ctx = self.ctx
+            self.report(
+                value,
+                message,
+                fix=lambda updated: ctx.indexed_device(updated),  # type: ignore[arg-type]
+                hint="use `torch.device(device.type, i)` (`cuda:i` on CUDA)",
+                uses_device=True,
+            )
+
+    def _within(self, node: cst.CSTNode, taken: set[int]) -> bool:
+        """Whether `node` is, or is inside, something a rule has reported already."""
+        current: cst.CSTNode | None = node
+        while current is not None and not isinstance(current, cst.BaseStatement):
+            if id(current) in taken or id(current) in self.ctx.claimed:
+                return True
+            current = self.parent(current)
+        return False
+
+    def _flow(self, literal: cst.CSTNode, uses: list) -> None:  # type: ignore[type-arg]
+        """A CUDA device value that reaches a device argument through a variable, an item,
+        an attribute, a default or a return: it becomes the module's device type as a
+        string, as the original was one (`"cuda"` on CUDA), keeping an index."""
+        ctx = self.ctx
+        use = uses[0]
+        where = f"{use.what} at line {use.line}"
+        message = f"device string `{short(literal, 30)}` names NVIDIA GPUs and reaches {where}"
+        location = any(u.location for u in uses)
+        cpu = string_literal(self, literal, "cpu")
+        prefix = cuda_prefix(literal)
+        if prefix and (location or not carries_prefix(literal)):
+            self.report(
+                literal,
+                message,
+                hint="build it from the module's device type (`device.type`), and load with "
+                '`map_location="cpu"` where the device is the CPU',
+            )
+            return
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            if cuda_string_index(updated) == "":
+                return ctx.device_type()
+            if prefix:
+                return prefixed_device_string(ctx, updated)
+            indexed = indexed_device_string(ctx, updated)
+            if not location:
+                return indexed
+            on_cpu = cst.Comparison(
+                left=ctx.device_type(), comparisons=[cst.ComparisonTarget(cst.NotEqual(), cpu)]
+            )
+            return parenthesized(
+                cst.IfExp(test=on_cpu, body=indexed, orelse=cpu), needs_parentheses(self, literal)
+            )
+
+        self.report(
+            literal,
+            message,
+            fix=fix,
+            hint='use the module\'s device type: `device.type` (`"cuda"` on CUDA)',
+            uses_device=True,
+        )
 
     def _ordinal(self, call: cst.Call, ordinal: cst.BaseExpression) -> None:
-        """`x.to(1)`: an int device is a CUDA ordinal; it becomes the device with that index
-        on the module's device type (`cuda:1` on CUDA)."""
-        receiver = call.func.value  # type: ignore[attr-defined]
+        """`x.to(1)`, `torch.zeros(3, device=0)`: an int device is a CUDA ordinal; it becomes
+        the device with that index on the module's device type (`cuda:1` on CUDA)."""
+        receiver = getattr(call.func, "value", None)
         if isinstance(receiver, cst.Name | cst.Attribute) and self.qualified_names(receiver):
-            return  # a module's `to` function, not a tensor's or module's method
+            if attribute_named(call.func, "to"):
+                return  # a module's `to` function, not a tensor's or module's method
         index = literal_index(ordinal)
         assert index is not None
         ctx = self.ctx
@@ -968,10 +1112,13 @@ class CudaDeviceContext(_CudaRuntimeCall):
 
 
 class CudaDeviceComparison(Rule):
-    """A comparison with the string `'cuda'`: `x.device.type == 'cuda'`, `'cuda' in device`.
+    """A comparison with the string `'cuda'`: `x.device.type == 'cuda'`, `'cuda' in device`,
+    `device in ["cuda", "xpu"]`, `device.startswith("cuda")`.
 
     Why: whether the code means "is this CUDA?" or "is this an accelerator?" is a decision the
-    codemod cannot make; on a TPU the comparison is simply False.
+    codemod cannot make; on a TPU the comparison is simply False. A test that guards code
+    only CUDA runs means "is it CUDA?" and is left alone, as are the CUDA-only choices fixes
+    write (`rank if device.type == "cuda" else device`).
 
     Example:
         if x.device.type == "cuda":  # decide: `!= "cpu"` (any accelerator) or keep (CUDA only)
@@ -992,14 +1139,33 @@ class CudaDeviceComparison(Rule):
             for o in ops
         ):
             return
+        membership = any(isinstance(o, cst.In | cst.NotIn) for o in ops)
         for operand in operands:
-            if cuda_literal(operand):
+            literal = operand
+            if membership and isinstance(operand, cst.List | cst.Tuple | cst.Set):
+                # `device in ["cuda", "xpu"]`
+                literal = next((e.value for e in operand.elements if cuda_literal(e.value)), None)
+            if literal is not None and cuda_literal(literal):
                 if self._cuda_only_branch(node):
                     return  # the code it guards is CUDA's own: the test means "is it CUDA?"
-                self.report(node, self.message.format(value=self.code_for(operand)))
+                self.report(node, self.message.format(value=self.code_for(literal)))
                 return
 
-    def _cuda_only_branch(self, node: cst.Comparison) -> bool:
+    def visit_Call(self, node: cst.Call) -> None:
+        """`device.startswith("cuda")`, also with a tuple of prefixes."""
+        if not attribute_named(node.func, "startswith") or len(node.args) != 1:
+            return
+        value = node.args[0].value
+        prefixes = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
+        literal = next((p for p in prefixes if string_value(p) in ("cuda", "cuda:")), None)
+        if literal is None or self._cuda_only_branch(node):
+            return
+        self.report(
+            node,
+            f"`.startswith({self.code_for(literal)})`: on a TPU it is always False",
+        )
+
+    def _cuda_only_branch(self, node: cst.Comparison | cst.Call) -> bool:
         """Whether the comparison guards code only CUDA runs, or selects the CUDA device index
         of a process (what G2T107 writes for a rank's index)."""
         parent = self.parent(node)
@@ -1102,8 +1268,9 @@ class CudaDefault(Rule):
     which fails on a TPU. The default becomes the module's device type, a string as before:
     `device.type` is `"cuda"` on CUDA (and `"tpu"` on a TPU); `"cuda:0"` keeps its index
     (`f"{device.type}:0"`). A parameter's default runs when the `def` runs, so the module's
-    device line goes above it; where it cannot, or where the name does not say it holds a
-    device (`backend="cuda"` may choose a kernel, not a device), the default is reported.
+    device line goes above it; where it cannot, or where neither the name says it holds a
+    device nor the module uses it as one (`backend="cuda"` may choose a kernel, not a device;
+    `where="cuda"` then `x.to(where)` is a device), the default is reported.
 
     Example:
         def __init__(self, device="cuda"):            ->  def __init__(self, device=accel_device.type):
@@ -1198,6 +1365,10 @@ class CudaDefault(Rule):
 
     def _default(self, literal: cst.BaseExpression, what: str, device_named: bool) -> None:
         message = self.message.format(what=what, value=f"`{self.code_for(literal)}`")
+        if not device_named:
+            # A name that does not say: what the module does with the value does.
+            values = module_values(self.ctx)
+            device_named = values is not None and bool(values.device_uses(*self.position(literal)))
         if not device_named:
             self.report(
                 literal,
