@@ -307,11 +307,10 @@ class CudaDeviceString(Rule):
                     "`torch.device(device.type, i)` to keep the index on CUDA",
                 )
                 continue
-            ctx = self.ctx
             self.report(
                 value,
                 message,
-                fix=lambda updated: ctx.indexed_device(updated),  # type: ignore[arg-type]
+                fix=self.ctx.indexed_device,  # type: ignore[arg-type]
                 hint="use `torch.device(device.type, i)` (`cuda:i` on CUDA)",
                 uses_device=True,
             )
