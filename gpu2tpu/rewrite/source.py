@@ -415,6 +415,10 @@ class _Dispatch:
             for attr, node_type in self._methods(type(rule)):
                 table = self.visit_fns if attr.startswith("visit_") else self.leave_fns
                 table.setdefault(node_type, []).append(getattr(rule, attr))
+        # The rules that decide from the others' findings decide after them (stable order).
+        self.leave_fns.get("Module", []).sort(
+            key=lambda fn: getattr(getattr(fn, "__self__", None), "decides_last", False)
+        )
         wanted = set(self.visit_fns) | set(self.leave_fns)
         self.skip_types = tuple(t for t in _TRIVIA if t.__name__ not in wanted)
         self.kinds = self._kinds.setdefault(self.skip_types, {})

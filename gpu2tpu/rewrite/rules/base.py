@@ -77,6 +77,13 @@ class _Pending:
     col: int = 0
     after: list[str] = field(default_factory=list)
 
+    def settled(self, options: Options) -> bool:
+        """Whether the rewrite takes care of it: fixed, or (in `check`, which fixes nothing)
+        fixable under these options."""
+        if self.fixed or options.fix:
+            return self.fixed
+        return self.fixable and (self.rule.safety is Safety.SAFE or options.unsafe_fixes)
+
 
 class RuleContext:
     """State shared by all rules of one `rewrite_source` call.
@@ -615,6 +622,9 @@ class Rule(cst.BatchableCSTVisitor):
     # `record()` calls) says so: the statement-level parse keeps every top-level statement
     # that names one of them, token or not.
     follows_names: ClassVar[bool] = False
+    # A rule that decides from what the other rules found (a test is widened only where all
+    # it guards is fixed) says so: its `leave_Module` runs after every other rule's.
+    decides_last: ClassVar[bool] = False
     # A rule that follows device values into device arguments wherever those are
     # (analysis/values.py) says so: the statement-level parse keeps, and the traversal visits,
     # the statements whose device argument an int written elsewhere reaches.

@@ -16,6 +16,7 @@ from ..analysis.branches import (
     cuda_only_use,
     device_branch,
     guarded_region,
+    left_on_cuda,
     other_backend_branch,
 )
 from ..analysis.edits import (
@@ -56,6 +57,8 @@ from ..model import Safety, Severity
 from .base import Rule
 
 DEVICE_KWARGS = frozenset({"device", "map_location", "output_device"})
+# Calls that skip tests on a condition (pytest, unittest).
+SKIP_CALLS = frozenset({"skipif", "skipIf", "skipUnless"})
 STORAGE_METHODS = frozenset({"storage", "untyped_storage", "_typed_storage", "_untyped_storage"})
 
 
@@ -807,15 +810,24 @@ class CudaIsAvailable(_CudaRuntimeCall):
     """`torch.cuda.is_available()` asks only about NVIDIA GPUs.
 
     Why: on a TPU it is False, so code guarded by it runs on the CPU. `torch.accelerator`
-    answers for whatever accelerator is present. A test that guards code only CUDA can run
-    (Triton kernels, apex, bitsandbytes, `nn.parallel.data_parallel`, CUDA APIs no rule
-    rewrites), an `assert` of it, and `if not torch.cuda.is_available(): raise ...` ("CUDA
-    required") are reported instead: widened to every accelerator they would let a TPU run
-    CUDA-only code.
+    answers for whatever accelerator is present. A test and what it guards are decided
+    together: it is widened only where everything it guards runs on every accelerator once
+    this run's fixes are made. It is reported instead where it guards code only CUDA can run
+    (Triton kernels, apex, bitsandbytes, FlexAttention, CUDA APIs no rule rewrites) or a line
+    the rewrite leaves CUDA-only (`torch.cuda.manual_seed_all` without `--unsafe-fixes`),
+    also through a variable (`USE_FLEX = ... and torch.cuda.is_available()`, then `if
+    USE_FLEX:`), and where it states that CUDA is required: an `assert` of it, `if not
+    torch.cuda.is_available(): raise ...` (also as a part of the test: `if name == "cuda" and
+    not ...: raise`), a test-skip condition (`pytest.mark.skipif(not torch.cuda.
+    is_available(), ...)`). In a chain that picks a backend (`if torch.cuda.is_available():
+    ... elif torch.backends.mps.is_available(): ... else: cpu`) a pure device choice is
+    migrated whole (the accelerator first, which is CUDA or MPS where those are); any other
+    chain is reported: it picks the CPU on a TPU.
 
     Example:
         if torch.cuda.is_available():  ->  if torch.accelerator.is_available():
         assert torch.cuda.is_available(), "CUDA required"  # reported
+        if torch.cuda.is_available(): torch.cuda.manual_seed_all(s)  # reported (G2T307 left)
     """
 
     code = "G2T104"
@@ -825,11 +837,23 @@ class CudaIsAvailable(_CudaRuntimeCall):
     hint = "use `torch.accelerator.is_available()`"
     cuda_name = "torch.cuda.is_available"
     accel_name = "accelerator.is_available"
+    decides_last = True  # what it guards is decided by the other rules first
+
+    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ctx)
+        self.candidates: list[cst.Call] = []
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.matches_name(node, self.cuda_name):
-            return
-        region, how = guarded_region(self.ctx, node)
+        if self.matches_name(node, self.cuda_name):
+            self.candidates.append(node)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for node in self.candidates:
+            self.decide(node)
+
+    def decide(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        region, how = guarded_region(ctx, node)
         if how == "assert" or (how == "if" and self._raises_without(node)):
             self.report(
                 node,
@@ -838,21 +862,36 @@ class CudaIsAvailable(_CudaRuntimeCall):
                 "`torch.accelerator.is_available()`; otherwise keep it",
             )
             return
-        other = other_backend_branch(self.ctx, node)
-        if other is not None:
+        if self._skips_tests(node):
             self.report(
                 node,
-                f"`torch.cuda.is_available()` picks CUDA among backends (`{other}()` follows)",
-                hint="keep it: widened to every accelerator, it would send them all down the "
-                "CUDA branch; add a branch for the TPU instead",
+                "`torch.cuda.is_available()` skips tests that require CUDA",
+                hint="keep it for tests that need CUDA; a test that runs on any accelerator "
+                "can ask `torch.accelerator.is_available()`",
             )
             return
-        cuda_only = cuda_only_use(self.ctx, region, after_fixes=True) if region else None
-        if cuda_only is not None:
+        other = other_backend_branch(ctx, node)
+        if other is not None:
+            if self._device_choice(node):
+                self.rewrite(node)  # the accelerator first: CUDA or MPS where they are
+                return
+            self.report(
+                node,
+                f"`torch.cuda.is_available()` picks CUDA first among backends (`{other}()` "
+                "follows): on a TPU this code takes the CPU branch",
+                hint="test `torch.accelerator.is_available()` first and use "
+                "`torch.accelerator.current_accelerator()`; keep the other branches for what "
+                "they do differently",
+            )
+            return
+        values = module_values(ctx)
+        blocks = values.guarded_by_value(*self.position(node)) if values is not None else []
+        left = left_on_cuda(ctx, region, blocks, exclude=node)
+        if left is not None:
             # The guard protects code only CUDA has: on a TPU it would now run it and fail.
             self.report(
                 node,
-                f"`torch.cuda.is_available()` guards {cuda_only}, which only CUDA runs",
+                f"`torch.cuda.is_available()` guards {left}, which only CUDA runs",
                 hint="keep the test for CUDA; give other devices their own path "
                 "(`torch.accelerator.is_available()` for code that runs anywhere)",
             )
@@ -860,12 +899,16 @@ class CudaIsAvailable(_CudaRuntimeCall):
         self.rewrite(node)
 
     def _raises_without(self, node: cst.Call) -> bool:
-        """`if not torch.cuda.is_available(): raise ...`: the code states it needs CUDA."""
+        """`if not torch.cuda.is_available(): raise ...` (also as a part of an `and` test):
+        the code states it needs CUDA."""
         parent = self.parent(node)
         if not (isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)):
             return False
-        branch = self.parent(parent)
-        if not (isinstance(branch, cst.If) and branch.test is parent):
+        test: cst.CSTNode = parent
+        branch = self.parent(test)
+        while isinstance(branch, cst.BooleanOperation) and isinstance(branch.operator, cst.And):
+            test, branch = branch, self.parent(branch)
+        if not (isinstance(branch, cst.If) and branch.test is test):
             return False
         body = branch.body
         lines = body.body if isinstance(body, cst.IndentedBlock) else [body]
@@ -875,6 +918,55 @@ class CudaIsAvailable(_CudaRuntimeCall):
             if isinstance(line, cst.SimpleStatementLine | cst.SimpleStatementSuite)
             for small in line.body
         )
+
+    def _skips_tests(self, node: cst.Call) -> bool:
+        """Whether the test is a condition of a test-skip call (`pytest.mark.skipif`,
+        `unittest.skipIf`/`skipUnless`): the tests it guards say they need CUDA."""
+        current = self.parent(node)
+        while current is not None and not isinstance(current, cst.BaseStatement):
+            if isinstance(current, cst.Call) and last_segment(current.func) in SKIP_CALLS:
+                return True
+            current = self.parent(current)
+        return False
+
+    def _device_choice(self, node: cst.Call) -> bool:
+        """Whether the `if` chain tested by `node` alone only chooses a device: every branch
+        assigns a device (a string or `torch.device(...)`) to the same names, and maybe
+        prints. Testing the accelerator first then picks what the chain picked on CUDA, MPS
+        and the CPU, and the TPU where there is one."""
+        branch = self.parent(node)
+        if not (isinstance(branch, cst.If) and branch.test is node):
+            return False
+        targets: set[str] | None = None
+        current: cst.CSTNode | None = branch
+        while current is not None:
+            body = current.body if isinstance(current, cst.If | cst.Else) else None
+            if not isinstance(body, cst.IndentedBlock):
+                return False
+            chosen: set[str] = set()
+            for line in body.body:
+                if not isinstance(line, cst.SimpleStatementLine):
+                    return False
+                for small in line.body:
+                    if isinstance(small, cst.Assign) and self._device_value(small.value):
+                        chosen.update(self.code_for(t.target) for t in small.targets)
+                    elif not (
+                        isinstance(small, cst.Expr)
+                        and isinstance(small.value, cst.Call)
+                        and last_segment(small.value.func) in ("print", "info", "warning")
+                    ):
+                        return False
+            if not chosen or (targets is not None and chosen != targets):
+                return False
+            targets = chosen
+            current = current.orelse if isinstance(current, cst.If) else None
+        return True
+
+    def _device_value(self, value: cst.BaseExpression) -> bool:
+        if _is_torch_device_call(self, value):
+            args = value.args  # type: ignore[attr-defined]
+            return len(args) == 1 and string_value(args[0].value) is not None
+        return string_value(value) is not None
 
 
 class CudaDeviceCount(_CudaRuntimeCall):
