@@ -435,7 +435,9 @@ def in_compat_fallback(ctx: RuleContext, node: cst.CSTNode) -> bool:
     """Whether `node` is in the fallback of a compatibility `try`: an `except` for
     AttributeError, TypeError or ImportError whose `try` uses a device-agnostic API the
     rewrite would move to (`torch.amp.GradScaler("cuda")` ... `except AttributeError:
-    torch.cuda.amp.GradScaler()`). Such code runs only on a torch that lacks the new API."""
+    torch.cuda.amp.GradScaler()`), or in the other branch of a test for such an API (`...
+    if hasattr(torch, "accelerator") else torch.cuda.device_count()`). Such code runs only
+    on a torch that lacks the new API."""
     for parent, child in ancestors(ctx, node):
         if isinstance(parent, cst.ExceptHandler) and child is parent.body:
             if not _catches_compat(parent):
@@ -443,8 +445,31 @@ def in_compat_fallback(ctx: RuleContext, node: cst.CSTNode) -> bool:
             handler_try = _parent(ctx, parent)
             if isinstance(handler_try, cst.Try) and _uses_modern_api(ctx, handler_try.body):
                 return True
+        elif isinstance(parent, cst.If | cst.IfExp) and child is not parent.test:
+            test = parent.test
+            inner = negation(test)
+            fallback = parent.body if inner is not None else parent.orelse
+            if child is fallback and _has_modern_api(ctx, inner if inner is not None else test):
+                return True  # `... if hasattr(torch, "accelerator") else <old torch>`
         elif isinstance(parent, cst.FunctionDef | cst.ClassDef):
             return False
+    return False
+
+
+def _has_modern_api(ctx: RuleContext, test: cst.BaseExpression) -> bool:
+    """`hasattr(torch, "accelerator")` (also in an `and` chain): a test for the API the
+    rewrite moves to, whose other branch is for a torch without it."""
+    for part in conjuncts(test):
+        if not (isinstance(part, cst.Call) and isinstance(part.func, cst.Name)):
+            continue
+        if part.func.value != "hasattr" or len(part.args) != 2:
+            continue
+        owner, attr = part.args[0].value, string_value(part.args[1].value)
+        if attr is None or not isinstance(owner, cst.Name | cst.Attribute):
+            continue
+        base = _dotted_torch(ctx, owner)
+        if base is not None and f"{base}.{attr}.".startswith(MODERN_API):
+            return True
     return False
 
 

@@ -81,7 +81,8 @@ class _Binding:
     value: ast.AST | None
     scope: _Scope  # where `value` is evaluated
     path: tuple[int, ...] = ()  # position inside a tuple target: `a, (b, c) = ...`
-    guarded: bool = False  # made only where a CUDA test passed (`if torch.cuda...:`)
+    # The CUDA tests that must have passed for it to be made (`if torch.cuda...:`), if any.
+    guards: tuple[ast.AST, ...] = ()
 
 
 @dataclass(eq=False)
@@ -111,7 +112,7 @@ class ModuleValues:
         self._sinks: list[tuple[ast.AST, _Scope, DeviceUse]] = []
         self._tests: list[tuple[ast.AST, _Scope, list[ast.AST], bool]] = []
         self._functions: dict[int, _Scope] = {}  # id(FunctionDef) -> its scope
-        self._guards = 0  # how many CUDA tests the walk is inside
+        self._guards: list[ast.AST] = []  # the CUDA tests the walk is inside
         self._walk_body(tree.body, self.module)
         self._reached: dict[tuple[int, int], list[DeviceUse]] | None = None
         self._memo: dict[tuple[int, bool], frozenset[int]] = {}
@@ -120,20 +121,17 @@ class ModuleValues:
     # -- the walk ------------------------------------------------------------------------
 
     def _walk_body(self, body: list[ast.stmt], scope: _Scope) -> None:
-        guarded_after = False
+        depth = len(self._guards)
         for stmt in body:
-            if guarded_after:
-                self._guards += 1
             self._walk(stmt, scope)
-            if guarded_after:
-                self._guards -= 1
-            if not guarded_after and isinstance(stmt, ast.If) and _leaves(stmt.body):
+            if isinstance(stmt, ast.If) and _leaves(stmt.body):
                 # `if not torch.cuda.is_available() or ...: return`: CUDA is there below
-                guarded_after = any(
-                    self._cuda_test(negated, scope)
-                    for part in _disjuncts(stmt.test)
-                    if (negated := _negation(part)) is not None
-                )
+                for part in _disjuncts(stmt.test):
+                    negated = _negation(part)
+                    found = self._cuda_test(negated, scope) if negated is not None else None
+                    if found is not None:
+                        self._guards.append(found)
+        del self._guards[depth:]
 
     def _walk(self, node: ast.AST, scope: _Scope) -> None:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -237,9 +235,11 @@ class ModuleValues:
             if node.orelse:
                 self._tests.append((node.test, scope, node.orelse, False))
             cuda = self._cuda_test(node.test, scope)
-            self._guards += cuda
+            if cuda is not None:
+                self._guards.append(cuda)
             self._walk_body(node.body, scope)
-            self._guards -= cuda
+            if cuda is not None:
+                self._guards.pop()
             self._walk_body(node.orelse, scope)
             return
         if isinstance(node, ast.IfExp):
@@ -307,7 +307,7 @@ class ModuleValues:
                 self._bind(inner, star.arg, _Binding("other", None, outer))
 
     def _bind(self, scope: _Scope, name: str, binding: _Binding) -> None:
-        binding.guarded = self._guards > 0
+        binding.guards = tuple(self._guards)
         if name in scope.globals:
             scope = self.module
         scope.names.setdefault(name, []).append(binding)
@@ -326,10 +326,10 @@ class ModuleValues:
         elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
             owner = self._class_of_self(target.value, scope)
             if owner is not None:
-                binding = _Binding(how, value, scope, path, self._guards > 0)
+                binding = _Binding(how, value, scope, path, tuple(self._guards))
                 owner.attributes.setdefault(target.attr, []).append(binding)
         if isinstance(target, ast.Name) and scope.kind == "class":
-            binding = _Binding(how, value, scope, path, self._guards > 0)
+            binding = _Binding(how, value, scope, path, tuple(self._guards))
             scope.attributes.setdefault(target.id, []).append(binding)
 
     def _class_of_self(self, name: ast.Name, scope: _Scope) -> _Scope | None:
@@ -577,17 +577,17 @@ class ModuleValues:
 
     # -- CUDA tests -----------------------------------------------------------------------
 
-    def _cuda_test(self, test: ast.AST, scope: _Scope) -> bool:
-        """Whether a test passes only where CUDA is: `torch.cuda.is_available()`, `x.is_cuda`,
-        `device.type == "cuda"`, or an `and` chain holding one."""
+    def _cuda_test(self, test: ast.AST, scope: _Scope) -> ast.AST | None:
+        """The part of a test that passes only where CUDA is: `torch.cuda.is_available()`,
+        `x.is_cuda`, `device.type == "cuda"`, also in an `and` chain; None if none."""
         for part in _conjuncts(test):
             if (
                 isinstance(part, ast.Call)
                 and self._qualified(part.func) == "torch.cuda.is_available"
             ):
-                return True
+                return part
             if isinstance(part, ast.Attribute) and part.attr == "is_cuda":
-                return True
+                return part
             if (
                 isinstance(part, ast.Compare)
                 and len(part.ops) == 1
@@ -597,34 +597,48 @@ class ModuleValues:
                     for o in (part.left, *part.comparators)
                 )
             ):
-                return True
-        return False
+                return part
+        return None
 
-    def cuda_only_attribute(self, name: str, line: int) -> int | None:
-        """For `self.<name>` read at `line` in a method: the line of a binding of the
-        attribute made only where a CUDA test passed, when every other binding of it is a
-        placeholder (None, False); else None. On another accelerator such a value is missing."""
-        owner = self._class_at(line)
-        if owner is None:
-            return None
-        bindings = owner.attributes.get(name, [])
-        guarded = [b for b in bindings if b.guarded]
+    def cuda_only_value(
+        self,
+        name: str,
+        line: int,
+        attribute: bool = False,
+        widened: Callable[[int, int], bool] = lambda line, column: False,
+    ) -> int | None:
+        """For the name (or, with `attribute`, `self.<name>` in a method) read at `line`:
+        the line of a binding made only where a CUDA test passed, when every other binding
+        is a placeholder (None, False); else None. On another accelerator such a value is
+        missing. A test that this run widens to every accelerator (`widened(line, column)`)
+        does not count."""
+        function = self._function_at(line)
+        if attribute:
+            owner = function.cls if function is not None else None
+            bindings = owner.attributes.get(name, []) if owner is not None else []
+        else:
+            bindings = self._lookup(name, function or self.module) or []
+        guarded = [
+            b
+            for b in bindings
+            if any(not widened(g.lineno, self._column(g)) for g in b.guards)  # type: ignore[attr-defined]
+        ]
         if not guarded:
             return None
         for binding in bindings:
-            if not binding.guarded and not _placeholder(binding.value):
+            if binding not in guarded and not _placeholder(binding.value):
                 return None
-        value = guarded[0].value
-        return getattr(value, "lineno", None)
+        return getattr(guarded[0].value, "lineno", None)
 
-    def _class_at(self, line: int) -> _Scope | None:
+    def _function_at(self, line: int) -> _Scope | None:
+        """The innermost function whose text holds `line`."""
         found = None
         for function in self._functions.values():
             node = function.node
-            if function.cls is not None and node.lineno <= line <= (node.end_lineno or 0):  # type: ignore[attr-defined]
+            if node.lineno <= line <= (node.end_lineno or 0):  # type: ignore[attr-defined]
                 if found is None or node.lineno >= found.node.lineno:  # type: ignore[attr-defined]
                     found = function
-        return found.cls if found is not None else None
+        return found
 
     # -- availability answers kept in variables -------------------------------------------
 

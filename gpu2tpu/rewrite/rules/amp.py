@@ -531,10 +531,12 @@ class CudaMatmulAllowTf32(_AllowTf32):
     """`torch.backends.cuda.matmul.allow_tf32 = ...` lets CUDA matmuls run in TF32.
 
     Why: the flag only speaks to cuBLAS. `torch.set_float32_matmul_precision("high")` is the
-    same switch on CUDA (the two are one setting) and the device-agnostic way to say that
-    float32 matmuls may trade precision for speed. On a TPU, float32 matmuls already run as
-    bfloat16 passes with float32 accumulation; for full float32 fidelity TorchTPU has
-    `torch.tpu.precision(...)`.
+    device-agnostic way to say that float32 matmuls may trade precision for speed, and on
+    CUDA the same switch. The fix is unsafe: it also lets oneDNN run the CPU's float32
+    matmuls in lower precision (`torch.backends.mkldnn.matmul.fp32_precision` becomes
+    `"tf32"`; the CUDA flag leaves it alone), so CPU results change, on a CUDA machine too.
+    On a TPU, float32 matmuls already run as bfloat16 passes with float32 accumulation; for
+    full float32 fidelity TorchTPU has `torch.tpu.precision(...)`.
 
     Example:
         torch.backends.cuda.matmul.allow_tf32 = True   ->  torch.set_float32_matmul_precision("high")
@@ -543,9 +545,10 @@ class CudaMatmulAllowTf32(_AllowTf32):
 
     code = "G2T207"
     name = "cuda-matmul-allow-tf32"
-    safety = Safety.SAFE
+    safety = Safety.UNSAFE
+    severity = Severity.WARNING
     message = "`torch.backends.cuda.matmul.allow_tf32` only speaks to CUDA"
-    hint = 'use `torch.set_float32_matmul_precision("high")`; TPU float32 matmuls default to bfloat16 passes'
+    hint = 'use `torch.set_float32_matmul_precision("high")` (it also lowers the CPU\'s float32 matmul precision); TPU float32 matmuls default to bfloat16 passes'
     flag = "torch.backends.cuda.matmul.allow_tf32"
 
 

@@ -204,14 +204,18 @@ class CudaDeviceString(Rule):
     becomes the module's device variable (inside a branch that has just found an
     accelerator, `torch.accelerator.current_accelerator()`); a string with an index keeps the
     index on the module's device type (`f"{device.type}:1"` is `"cuda:1"` on CUDA), and
-    `torch.device("cuda", i)` keeps `i`. Covered places: `device=`, `map_location=` and
+    `torch.device("cuda", i)` keeps `i`, except the process's rank (`local_rank`), which a
+    TPU process does not have: that device is the rank's GPU on CUDA and the module's device
+    elsewhere, as `.to(rank)` (G2T407). Covered places: `device=`, `map_location=` and
     `output_device=` arguments of any call (tensor factories, `torch.load`,
     `torch.Generator`, ...), the first argument of `.to(...)`, and `torch.device(...)` itself.
 
     Example:
         torch.zeros(3, device="cuda")           ->  torch.zeros(3, device=device)
         x.to("cuda:1")                          ->  x.to(f"{device.type}:1")
-        torch.device("cuda", rank)              ->  torch.device(device.type, rank)
+        torch.device("cuda", i)                 ->  torch.device(device.type, i)
+        torch.device("cuda", local_rank)        ->  (torch.device(device.type, local_rank)
+                                                     if device.type == "cuda" else device)
         x.to(1)                                 ->  x.to(torch.device(device.type, 1))
         torch.load(p, map_location=f"cuda:{r}") ->  torch.load(p, map_location=f"{device.type}:{r}")
     """
@@ -392,6 +396,13 @@ class CudaDeviceString(Rule):
     def _is_cuda_string(node: cst.CSTNode) -> bool:
         return cuda_literal(node) or cuda_format_call(node) is not None
 
+    def _rank_index(self, value: cst.BaseExpression) -> bool:
+        """Whether an index is the process's rank (`local_rank`, a value the module uses as
+        DDP's `device_ids`), which a TPU process does not have."""
+        if last_segment(value) in device_index_names(self.ctx):
+            return True
+        return self.ctx.flow.refers_to_rank(value, index_only=True)
+
     def _torch_device(self, node: cst.Call) -> None:
         parent = self.parent(node)
         if isinstance(parent, cst.Call) and _is_torch_device_call(self, parent):
@@ -405,12 +416,36 @@ class CudaDeviceString(Rule):
         literal = first.value
         message = self.message.format(value=f"`{self.code_for(literal)}`")
         if index is not None:
-            # torch.device("cuda", i) -> torch.device(device.type, i)
-            if cuda_string_index(literal) == "":
-                ctx = self.ctx
+            if cuda_string_index(literal) != "":
+                return
+            ctx = self.ctx
+            if self._rank_index(index.value):
+                # torch.device("cuda", local_rank): the rank's GPU on CUDA; a TPU process owns
+                # one chip, so the module's device elsewhere (as `.to(rank)`, G2T407)
+                def on_cuda(updated: cst.CSTNode) -> cst.CSTNode:
+                    assert isinstance(updated, cst.Call)
+                    first = find_arg(updated, "type", 0)
+                    assert first is not None
+                    args = [
+                        a.with_changes(value=ctx.device_type()) if a is first else a
+                        for a in updated.args
+                    ]
+                    moved = updated.with_changes(args=args)
+                    return parenthesized(
+                        on_cuda_only(ctx, moved, ctx.device()), needs_parentheses(self, node)
+                    )
+
                 self.report(
-                    literal, message, fix=lambda updated: ctx.device_type(), uses_device=True
+                    node,
+                    message,
+                    fix=on_cuda,
+                    hint="on CUDA keep the rank's index, elsewhere use the module's device: "
+                    '`torch.device(device.type, rank) if device.type == "cuda" else device`',
+                    uses_device=True,
                 )
+                return
+            # torch.device("cuda", i) -> torch.device(device.type, i)
+            self.report(literal, message, fix=lambda updated: ctx.device_type(), uses_device=True)
             return
         if cuda_string_index(literal) == "":
             # torch.device("cuda") -> the device itself
@@ -1134,10 +1169,22 @@ class TensorIsCuda(Rule):
     message = "`{attr}` is False on TPUs; ask whether the tensor is on the accelerator"
     hint = 'use `x.device.type == device.type != "cpu"` (`x.is_cuda` on CUDA)'
     tokens = (b"is_cuda",)
+    decides_last = True  # what its branch runs is decided by the other rules first
+
+    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ctx)
+        self.candidates: list[tuple[cst.Attribute, bool]] = []
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value != "is_cuda" or is_store(self.ctx, node):
             return  # `self.is_cuda = ...` sets an attribute of the user's own
+        self.candidates.append((node, comparison_needs_parentheses(self, node)))
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for node, parens in self.candidates:
+            self.decide(node, parens)
+
+    def decide(self, node: cst.Attribute, parens: bool) -> None:
         message = self.message.format(attr=short(node, 40))
         if defines_attribute(self.ctx, "is_cuda"):
             self.report(
@@ -1148,15 +1195,19 @@ class TensorIsCuda(Rule):
             )
             return
         region, _ = guarded_region(self.ctx, node)
-        cuda_only = cuda_only_use(self.ctx, region) if region else None
+        cuda_only = left_on_cuda(self.ctx, region, []) if region else None
+        if cuda_only is not None:
+            cuda_only = f"guards {cuda_only}, which only CUDA runs"
+        elif region:
+            cuda_only = self._cuda_only_value(region)
         if cuda_only is not None:
             self.report(
                 node,
-                f"`{short(node, 40)}` guards {cuda_only}, which only CUDA runs",
-                hint="keep the test for CUDA; give other devices their own path",
+                f"`{short(node, 40)}` {cuda_only}",
+                hint="keep the test for CUDA; give other devices their own path (a value "
+                'every accelerator has, or `x.device.type == "cuda"` for CUDA\'s own)',
             )
             return
-        parens = comparison_needs_parentheses(self, node)
         ctx = self.ctx
 
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
@@ -1177,6 +1228,43 @@ class TensorIsCuda(Rule):
             return parenthesized(expr, parens)
 
         self.report(node, message, fix=fix, uses_device=True)
+
+    def _cuda_only_value(self, region: list[cst.CSTNode]) -> str | None:
+        """A value the branch reads that the module makes only where CUDA is (`self.
+        cuda_config`, set under `if torch.cuda.is_available():`, None elsewhere)."""
+        values = module_values(self.ctx)
+        if values is None:
+            return None
+        ctx = self.ctx
+        # The CUDA tests this run widens (G2T104): what they guard is there on every device.
+        widened = {
+            ctx.position(p.node)
+            for p in ctx.pending
+            if p.rule.code == "G2T104" and p.settled(ctx.options)
+        }
+
+        def is_widened(line: int, column: int) -> bool:
+            return (line, column) in widened
+
+        stack = list(region)
+        while stack:
+            current = stack.pop()
+            if isinstance(current, cst.Attribute) and is_name(current.value, "self"):
+                line = values.cuda_only_value(
+                    current.attr.value, self.position(current)[0], True, is_widened
+                )
+                if line is not None:
+                    return f"picks `{short(current, 30)}`, set only where CUDA is (line {line})"
+                continue
+            if isinstance(current, cst.Name):
+                line = values.cuda_only_value(
+                    current.value, self.position(current)[0], widened=is_widened
+                )
+                if line is not None:
+                    return f"picks `{current.value}`, set only where CUDA is (line {line})"
+                continue
+            stack.extend(current.children)
+        return None
 
 
 class CudaDeviceContext(_CudaRuntimeCall):
