@@ -630,15 +630,31 @@ def _define_device(module: cst.Module, ctx: RuleContext) -> cst.Module:
         torch = ctx.torch_alias
         if torch is not None and torch in ctx.names.optional:
             expr = f"({expr}) if {torch} is not None else None"
-        definition = cst.parse_statement(f"{ctx.device_name()} = {expr}\n")
+        if ctx.device_lazy:
+            # A library module asks when a function needs the device, not at import.
+            definition = cst.parse_statement(
+                f"def {ctx.device_name()}():\n"
+                f"    # asked when first needed, not at import (this module is a library)\n"
+                f"    return {expr}\n"
+            )
+        else:
+            definition = cst.parse_statement(f"{ctx.device_name()} = {expr}\n")
         spaced = insert_at or ctx.needs_torch_import
-        new.append(definition.with_changes(leading_lines=[cst.EmptyLine()] if spaced else []))
+        blank = [cst.EmptyLine()] * (2 if ctx.device_lazy else 1)  # a function: two, as PEP 8
+        new.append(definition.with_changes(leading_lines=blank if spaced else []))
     if ctx.needs_torch_import:
         new.insert(0, cst.parse_statement("import torch\n"))
     if insert_at < len(body) and insert_at > 0 and ctx.device_defined:
         nxt = body[insert_at]
-        if not nxt.leading_lines:  # type: ignore[union-attr]
-            body[insert_at] = nxt.with_changes(leading_lines=[cst.EmptyLine()])  # type: ignore[union-attr]
+        lines = list(nxt.leading_lines)  # type: ignore[union-attr]
+        blank = 0
+        while blank < len(lines) and lines[blank].comment is None:
+            blank += 1
+        if ctx.device_lazy and blank < 2:  # after a function: two blank lines, as PEP 8
+            lines = [cst.EmptyLine()] * (2 - blank) + lines
+        elif not lines:
+            lines = [cst.EmptyLine()]
+        body[insert_at] = nxt.with_changes(leading_lines=lines)  # type: ignore[union-attr]
     elif insert_at == 0 and body and ctx.device_defined:
         nxt = body[0]
         body[0] = nxt.with_changes(leading_lines=[cst.EmptyLine(), *nxt.leading_lines])  # type: ignore[union-attr]

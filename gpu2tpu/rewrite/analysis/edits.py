@@ -508,9 +508,12 @@ def on_cuda_only(
 
 
 def _device_kind(node: cst.CSTNode) -> str | None:
-    """`d` for the name `d` or `d.type`: a device or its type, as fixes spell them."""
+    """`d` for `d`, `d.type`, `d()` or `d().type`: a device or its type, as fixes spell them
+    (a library module's device is a function)."""
     if isinstance(node, cst.Attribute) and node.attr.value == "type":
         node = node.value
+    if isinstance(node, cst.Call) and not node.args:
+        node = node.func
     return node.value if isinstance(node, cst.Name) else None
 
 

@@ -248,3 +248,45 @@ def device_line_blocked(tree: ast.Module | None, source: str) -> str | None:
                 "would have started CUDA"
             )
     return None
+
+
+# -- scripts and library modules --------------------------------------------------------------
+
+
+def runs_as_script(tree: ast.Module, source: str) -> bool:
+    """Whether a module is run (a script) rather than imported (a library module).
+
+    A script starts with `#!`, has an `if __name__ == "__main__":` block, or does work at its
+    top level: a call, a loop or a `with` block outside any function (`main()`, `for epoch in
+    ...`, `torch.manual_seed(0)`). A library module's top level only defines: imports,
+    functions, classes, assignments, and `if`/`try` blocks of those. A library's device is
+    asked for when a function needs it, not when it is imported (a CUDA query at import
+    makes forking unsafe: pytorch issue 68861)."""
+    if source.startswith("#!"):
+        return True
+    return any(_does_work(stmt) for stmt in tree.body)
+
+
+def _does_work(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.Expr):
+        return not isinstance(stmt.value, ast.Constant)  # a docstring defines
+    if isinstance(stmt, ast.For | ast.AsyncFor | ast.While | ast.With | ast.AsyncWith):
+        return True
+    if isinstance(stmt, ast.If):
+        if _is_main_test(stmt.test):
+            return True
+        return any(_does_work(s) for s in (*stmt.body, *stmt.orelse))
+    if isinstance(stmt, ast.Try):
+        blocks = (stmt.body, *(h.body for h in stmt.handlers), stmt.orelse, stmt.finalbody)
+        return any(_does_work(s) for block in blocks for s in block)
+    return isinstance(stmt, ast.Match)
+
+
+def _is_main_test(test: ast.AST) -> bool:
+    """`__name__ == "__main__"` (either way round)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    operands = [test.left, *test.comparators]
+    return any(isinstance(o, ast.Name) and o.id == "__name__" for o in operands) and any(
+        isinstance(o, ast.Constant) and o.value == "__main__" for o in operands
+    )

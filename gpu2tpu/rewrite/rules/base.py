@@ -31,6 +31,7 @@ from ..analysis.branches import in_compat_fallback
 from ..analysis.flow import FlowFacts
 from ..analysis.literals import code_for, shorten
 from ..analysis.names import ModuleNames, enclosing_scopes, variable_names
+from ..analysis.placement import runs_as_script
 from ..analysis.torch_api import checks_available, float16_tests
 from ..model import Finding, Options, Safety, Severity
 
@@ -45,6 +46,8 @@ DEVICE_EXPR_2_6 = (
     'else torch.device("cpu")'
 )
 DEVICE_NAMES = ("device", "accel_device", "torch_device")
+# The same, as a function a library module defines instead (asked when needed, not at import).
+DEVICE_FUNCTIONS = ("accelerator_device", "accel_device", "torch_device")
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z0-9, ]+))?", re.IGNORECASE)
 
@@ -156,6 +159,8 @@ class RuleContext:
         self.rewritten_statements: dict[int, object] = {}
         self._device_name: str | None = None
         self.device_defined = False
+        # In a library module: the device is a function the fixes call (`device()`).
+        self.device_lazy = False
         self._noqa = self._noqa_lines(source)
         self.claimed: set[int] = set()
 
@@ -497,7 +502,11 @@ class RuleContext:
         assert self._device_name is not None, "device name is decided before fixes run"
         return self._device_name
 
-    def device(self) -> cst.Name:
+    def device(self) -> cst.BaseExpression:
+        """The module's device: its variable, or in a library module a call of its device
+        function (`accelerator_device()`, asked when needed, not at import)."""
+        if self.device_lazy:
+            return cst.Call(func=cst.Name(self.device_name()))
         return cst.Name(self.device_name())
 
     def device_type(self) -> cst.BaseExpression:
@@ -560,7 +569,7 @@ class RuleContext:
         """The device variable later text (a notebook's next cell) may reuse, if any."""
         if self.options.device_name:
             return self.options.device_name
-        if self.device_defined:
+        if self.device_defined and not self.device_lazy:
             return self._device_name
         if self.adopted_device and self._device_name == self.adopted_device[0]:
             return self._device_name
@@ -583,16 +592,36 @@ class RuleContext:
         ):
             self._device_name = self.adopted_device[0]
             return
-        for candidate in (*DEVICE_NAMES, *(f"device_{i}" for i in range(2, 100))):
+        defined = (
+            bool(self.device_use_lines)
+            and self.options.define_device
+            and self.options.insert_statements
+        )
+        self.device_lazy = defined and self._lazy_device()
+        names = DEVICE_FUNCTIONS if self.device_lazy else DEVICE_NAMES
+        for candidate in (*names, *(f"{names[0]}_{i}" for i in range(2, 100))):
             if not self.name_in_use(candidate):
                 self._device_name = candidate
-                self.device_defined = (
-                    bool(self.device_use_lines)
-                    and self.options.define_device
-                    and self.options.insert_statements
-                )
+                self.device_defined = defined
                 return
         raise RuntimeError("no free name for the device variable")
+
+    def _lazy_device(self) -> bool:
+        """Whether the module's device is a function instead of a module-level line: in a
+        library module (never run, only imported: `placement.runs_as_script`) whose every
+        use of the device is inside a function, so nothing asks for the accelerator at
+        import."""
+        library = self.options.library
+        tree = self.tree
+        if library is False or tree is None:
+            return False
+        if library is None and runs_as_script(tree, self.source):
+            return False
+        return all(
+            any(kind in ("def", "lambda") for kind, _ in enclosing_scopes(self, p.node))
+            for p in self.pending
+            if p.fixed and p.uses_device
+        )
 
 
 class Rule(cst.BatchableCSTVisitor):
