@@ -60,6 +60,8 @@ TYPE_FIRST = frozenset(
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _TRY_STAR = getattr(ast, "TryStar", ast.Try)
+# Expressions that open a scope of their own or bind a name.
+_OPENS = (ast.Lambda, ast.NamedExpr, *_COMPREHENSIONS)
 # torch's per-device APIs, whose `device` is an index as often as a device.
 _INDEXED_APIS = ("torch.cuda.", "torch.accelerator.", "torch.xpu.", "torch.mps.")
 # An int bound to a name or listed: `gpu = 0`, `gpu_ids = [0, 1]`, `devices = (0,)`.
@@ -108,7 +110,6 @@ class ModuleValues:
         self._lines = lines
         self._resolve = resolve  # module-level name -> qualified name (imports)
         self.module = _Scope(tree, None, "module")
-        self._scope_of: dict[int, _Scope] = {}  # id(Name or Attribute load) -> scope
         self._sinks: list[tuple[ast.AST, _Scope, DeviceUse]] = []
         self._tests: list[tuple[ast.AST, _Scope, list[ast.AST], bool]] = []
         self._functions: dict[int, _Scope] = {}  # id(FunctionDef) -> its scope
@@ -249,9 +250,9 @@ class ModuleValues:
             self._walk(node.body, scope)
             self._walk(node.orelse, scope)
             return
-        if isinstance(node, ast.Name | ast.Attribute):
-            self._scope_of[id(node)] = scope
-        elif isinstance(node, ast.Call):
+        if isinstance(node, ast.expr) and self._plain(node, scope):
+            return
+        if isinstance(node, ast.Call):
             self._sink(node, scope)
         elif isinstance(node, ast.Match):
             self._walk(node.subject, scope)
@@ -271,6 +272,21 @@ class ModuleValues:
             return
         for child in ast.iter_child_nodes(node):
             self._walk(child, scope)
+
+    def _plain(self, expr: ast.expr, scope: _Scope) -> bool:
+        """Record an expression that opens no scope and binds nothing in one pass (most do:
+        `ast.walk` is cheaper than this walk's dispatch); False, recording nothing, when it
+        holds a lambda, a comprehension or `:=`."""
+        found = list(ast.walk(expr))
+        if any(isinstance(n, _OPENS) for n in found):
+            return False
+        for node in found:
+            if isinstance(node, ast.Call):
+                self._sink(node, scope)
+            elif isinstance(node, ast.IfExp):
+                self._tests.append((node.test, scope, [node.body], True))
+                self._tests.append((node.test, scope, [node.orelse], False))
+        return True
 
     def _walk_all(self, nodes: object, scope: _Scope) -> None:
         for node in nodes:  # type: ignore[attr-defined]
