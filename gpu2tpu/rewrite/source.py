@@ -640,8 +640,8 @@ def _define_device(module: cst.Module, ctx: RuleContext) -> cst.Module:
         else:
             definition = cst.parse_statement(f"{ctx.device_name()} = {expr}\n")
         spaced = insert_at or ctx.needs_torch_import
-        blank = [cst.EmptyLine()] * (2 if ctx.device_lazy else 1)  # a function: two, as PEP 8
-        new.append(definition.with_changes(leading_lines=blank if spaced else []))
+        blanks = [cst.EmptyLine()] * (2 if ctx.device_lazy else 1)  # a function: two, as PEP 8
+        new.append(definition.with_changes(leading_lines=blanks if spaced else []))
     if ctx.needs_torch_import:
         new.insert(0, cst.parse_statement("import torch\n"))
     if insert_at < len(body) and insert_at > 0 and ctx.device_defined:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
@@ -57,7 +57,6 @@ DEVICE_FIRST = frozenset(
 TYPE_FIRST = frozenset(
     {"torch.autocast", "torch.amp.autocast", "torch.amp.GradScaler", "torch.get_device_module"}
 )
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _TRY_STAR = getattr(ast, "TryStar", ast.Try)
 # Expressions that open a scope of their own or bind a name.
@@ -111,7 +110,7 @@ class ModuleValues:
         self._resolve = resolve  # module-level name -> qualified name (imports)
         self.module = _Scope(tree, None, "module")
         self._sinks: list[tuple[ast.AST, _Scope, DeviceUse]] = []
-        self._tests: list[tuple[ast.AST, _Scope, list[ast.AST], bool]] = []
+        self._tests: list[tuple[ast.AST, _Scope, list[ast.stmt] | list[ast.expr], bool]] = []
         self._functions: dict[int, _Scope] = {}  # id(FunctionDef) -> its scope
         self._guards: list[ast.AST] = []  # the CUDA tests the walk is inside
         self._walk_body(tree.body, self.module)
@@ -188,10 +187,10 @@ class ModuleValues:
             return
         if isinstance(node, ast.NamedExpr):
             self._walk(node.value, scope)
-            target = scope
-            while target.kind == "comprehension" and target.parent is not None:
-                target = target.parent
-            self._bind_target(node.target, "assign", node.value, target)
+            binds: _Scope = scope
+            while binds.kind == "comprehension" and binds.parent is not None:
+                binds = binds.parent
+            self._bind_target(node.target, "assign", node.value, binds)
             return
         if isinstance(node, ast.For | ast.AsyncFor):
             self._walk(node.iter, scope)
@@ -665,14 +664,13 @@ class ModuleValues:
         its `else` when the test is negated)."""
         found: list[list[ast.AST]] = []
         for test, scope, block, outcome in self._tests:
-            for part in _conjuncts(test) if outcome else ():
-                if self._holds(part, scope, line, column):
-                    found.append(block)
-                    break
+            if outcome:
+                held = any(self._holds(part, scope, line, column) for part in _conjuncts(test))
             else:
                 inner = _negation(test)
-                if not outcome and inner is not None and self._holds(inner, scope, line, column):
-                    found.append(block)
+                held = inner is not None and self._holds(inner, scope, line, column)
+            if held:
+                found.append(list(block))
         return found
 
     def _holds(self, expr: ast.AST, scope: _Scope, line: int, column: int) -> bool:
@@ -695,9 +693,9 @@ class ModuleValues:
         return False
 
 
-def _union(parts: Iterator[frozenset[int]] | object) -> frozenset[int]:
+def _union(parts: Iterable[frozenset[int]]) -> frozenset[int]:
     out: set[int] = set()
-    for part in parts:  # type: ignore[attr-defined]
+    for part in parts:
         out |= part
     return frozenset(out)
 

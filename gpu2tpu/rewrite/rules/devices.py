@@ -1320,7 +1320,7 @@ class CudaDeviceComparison(Rule):
             return
         membership = any(isinstance(o, cst.In | cst.NotIn) for o in ops)
         for operand in operands:
-            literal = operand
+            literal: cst.BaseExpression | None = operand
             if membership and isinstance(operand, cst.List | cst.Tuple | cst.Set):
                 # `device in ["cuda", "xpu"]`
                 literal = next((e.value for e in operand.elements if cuda_literal(e.value)), None)
