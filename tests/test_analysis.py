@@ -264,3 +264,16 @@ def test_a_name_only_in_a_postponed_annotation_is_taken() -> None:
     new = rewrite_source(text).new_text
     assert "y = torch.zeros(2).to(accel_device)" in new
     assert "\ndevice =" not in new
+
+
+def test_a_loop_that_runs_the_model_reads_as_part_of_the_sentence() -> None:
+    """A loop with no named role is described in parentheses, so the finding's own verb
+    follows it ("... inside the `for` loop at line 4 (it runs the model) copies to ...")."""
+    text = (
+        "import torch\n\n\nfor x in range(3):\n"
+        "    out = model(torch.ones(2))\n    print(out.sum().item())\n"
+    )
+    messages = [f.message for f in rewrite_source(text, Options(fix=False)).findings]
+    assert "`.item()` inside the `for` loop at line 4 (it runs the model) copies to the host" in (
+        " ".join(messages)
+    ), messages

@@ -8,17 +8,22 @@ The sdists are pinned by sha256 in tests/corpus/manifest.toml and cached by `mak
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
+import device_flow_oracle
 import pytest
+import self_check
 import torch
 from corpus import harness
 
 from conftest import run_cli
+from gpu2tpu.rewrite.model import Options
+from gpu2tpu.rewrite.source import rewrite_source
 
 PACKAGES = harness.load_manifest()
 
@@ -58,6 +63,37 @@ def test_rewritten_package_still_works(
         f"{len(result.failures)} failure(s) after `gpu2tpu rewrite` of {package.name} "
         f"{package.version}:\n\n{harness.failures_markdown([result])}"
     )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("package", PACKAGES, ids=[p.name for p in PACKAGES])
+def test_the_rewrite_agrees_with_itself_and_sees_every_device_flow(
+    package: harness.Package, corpus_cache: Path, tmp_path: Path
+) -> None:
+    """Issue 27 on code nobody here wrote. §3: each file's rewrite reaches the fixed point in
+    one run and its output draws no finding the first run did not leave (tests/self_check.py).
+    §1: no file where a CUDA device string reaches a device argument through a variable (by
+    an independent reading, tests/device_flow_oracle.py) is called clean."""
+    root = harness.extract(harness.fetch(package, corpus_cache), tmp_path)
+    problems = []
+    for rel in harness.python_files(root):
+        text = (root / rel).read_text(encoding="utf-8", errors="replace")
+        if "cuda" not in text:
+            continue
+        problems += [f"{rel}: {d}" for d in self_check.disagreements(text)]
+        try:
+            flows = device_flow_oracle.device_flows(ast.parse(text))
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+        if flows:
+            lines = {f.line for f in rewrite_source(text, Options(fix=False)).findings}
+            problems += [
+                f"{rel}:{a}->{b}: the device string in `{name}` is called clean"
+                for a, b, name in flows
+                if a not in lines and b not in lines
+            ]
+    assert problems == []
 
 
 # The harness's own parts, so that a green corpus run means what it says.

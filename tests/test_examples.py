@@ -85,7 +85,6 @@ FIXED_IN_GOLDEN = [
     "torch.cuda.max_memory_allocated",
     "torch.cuda.reset_peak_memory_stats",
     "torch.cuda.set_device",
-    "torch.backends.cuda.matmul.allow_tf32",
 ]
 
 

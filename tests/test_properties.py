@@ -4,9 +4,14 @@ text without CUDA tokens byte-identical."""
 from __future__ import annotations
 
 import ast
+import dataclasses
+from pathlib import Path
 
+import pytest
+import self_check
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_rule_fixtures import options_for
 
 from gpu2tpu.rewrite.model import Options
 from gpu2tpu.rewrite.source import rewrite_source
@@ -114,3 +119,18 @@ def test_selection_never_breaks_parsing(text: str, ignore: tuple[str, ...]) -> N
         rewrite_source(result.new_text, Options(ignore=ignore, unsafe_fixes=True)).new_text
         == result.new_text
     )
+
+
+FIXTURES = sorted((Path(__file__).parent / "fixtures" / "rules").glob("*.in.py"))
+
+
+@pytest.mark.parametrize("unsafe", [False, True], ids=["safe", "unsafe"])
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name.removesuffix(".in.py"))
+def test_the_rewrite_passes_its_own_check(path: Path, unsafe: bool) -> None:
+    """Issue 27, §3: on every fixture, with its options and with unsafe fixes too, one run
+    reaches the fixed point and its output draws no finding the first run did not leave."""
+    text = path.read_text()
+    options = options_for(text)
+    if unsafe:
+        options = dataclasses.replace(options, unsafe_fixes=True)
+    assert self_check.disagreements(text, options) == []

@@ -249,7 +249,7 @@ def main():
         print(f"tokens per iteration will be: {tokens_per_iter:,}")
 
     torch.manual_seed(seed + seed_offset)
-    torch.set_float32_matmul_precision("high")  # allow tf32 on matmul
+    torch.backends.cuda.matmul.allow_tf32 = True  # allow tf32 on matmul
     torch.backends.cudnn.allow_tf32 = True  # allow tf32 on cudnn
     device_type = "cuda" if "cuda" in device else "cpu"  # for later use in torch.autocast
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[

@@ -43,6 +43,9 @@ class Options:
     either. With `insert_statements=False` the rewrite adds no statement at all (no import, no
     device line): a fix that needs a device variable uses `device_name` or is reported, and
     the imports the new text needs come back in `Result.required_imports` for the caller to run.
+    `library` says whether the text is a library module (imported by others, never run), whose
+    device is asked for lazily, in a function, not by a line that runs at import; None: tell
+    from the text (`analysis.placement.runs_as_script`). Notebooks and cells are never one.
     """
 
     select: tuple[str, ...] = ()
@@ -57,6 +60,7 @@ class Options:
     prior_names: frozenset[str] = frozenset()
     reserved_names: frozenset[str] = frozenset()
     insert_statements: bool = True
+    library: bool | None = None
 
     def withholds(self, code: str, line: int) -> bool:
         """Whether the fix of rule `code` at `line` is withheld (`withhold`)."""

@@ -717,6 +717,7 @@ def _rewrite_python(
         opts,
         prior_imports=(*opts.prior_imports, *prior_imports),
         reserved_names=opts.reserved_names | frozenset(reserve),
+        library=False,  # a notebook runs: its device line is shared by the cells after it
     )
     try:
         result = rewrite_source(cell.masked.text, opts)

@@ -22,9 +22,11 @@ from typing import ClassVar
 import libcst as cst
 
 from . import net, statements
+from .analysis.edits import merge_guards
 from .analysis.flow import FlowRecorder
 from .analysis.names import ModuleNames, caller_names
 from .analysis.placement import device_line_after, device_line_blocked, leading_imports_end
+from .analysis.values import ordinal_argument_lines
 from .model import Options, Result
 from .parsing import Prepared, SourceError, parse_module, prepare
 from .positions import source_span, statement_position
@@ -106,11 +108,13 @@ def _prepare(
     }
     planner = None
     names: list[ModuleNames] = []  # made once, for the plan and the rules
+    devices = any(r.follows_devices for r in rules)
     if statement_level:
 
         def planner(tree: ast.Module, lines: list[str]) -> statements.Plan | None:
             names.append(ModuleNames(text, tree, options.prior_imports))
-            return statements.plan(tree, lines, tokens, names[0].imports, follow)
+            keep = ordinal_argument_lines(text, names[0]) if devices else frozenset()
+            return statements.plan(tree, lines, tokens, names[0].imports, follow, keep)
 
     prepared = prepare(text, tokens, planner)
     return prepared, (names[0] if names else None)
@@ -367,11 +371,20 @@ def _statements_to_visit(ctx: RuleContext, rules: list[type[Rule]]) -> set[int] 
     raw |= {local for local, full in ctx.imports.items() if any(t in full for t in raw)}
     tokens = tuple(raw)
     codes = ctx.statement_code()
-    return {
+    keep = {
         id(s)
         for s, code in zip(ctx.module.body, codes, strict=True)
         if any(t in code for t in tokens)
     }
+    if any(r.follows_devices for r in rules):
+        lines = ordinal_argument_lines(ctx.source, ctx.names)
+        spans = ctx.statement_spans() if lines else []
+        if spans is None:
+            return None
+        for stmt, (first, last) in zip(ctx.module.body, spans or (), strict=False):
+            if any(first <= line <= last for line in lines):
+                keep.add(id(stmt))
+    return keep
 
 
 class _Dispatch:
@@ -402,6 +415,10 @@ class _Dispatch:
             for attr, node_type in self._methods(type(rule)):
                 table = self.visit_fns if attr.startswith("visit_") else self.leave_fns
                 table.setdefault(node_type, []).append(getattr(rule, attr))
+        # The rules that decide from the others' findings decide after them (stable order).
+        self.leave_fns.get("Module", []).sort(
+            key=lambda fn: getattr(getattr(fn, "__self__", None), "decides_last", False)
+        )
         wanted = set(self.visit_fns) | set(self.leave_fns)
         self.skip_types = tuple(t for t in _TRIVIA if t.__name__ not in wanted)
         self.kinds = self._kinds.setdefault(self.skip_types, {})
@@ -553,6 +570,13 @@ class _ApplyFixes(cst.CSTTransformer):
 
     def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
         fixes = self.fixes.get(id(original_node))
+        if isinstance(updated_node, cst.IndentedBlock | cst.Module) and updated_node is not (
+            original_node
+        ):
+            # Guards that fixes wrote next to each other become one (edits.merge_guards).
+            merged = merge_guards(updated_node.body, original_node.body)
+            if merged is not None:
+                updated_node = updated_node.with_changes(body=merged)
         if fixes is None:
             node = super().on_leave(original_node, updated_node)
         else:
@@ -606,15 +630,31 @@ def _define_device(module: cst.Module, ctx: RuleContext) -> cst.Module:
         torch = ctx.torch_alias
         if torch is not None and torch in ctx.names.optional:
             expr = f"({expr}) if {torch} is not None else None"
-        definition = cst.parse_statement(f"{ctx.device_name()} = {expr}\n")
+        if ctx.device_lazy:
+            # A library module asks when a function needs the device, not at import.
+            definition = cst.parse_statement(
+                f"def {ctx.device_name()}():\n"
+                f"    # asked when first needed, not at import (this module is a library)\n"
+                f"    return {expr}\n"
+            )
+        else:
+            definition = cst.parse_statement(f"{ctx.device_name()} = {expr}\n")
         spaced = insert_at or ctx.needs_torch_import
-        new.append(definition.with_changes(leading_lines=[cst.EmptyLine()] if spaced else []))
+        blanks = [cst.EmptyLine()] * (2 if ctx.device_lazy else 1)  # a function: two, as PEP 8
+        new.append(definition.with_changes(leading_lines=blanks if spaced else []))
     if ctx.needs_torch_import:
         new.insert(0, cst.parse_statement("import torch\n"))
     if insert_at < len(body) and insert_at > 0 and ctx.device_defined:
         nxt = body[insert_at]
-        if not nxt.leading_lines:  # type: ignore[union-attr]
-            body[insert_at] = nxt.with_changes(leading_lines=[cst.EmptyLine()])  # type: ignore[union-attr]
+        lines = list(nxt.leading_lines)  # type: ignore[union-attr]
+        blank = 0
+        while blank < len(lines) and lines[blank].comment is None:
+            blank += 1
+        if ctx.device_lazy and blank < 2:  # after a function: two blank lines, as PEP 8
+            lines = [cst.EmptyLine()] * (2 - blank) + lines
+        elif not lines:
+            lines = [cst.EmptyLine()]
+        body[insert_at] = nxt.with_changes(leading_lines=lines)  # type: ignore[union-attr]
     elif insert_at == 0 and body and ctx.device_defined:
         nxt = body[0]
         body[0] = nxt.with_changes(leading_lines=[cst.EmptyLine(), *nxt.leading_lines])  # type: ignore[union-attr]

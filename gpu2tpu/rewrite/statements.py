@@ -16,6 +16,9 @@ the condition for holding a statement out, checked here:
 - it names no variable that a kept statement holding a token of a rule that follows names
   (`Rule.follows_names`) binds: `start = torch.cuda.Event(...)` is rewritten only when every
   `start.record()` of its scope is, wherever they are;
+- it holds no device argument that an int written elsewhere reaches, for a rule that
+  follows device values (`Rule.follows_devices`): `net.to(gpu_ids[0])` after `gpu_ids =
+  [0, 1]` names a CUDA ordinal with no token in sight;
 - it is not an import and not part of the module's start-up block (docstring, imports, set-up,
   up to the place of the device line): module-level fixes (`import torch`, `import time`, the
   device line) read and edit that block;
@@ -105,12 +108,15 @@ def plan(
     tokens: Iterable[str],
     imports: dict[str, str],
     follow: Iterable[str] = (),
+    keep_lines: Iterable[int] = (),
 ) -> Plan | None:
     """The top-level statements libcst need not parse (None: none, parse the whole module).
 
     `lines` are the text's lines with their ends (Python's line ends only); `tokens` those of
     the selected rules; `imports` every name an import binds -> its qualified name; `follow`
-    the tokens of the rules that follow the names their statements bind.
+    the tokens of the rules that follow the names their statements bind; `keep_lines`
+    lines whose statements are kept whatever they hold (a device argument that an int
+    written elsewhere reaches: analysis/values.py).
     """
     found = groups(tree)
     if len(found) < MIN_STATEMENTS:
@@ -124,11 +130,13 @@ def plan(
     keep: list[bool] = []
     codes = ["".join(lines[group.first - 1 : group.last]) for group in found]
     seen = 0
+    wanted = sorted(set(keep_lines))
     for group, code in zip(found, codes, strict=True):
         keep.append(
             seen < protected
             or any(isinstance(s, _IMPORTS) for s in group.stmts)
             or any(t in code for t in words)
+            or any(group.first <= line <= group.last for line in wanted)
         )
         seen += len(group.stmts)
     _keep_users(found, codes, keep, tuple(follow))

@@ -9,11 +9,13 @@ the parents the engine's traversal recorded.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import ast
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from ..model import Severity
 from .literals import string_value
 from .names import qualified
 from .torch_api import OTHER_BACKENDS, REWRITTEN_CUDA, cuda_member
@@ -51,6 +53,7 @@ CUDA_ONLY_TORCH = (
     "torch.cuda.comm",
     "torch.cuda.nccl",
     "torch.cuda._sleep",
+    "torch.nn.attention.flex_attention",  # Inductor's GPU templates; no TPU lowering
     "torch.nn.parallel.data_parallel",
     "torch.nn.parallel.DataParallel",
     "torch.nn.DataParallel",
@@ -253,6 +256,15 @@ def cuda_only_use(
     a CUDA-only package (Triton, apex, bitsandbytes, ...), a CUDA API no rule rewrites, a
     function of this module decorated `@triton.jit`; None if there is none. With
     `after_fixes`, what this run's fixes make safe does not count (`is_bf16_supported()`)."""
+    for _, what in cuda_only_uses(ctx, region, after_fixes=after_fixes):
+        return what
+    return None
+
+
+def cuda_only_uses(
+    ctx: RuleContext, region: list[cst.CSTNode], *, after_fixes: bool = False
+) -> Iterator[tuple[cst.CSTNode, str]]:
+    """Every use in `region` that only CUDA can run (`cuda_only_use`), with its node."""
     kernels = ctx.names.triton_kernels
     # G2T313 makes `is_bf16_supported()` safe on every device wherever it is.
     fixed = set()
@@ -268,19 +280,111 @@ def cuda_only_use(
         if isinstance(node, cst.Name | cst.Attribute):
             name = qualified(ctx, node) if _resolvable(ctx, node) else None
             if name is not None and name not in fixed:
-                if name.split(".")[0] in CUDA_ONLY_PACKAGES:
-                    return f"`{name}`"
-                if any(name == p or name.startswith(p + ".") for p in CUDA_ONLY_TORCH):
-                    return f"`{name}`"
-                if _cuda_own(name):
-                    return f"`{name}`"
+                what = _cuda_only_name(name)
+                if what is not None:
+                    yield node, what
             if isinstance(node, cst.Name) and node.value in kernels:
-                return f"the Triton kernel `{node.value}`"
+                yield node, f"the Triton kernel `{node.value}`"
             if isinstance(node, cst.Attribute) and name is None:
                 stack.append(node.value)  # `f(x).y`: look inside; a whole dotted name is read
             continue
         stack.extend(reversed(node.children))
+
+
+def _cuda_only_name(name: str) -> str | None:
+    """`name` for a message, when the qualified name is one only CUDA runs."""
+    if name.split(".")[0] in CUDA_ONLY_PACKAGES:
+        return f"`{name}`"
+    if any(name == p or name.startswith(p + ".") for p in CUDA_ONLY_TORCH):
+        return f"`{name}`"
+    if _cuda_own(name):
+        return f"`{name}`"
     return None
+
+
+def left_on_cuda(
+    ctx: RuleContext,
+    regions: list[cst.CSTNode],
+    blocks: list[list[ast.AST]],
+    exclude: cst.CSTNode | None = None,
+) -> str | None:
+    """What in the code a CUDA test guards still runs only on CUDA once this run's fixes are
+    made, named for a message; None when nothing does, so that the test may be widened to
+    every accelerator. `regions` are libcst nodes, `blocks` statements of Python's tree (the
+    blocks of `if use_cuda:` elsewhere, analysis/values.py). Counted: a CUDA-only name that
+    no fix covers, and a finding that stops the code on a TPU and that the rewrite leaves
+    (`torch.cuda.manual_seed_all` without `--unsafe-fixes`). `exclude` is the test itself."""
+    options = ctx.options
+    settled = [p for p in ctx.pending if p.settled(options)]
+    left = [p for p in ctx.pending if not p.settled(options) and p.node is not exclude]
+    left = [p for p in left if p.rule.severity is Severity.ERROR]
+    inside = {id(n) for n in regions}
+    covered = {id(p.node) for p in settled}
+    for node, what in cuda_only_uses(ctx, regions, after_fixes=True):
+        if not _under(ctx, node, covered, inside):
+            return what
+    for p in left:
+        if _under(ctx, p.node, inside, set()):
+            return f"`{ctx.source_of(p.node)}` ({p.rule.code})"
+    if not blocks:
+        return None
+    spans = [(b[0].lineno, b[-1].end_lineno or b[-1].lineno) for b in blocks if b]  # type: ignore[attr-defined]
+    spots = [(ctx.position(p.node), len(ctx.source_of(p.node))) for p in settled]
+    resolve = ctx.names.module_binding
+    kernels = ctx.names.triton_kernels
+    for block in blocks:
+        for line, column, what in _ast_cuda_only(block, resolve, kernels, ctx.source):
+            if not any(at == line and c <= column < c + n for (at, c), n in spots):
+                return what
+    for p in left:
+        line = ctx.position(p.node)[0]
+        if any(first <= line <= last for first, last in spans):
+            return f"`{ctx.source_of(p.node)}` ({p.rule.code})"
+    return None
+
+
+def _under(ctx: RuleContext, node: cst.CSTNode, marks: set[int], stop: set[int]) -> bool:
+    """Whether `node` or one of its ancestors (up to one in `stop`, or a statement) is in
+    `marks`; with `stop` empty, whether an ancestor is in `marks` at all."""
+    current: cst.CSTNode | None = node
+    while current is not None:
+        if id(current) in marks:
+            return True
+        if id(current) in stop:
+            return False
+        current = ctx.parents.get(id(current))
+    return False
+
+
+def _ast_cuda_only(
+    block: list[ast.AST],
+    resolve: Callable[[str], str | None],
+    kernels: frozenset[str],
+    source: str,
+) -> Iterator[tuple[int, int, str]]:
+    """(line, column, name) of each CUDA-only use in statements of Python's tree, through
+    the module's imports (a function's own imports aside)."""
+    lines = source.encode("utf-8", "surrogatepass").splitlines(keepends=True)
+    for stmt in block:
+        for node in ast.walk(stmt):
+            if not isinstance(node, ast.Name | ast.Attribute):
+                continue
+            parts: list[str] = []
+            head: ast.AST = node
+            while isinstance(head, ast.Attribute):
+                parts.append(head.attr)
+                head = head.value
+            if not isinstance(head, ast.Name):
+                continue
+            what = None
+            base = resolve(head.id)
+            if base is not None:
+                what = _cuda_only_name(".".join([base, *reversed(parts)]))
+            elif isinstance(node, ast.Name) and node.id in kernels:
+                what = f"the Triton kernel `{node.id}`"
+            if what is not None:
+                text = lines[node.lineno - 1][: node.col_offset]
+                yield node.lineno, len(text.decode("utf-8", "surrogatepass")) + 1, what
 
 
 def _cuda_own(name: str) -> bool:
@@ -331,7 +435,9 @@ def in_compat_fallback(ctx: RuleContext, node: cst.CSTNode) -> bool:
     """Whether `node` is in the fallback of a compatibility `try`: an `except` for
     AttributeError, TypeError or ImportError whose `try` uses a device-agnostic API the
     rewrite would move to (`torch.amp.GradScaler("cuda")` ... `except AttributeError:
-    torch.cuda.amp.GradScaler()`). Such code runs only on a torch that lacks the new API."""
+    torch.cuda.amp.GradScaler()`), or in the other branch of a test for such an API (`...
+    if hasattr(torch, "accelerator") else torch.cuda.device_count()`). Such code runs only
+    on a torch that lacks the new API."""
     for parent, child in ancestors(ctx, node):
         if isinstance(parent, cst.ExceptHandler) and child is parent.body:
             if not _catches_compat(parent):
@@ -339,8 +445,31 @@ def in_compat_fallback(ctx: RuleContext, node: cst.CSTNode) -> bool:
             handler_try = _parent(ctx, parent)
             if isinstance(handler_try, cst.Try) and _uses_modern_api(ctx, handler_try.body):
                 return True
+        elif isinstance(parent, cst.If | cst.IfExp) and child is not parent.test:
+            test = parent.test
+            inner = negation(test)
+            fallback = parent.body if inner is not None else parent.orelse
+            if child is fallback and _has_modern_api(ctx, inner if inner is not None else test):
+                return True  # `... if hasattr(torch, "accelerator") else <old torch>`
         elif isinstance(parent, cst.FunctionDef | cst.ClassDef):
             return False
+    return False
+
+
+def _has_modern_api(ctx: RuleContext, test: cst.BaseExpression) -> bool:
+    """`hasattr(torch, "accelerator")` (also in an `and` chain): a test for the API the
+    rewrite moves to, whose other branch is for a torch without it."""
+    for part in conjuncts(test):
+        if not (isinstance(part, cst.Call) and isinstance(part.func, cst.Name)):
+            continue
+        if part.func.value != "hasattr" or len(part.args) != 2:
+            continue
+        owner, attr = part.args[0].value, string_value(part.args[1].value)
+        if attr is None or not isinstance(owner, cst.Name | cst.Attribute):
+            continue
+        base = _dotted_torch(ctx, owner)
+        if base is not None and f"{base}.{attr}.".startswith(MODERN_API):
+            return True
     return False
 
 

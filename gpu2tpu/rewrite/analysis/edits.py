@@ -9,7 +9,7 @@ statement that must go hands its comments to the next one.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -230,6 +230,84 @@ def guarded_line(
     )
 
 
+def _accelerator_guard(stmt: cst.CSTNode) -> str | None:
+    """The test's text of `if <torch>.accelerator.is_available():` with a block and no
+    `else` (what `guarded_line` writes), else None."""
+    if not isinstance(stmt, cst.If) or stmt.orelse is not None:
+        return None
+    if not isinstance(stmt.body, cst.IndentedBlock):
+        return None
+    test = stmt.test
+    if not (isinstance(test, cst.Call) and not test.args and isinstance(test.func, cst.Attribute)):
+        return None
+    func = test.func
+    inner = func.value
+    if func.attr.value != "is_available" or not isinstance(inner, cst.Attribute):
+        return None
+    if inner.attr.value != "accelerator" or not isinstance(inner.value, cst.Name):
+        return None
+    return code_for(test)
+
+
+def _is_synchronize(stmt: cst.CSTNode) -> bool:
+    """`<torch>.accelerator.synchronize()` as a statement line of its own."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return False
+    expr = stmt.body[0]
+    if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
+        return False
+    call = expr.value
+    func = call.func
+    return (
+        not call.args
+        and isinstance(func, cst.Attribute)
+        and func.attr.value == "synchronize"
+        and isinstance(func.value, cst.Attribute)
+        and func.value.attr.value == "accelerator"
+    )
+
+
+def merge_guards(
+    body: Sequence[cst.BaseStatement], original: Sequence[cst.BaseStatement]
+) -> list[cst.BaseStatement] | None:
+    """`body` with each run of adjacent `if torch.accelerator.is_available():` blocks made one
+    block, when a fix wrote at least one of them (a statement not in `original`); a
+    synchronize right after another one inside it goes (nothing was queued between). The
+    test answers the same each time, so one `if` runs what the several ran. The blank lines
+    and comments between them stay, before the statement they belonged to. None when nothing
+    merges."""
+    kept = {id(stmt) for stmt in original}
+    out: list[cst.BaseStatement] = []
+    merged = False
+    for stmt in body:
+        test = _accelerator_guard(stmt)
+        previous = out[-1] if out else None
+        if (
+            test is not None
+            and previous is not None
+            and _accelerator_guard(previous) == test
+            and not (id(stmt) in kept and id(previous) in kept)
+        ):
+            assert isinstance(stmt, cst.If) and isinstance(previous, cst.If)
+            inner = list(stmt.body.body)
+            if inner and stmt.leading_lines:
+                first = inner[0]
+                inner[0] = first.with_changes(
+                    leading_lines=[*stmt.leading_lines, *first.leading_lines]  # type: ignore[attr-defined]
+                )
+            joined = list(previous.body.body)
+            for line in inner:
+                if _is_synchronize(line) and joined and _is_synchronize(joined[-1]):
+                    if not line.leading_lines:  # type: ignore[attr-defined]
+                        continue
+                joined.append(line)
+            out[-1] = previous.with_changes(body=previous.body.with_changes(body=joined))
+            merged = True
+            continue
+        out.append(stmt)
+    return out if merged else None
+
+
 def move_fix_to(rule: Rule, node: cst.CSTNode, target: cst.CSTNode) -> None:
     """Move the fix just registered at `node` to `target` (its finding stays at `node`)."""
     fixes = rule.ctx.fixes
@@ -389,6 +467,31 @@ def indexed_device_string(
     )
 
 
+def carries_prefix(node: cst.CSTNode) -> bool:
+    """Whether `prefixed_device_string` can carry the string's text over verbatim (no
+    escapes, no braces, which an f-string reads otherwise)."""
+    if not isinstance(node, cst.SimpleString):
+        return False
+    body = node.raw_value
+    return not any(c in body for c in "\\{}")
+
+
+def prefixed_device_string(ctx: RuleContext, node: cst.CSTNode) -> cst.BaseExpression:
+    """`"cuda:%d"` -> `f"{device.type}:%d"`: the start of a device string built by hand, on
+    the module's device type (the same text on CUDA)."""
+    assert isinstance(node, cst.SimpleString) and carries_prefix(node)
+    body = node.raw_value
+    prefix = node.prefix.replace("u", "").replace("U", "")
+    return cst.FormattedString(
+        parts=[
+            cst.FormattedStringExpression(ctx.device_type()),
+            cst.FormattedStringText(body[len("cuda") :]),
+        ],
+        start=f"f{prefix}{node.quote}",
+        end=node.quote,
+    )
+
+
 def on_cuda_only(
     ctx: RuleContext, value: cst.BaseExpression, otherwise: cst.BaseExpression
 ) -> cst.IfExp:
@@ -402,6 +505,41 @@ def on_cuda_only(
     if isinstance(value, cst.IfExp | cst.Lambda | cst.NamedExpr):
         body = parenthesized(body)
     return cst.IfExp(test=test, body=body, orelse=otherwise)
+
+
+def _device_kind(node: cst.CSTNode) -> str | None:
+    """`d` for `d`, `d.type`, `d()` or `d().type`: a device or its type, as fixes spell them
+    (a library module's device is a function)."""
+    if isinstance(node, cst.Attribute) and node.attr.value == "type":
+        node = node.value
+    if isinstance(node, cst.Call) and not node.args:
+        node = node.func
+    return node.value if isinstance(node, cst.Name) else None
+
+
+def cuda_only_choice(node: cst.CSTNode) -> bool:
+    """`x if d.type == "cuda" else d` (or `else None`, `else d.type`, `else d.type !=
+    "cpu"`): a value CUDA gets as before and every other device replaces with the device
+    itself or nothing, as `on_cuda_only` and the device-property fixes write it. Its test
+    means "is it CUDA?" on purpose."""
+    if not isinstance(node, cst.IfExp) or not isinstance(node.test, cst.Comparison):
+        return False
+    test = node.test
+    if len(test.comparisons) != 1 or not isinstance(test.comparisons[0].operator, cst.Equal):
+        return False
+    if string_value(test.comparisons[0].comparator) != "cuda":
+        return False
+    device = _device_kind(test.left)
+    if device is None:
+        return False
+    other = node.orelse
+    if isinstance(other, cst.Name) and other.value == "None":
+        return True
+    if isinstance(other, cst.Comparison) and len(other.comparisons) == 1:
+        if string_value(other.comparisons[0].comparator) != "cpu":
+            return False
+        other = other.left
+    return _device_kind(other) == device
 
 
 def is_cuda_only(node: cst.CSTNode) -> bool:

@@ -227,7 +227,8 @@ class Loop:
     def describe(self) -> str:
         role = self.role
         if role is None:
-            return f"the `{self.keyword}` loop at line {self.line}, which runs the model"
+            # In parentheses: the sentence around it goes on with its own verb.
+            return f"the `{self.keyword}` loop at line {self.line} (it runs the model)"
         return f"the {role} loop (`{self.keyword}` at line {self.line})"
 
 

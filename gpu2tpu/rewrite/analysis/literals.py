@@ -72,6 +72,18 @@ def cuda_literal(node: cst.CSTNode) -> bool:
     return False
 
 
+def cuda_prefix(node: cst.CSTNode) -> bool:
+    """True for a plain string that starts a CUDA device string built by hand: `"cuda:%d"`
+    (then `% i`), `"cuda:"` (then `+ str(i)`); not for a whole one (`"cuda:1"`)."""
+    value = string_value(node)
+    return (
+        isinstance(node, cst.SimpleString)
+        and value is not None
+        and value.startswith("cuda:")
+        and not CUDA_STRING.match(value)
+    )
+
+
 def is_name(node: cst.CSTNode | None, value: str) -> bool:
     return isinstance(node, cst.Name) and node.value == value
 

@@ -146,6 +146,11 @@ class ModuleNames:
         self.optional = frozenset(n for n in self.module_imports if self.bound_at_module(n))
 
     @property
+    def tree(self) -> ast.Module | None:
+        """The text's tree from Python's parser (None if it does not parse)."""
+        return self._tree
+
+    @property
     def triton_kernels(self) -> frozenset[str]:
         """Names of the module's functions decorated `@triton.jit` (or `autotune`,
         `heuristics`): calls to them run only on GPUs."""

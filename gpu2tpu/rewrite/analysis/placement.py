@@ -213,11 +213,14 @@ def setup_block_end(tree: ast.Module) -> int:
 def device_line_after(tree: ast.Module) -> int:
     """How many of the module's top-level statements (Python's own count) come before the
     device line: the start-up block, the last statement that imports torch, and the last
-    top-level statement that sets a CUDA start-up variable, whichever ends last."""
+    top-level statement that sets a CUDA start-up variable, whichever ends last, and the
+    imports and set-up right after that one (never in the middle of an import block)."""
     after = setup_block_end(tree)
     for i, stmt in enumerate(tree.body):
         if _imports_torch(stmt) or sets_cuda_start_env(stmt):
             after = max(after, i + 1)
+    while after < len(tree.body) and _is_setup(tree.body[after], False):
+        after += 1
     return after
 
 
@@ -245,3 +248,45 @@ def device_line_blocked(tree: ast.Module | None, source: str) -> str | None:
                 "would have started CUDA"
             )
     return None
+
+
+# -- scripts and library modules --------------------------------------------------------------
+
+
+def runs_as_script(tree: ast.Module, source: str) -> bool:
+    """Whether a module is run (a script) rather than imported (a library module).
+
+    A script starts with `#!`, has an `if __name__ == "__main__":` block, or does work at its
+    top level: a call, a loop or a `with` block outside any function (`main()`, `for epoch in
+    ...`, `torch.manual_seed(0)`). A library module's top level only defines: imports,
+    functions, classes, assignments, and `if`/`try` blocks of those. A library's device is
+    asked for when a function needs it, not when it is imported (a CUDA query at import
+    makes forking unsafe: pytorch issue 68861)."""
+    if source.startswith("#!"):
+        return True
+    return any(_does_work(stmt) for stmt in tree.body)
+
+
+def _does_work(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.Expr):
+        return not isinstance(stmt.value, ast.Constant)  # a docstring defines
+    if isinstance(stmt, ast.For | ast.AsyncFor | ast.While | ast.With | ast.AsyncWith):
+        return True
+    if isinstance(stmt, ast.If):
+        if _is_main_test(stmt.test):
+            return True
+        return any(_does_work(s) for s in (*stmt.body, *stmt.orelse))
+    if isinstance(stmt, ast.Try):
+        blocks = (stmt.body, *(h.body for h in stmt.handlers), stmt.orelse, stmt.finalbody)
+        return any(_does_work(s) for block in blocks for s in block)
+    return isinstance(stmt, ast.Match)
+
+
+def _is_main_test(test: ast.AST) -> bool:
+    """`__name__ == "__main__"` (either way round)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    operands = [test.left, *test.comparators]
+    return any(isinstance(o, ast.Name) and o.id == "__name__" for o in operands) and any(
+        isinstance(o, ast.Constant) and o.value == "__main__" for o in operands
+    )

@@ -25,7 +25,7 @@ from ..analysis.edits import (
     keyword,
     prepend_arg,
 )
-from ..analysis.literals import attribute_named, cuda_literal, is_false, string_value
+from ..analysis.literals import attribute_named, cuda_literal, is_false, is_name, string_value
 from ..analysis.names import full_name, is_reference_end, matches, qualified
 from ..model import Safety, Severity
 from .base import Fix, Rule, RuleContext
@@ -35,6 +35,8 @@ AUTOCAST = ("torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.aut
 CUDA_SCALER = ("torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler")
 SCALER = ("torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler", "torch.cpu.amp.GradScaler")
 FLOAT16 = ("torch.float16", "torch.half")
+# Legacy typed tensors of float16 (G2T314 rewrites the CUDA ones into `dtype=torch.float16`).
+LEGACY_HALF = ("torch.cuda.HalfTensor", "torch.HalfTensor")
 BFLOAT16 = ("torch.bfloat16",)
 
 # Functions whose first positional parameter is a device *type* string.
@@ -529,10 +531,12 @@ class CudaMatmulAllowTf32(_AllowTf32):
     """`torch.backends.cuda.matmul.allow_tf32 = ...` lets CUDA matmuls run in TF32.
 
     Why: the flag only speaks to cuBLAS. `torch.set_float32_matmul_precision("high")` is the
-    same switch on CUDA (the two are one setting) and the device-agnostic way to say that
-    float32 matmuls may trade precision for speed. On a TPU, float32 matmuls already run as
-    bfloat16 passes with float32 accumulation; for full float32 fidelity TorchTPU has
-    `torch.tpu.precision(...)`.
+    device-agnostic way to say that float32 matmuls may trade precision for speed, and on
+    CUDA the same switch. The fix is unsafe: it also lets oneDNN run the CPU's float32
+    matmuls in lower precision (`torch.backends.mkldnn.matmul.fp32_precision` becomes
+    `"tf32"`; the CUDA flag leaves it alone), so CPU results change, on a CUDA machine too.
+    On a TPU, float32 matmuls already run as bfloat16 passes with float32 accumulation; for
+    full float32 fidelity TorchTPU has `torch.tpu.precision(...)`.
 
     Example:
         torch.backends.cuda.matmul.allow_tf32 = True   ->  torch.set_float32_matmul_precision("high")
@@ -541,9 +545,10 @@ class CudaMatmulAllowTf32(_AllowTf32):
 
     code = "G2T207"
     name = "cuda-matmul-allow-tf32"
-    safety = Safety.SAFE
+    safety = Safety.UNSAFE
+    severity = Severity.WARNING
     message = "`torch.backends.cuda.matmul.allow_tf32` only speaks to CUDA"
-    hint = 'use `torch.set_float32_matmul_precision("high")`; TPU float32 matmuls default to bfloat16 passes'
+    hint = 'use `torch.set_float32_matmul_precision("high")` (it also lowers the CPU\'s float32 matmul precision); TPU float32 matmuls default to bfloat16 passes'
     flag = "torch.backends.cuda.matmul.allow_tf32"
 
 
@@ -662,6 +667,10 @@ FLOAT16_STRINGS = {
 }
 
 
+# Calls that describe a dtype instead of computing in it.
+DESCRIBES = ("torch.finfo", "torch.iinfo")
+
+
 def _in_comparison(rule: Rule, node: cst.CSTNode) -> bool:
     parent = rule.parent(node)
     while isinstance(parent, cst.Element | cst.Tuple | cst.List | cst.Set):
@@ -693,7 +702,7 @@ class Float16Dtype(Rule):
     severity = Severity.WARNING
     message = "float16 `{value}`: TPUs compute in bfloat16"
     hint = f"use bfloat16; {NUMERICS_NOTE}"
-    tokens = (b"float16", b".half", b"fp16", b"16-mixed")
+    tokens = (b"float16", b".half", b"fp16", b"16-mixed", b"HalfTensor")
 
     def visit_Name(self, node: cst.Name) -> None:
         self._dtype(node)
@@ -702,7 +711,12 @@ class Float16Dtype(Rule):
         self._dtype(node)
 
     def _dtype(self, node: cst.Name | cst.Attribute) -> None:
+        if matches(self.ctx, node, *LEGACY_HALF) and is_reference_end(self.ctx, node):
+            self._legacy(node, self.code_for(node))
+            return
         if not matches(self.ctx, node, *FLOAT16) or not is_reference_end(self.ctx, node):
+            return
+        if self._not_a_choice(node):
             return
         message = self.message.format(value=self.code_for(node))
         if _in_comparison(self, node):
@@ -710,6 +724,37 @@ class Float16Dtype(Rule):
             return
         fix, hint = float16_fix(self, lambda updated: self.ctx.torch_attr("bfloat16"))
         self.report(node, message, fix=fix, hint=hint)
+
+    def _legacy(self, node: cst.CSTNode, name: str) -> None:
+        """A legacy half tensor type: G2T314 makes it `dtype=torch.float16` (or leaves it to a
+        person), so the float16 is named here already, as the next run would name it."""
+        self.report(
+            node,
+            self.message.format(value=name),
+            hint=f"use bfloat16 (`dtype=torch.bfloat16`); {NUMERICS_NOTE}",
+        )
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        """`x.type("torch.cuda.HalfTensor")`: the type by its name."""
+        if node.evaluated_value in LEGACY_HALF:
+            arg = self.parent(node)
+            call = self.parent(arg) if isinstance(arg, cst.Arg) else None
+            if isinstance(call, cst.Call) and attribute_named(call.func, "type"):
+                self._legacy(node, self.code_for(node))
+
+    def _not_a_choice(self, node: cst.CSTNode) -> bool:
+        """Whether the dtype is named, not chosen: a key of a table (`{torch.float16: 312e12}`,
+        peak FLOP/s by dtype), something printed or logged (a dtype tutorial's
+        `print(torch.float16)`), or what `torch.finfo`/`torch.iinfo` describe."""
+        child, parent = node, self.parent(node)
+        while parent is not None and not isinstance(parent, cst.BaseStatement):
+            if isinstance(parent, cst.DictElement) and parent.key is child:
+                return True
+            if isinstance(parent, cst.Call) and child is not parent.func:
+                if is_name(parent.func, "print") or self.matches_name(parent, *DESCRIBES):
+                    return True
+            child, parent = parent, self.parent(parent)
+        return False
 
     def visit_Arg(self, node: cst.Arg) -> None:
         if node.keyword is None or not isinstance(node.value, cst.SimpleString):

@@ -31,6 +31,7 @@ from ..analysis.branches import in_compat_fallback
 from ..analysis.flow import FlowFacts
 from ..analysis.literals import code_for, shorten
 from ..analysis.names import ModuleNames, enclosing_scopes, variable_names
+from ..analysis.placement import runs_as_script
 from ..analysis.torch_api import checks_available, float16_tests
 from ..model import Finding, Options, Safety, Severity
 
@@ -45,6 +46,8 @@ DEVICE_EXPR_2_6 = (
     'else torch.device("cpu")'
 )
 DEVICE_NAMES = ("device", "accel_device", "torch_device")
+# The same, as a function a library module defines instead (asked when needed, not at import).
+DEVICE_FUNCTIONS = ("accelerator_device", "accel_device", "torch_device")
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z0-9, ]+))?", re.IGNORECASE)
 
@@ -76,6 +79,13 @@ class _Pending:
     line: int = 0
     col: int = 0
     after: list[str] = field(default_factory=list)
+
+    def settled(self, options: Options) -> bool:
+        """Whether the rewrite takes care of it: fixed, or (in `check`, which fixes nothing)
+        fixable under these options."""
+        if self.fixed or options.fix:
+            return self.fixed
+        return self.fixable and (self.rule.safety is Safety.SAFE or options.unsafe_fixes)
 
 
 class RuleContext:
@@ -149,6 +159,8 @@ class RuleContext:
         self.rewritten_statements: dict[int, object] = {}
         self._device_name: str | None = None
         self.device_defined = False
+        # In a library module: the device is a function the fixes call (`device()`).
+        self.device_lazy = False
         self._noqa = self._noqa_lines(source)
         self.claimed: set[int] = set()
 
@@ -490,7 +502,11 @@ class RuleContext:
         assert self._device_name is not None, "device name is decided before fixes run"
         return self._device_name
 
-    def device(self) -> cst.Name:
+    def device(self) -> cst.BaseExpression:
+        """The module's device: its variable, or in a library module a call of its device
+        function (`accelerator_device()`, asked when needed, not at import)."""
+        if self.device_lazy:
+            return cst.Call(func=cst.Name(self.device_name()))
         return cst.Name(self.device_name())
 
     def device_type(self) -> cst.BaseExpression:
@@ -553,7 +569,7 @@ class RuleContext:
         """The device variable later text (a notebook's next cell) may reuse, if any."""
         if self.options.device_name:
             return self.options.device_name
-        if self.device_defined:
+        if self.device_defined and not self.device_lazy:
             return self._device_name
         if self.adopted_device and self._device_name == self.adopted_device[0]:
             return self._device_name
@@ -576,16 +592,36 @@ class RuleContext:
         ):
             self._device_name = self.adopted_device[0]
             return
-        for candidate in (*DEVICE_NAMES, *(f"device_{i}" for i in range(2, 100))):
+        defined = (
+            bool(self.device_use_lines)
+            and self.options.define_device
+            and self.options.insert_statements
+        )
+        self.device_lazy = defined and self._lazy_device()
+        names = DEVICE_FUNCTIONS if self.device_lazy else DEVICE_NAMES
+        for candidate in (*names, *(f"{names[0]}_{i}" for i in range(2, 100))):
             if not self.name_in_use(candidate):
                 self._device_name = candidate
-                self.device_defined = (
-                    bool(self.device_use_lines)
-                    and self.options.define_device
-                    and self.options.insert_statements
-                )
+                self.device_defined = defined
                 return
         raise RuntimeError("no free name for the device variable")
+
+    def _lazy_device(self) -> bool:
+        """Whether the module's device is a function instead of a module-level line: in a
+        library module (never run, only imported: `placement.runs_as_script`) whose every
+        use of the device is inside a function, so nothing asks for the accelerator at
+        import."""
+        library = self.options.library
+        tree = self.tree
+        if library is False or tree is None:
+            return False
+        if library is None and runs_as_script(tree, self.source):
+            return False
+        return all(
+            any(kind in ("def", "lambda") for kind, _ in enclosing_scopes(self, p.node))
+            for p in self.pending
+            if p.fixed and p.uses_device
+        )
 
 
 class Rule(cst.BatchableCSTVisitor):
@@ -615,6 +651,13 @@ class Rule(cst.BatchableCSTVisitor):
     # `record()` calls) says so: the statement-level parse keeps every top-level statement
     # that names one of them, token or not.
     follows_names: ClassVar[bool] = False
+    # A rule that decides from what the other rules found (a test is widened only where all
+    # it guards is fixed) says so: its `leave_Module` runs after every other rule's.
+    decides_last: ClassVar[bool] = False
+    # A rule that follows device values into device arguments wherever those are
+    # (analysis/values.py) says so: the statement-level parse keeps, and the traversal visits,
+    # the statements whose device argument an int written elsewhere reaches.
+    follows_devices: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

@@ -16,11 +16,14 @@ from ..analysis.branches import (
     cuda_only_use,
     device_branch,
     guarded_region,
+    left_on_cuda,
     other_backend_branch,
 )
 from ..analysis.edits import (
     as_positional,
+    carries_prefix,
     comparison_needs_parentheses,
+    cuda_only_choice,
     find_arg,
     guarded_line,
     indexed_device_string,
@@ -29,6 +32,7 @@ from ..analysis.edits import (
     needs_parentheses,
     on_cuda_only,
     parenthesized,
+    prefixed_device_string,
     sole_statement,
     string_literal,
     unpacks,
@@ -37,6 +41,7 @@ from ..analysis.literals import (
     attribute_named,
     cuda_format_call,
     cuda_literal,
+    cuda_prefix,
     cuda_string_index,
     is_call_to_attr,
     is_name,
@@ -47,11 +52,21 @@ from ..analysis.literals import (
 )
 from ..analysis.names import defines_attribute, is_store
 from ..analysis.ranks import device_index_names, spawn_counts
+from ..analysis.values import module_values
 from ..model import Safety, Severity
 from .base import Rule
 
 DEVICE_KWARGS = frozenset({"device", "map_location", "output_device"})
+# Calls that skip tests on a condition (pytest, unittest).
+SKIP_CALLS = frozenset({"skipif", "skipIf", "skipUnless"})
 STORAGE_METHODS = frozenset({"storage", "untyped_storage", "_typed_storage", "_untyped_storage"})
+
+
+def _indexed_api(rule: Rule, call: cst.Call) -> bool:
+    """A call of torch's per-device APIs (`torch.cuda.memory_allocated(device=0)`): its
+    `device` is an index as often as a device, and rules of their own rewrite it."""
+    name = rule.ctx.qualified_name(call.func) or ""
+    return name.startswith(("torch.cuda.", "torch.accelerator.", "torch.xpu.", "torch.mps."))
 
 
 def _is_torch_device_call(rule: Rule, node: cst.CSTNode) -> bool:
@@ -189,14 +204,18 @@ class CudaDeviceString(Rule):
     becomes the module's device variable (inside a branch that has just found an
     accelerator, `torch.accelerator.current_accelerator()`); a string with an index keeps the
     index on the module's device type (`f"{device.type}:1"` is `"cuda:1"` on CUDA), and
-    `torch.device("cuda", i)` keeps `i`. Covered places: `device=`, `map_location=` and
+    `torch.device("cuda", i)` keeps `i`, except the process's rank (`local_rank`), which a
+    TPU process does not have: that device is the rank's GPU on CUDA and the module's device
+    elsewhere, as `.to(rank)` (G2T407). Covered places: `device=`, `map_location=` and
     `output_device=` arguments of any call (tensor factories, `torch.load`,
     `torch.Generator`, ...), the first argument of `.to(...)`, and `torch.device(...)` itself.
 
     Example:
         torch.zeros(3, device="cuda")           ->  torch.zeros(3, device=device)
         x.to("cuda:1")                          ->  x.to(f"{device.type}:1")
-        torch.device("cuda", rank)              ->  torch.device(device.type, rank)
+        torch.device("cuda", i)                 ->  torch.device(device.type, i)
+        torch.device("cuda", local_rank)        ->  (torch.device(device.type, local_rank)
+                                                     if device.type == "cuda" else device)
         x.to(1)                                 ->  x.to(torch.device(device.type, 1))
         torch.load(p, map_location=f"cuda:{r}") ->  torch.load(p, map_location=f"{device.type}:{r}")
     """
@@ -206,30 +225,162 @@ class CudaDeviceString(Rule):
     safety = Safety.SAFE
     message = "device string {value} names NVIDIA GPUs; use the module's device"
     hint = "use the module's `device` variable"
-    # `.to(1)` has no `cuda` in it: the digits after `.to(` are its own tokens.
-    tokens = (b"cuda", *(f".to({d}".encode() for d in range(10)))
+    # `.to(1)` and `device=0` have no `cuda` in them: the digits are tokens of their own.
+    tokens = (
+        b"cuda",
+        *(f".to({d}".encode() for d in range(10)),
+        *(f"device={d}".encode() for d in range(10)),
+    )
+    follows_devices = True  # `net.to(gpu_ids[0])` holds no token
+
+    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ctx)
+        # CUDA values written outside a device argument, and device arguments that are not
+        # literals: where they go is decided once the traversal is done (analysis/values.py).
+        self.sources: list[cst.CSTNode] = []
+        self.arguments: list[tuple[cst.Call, cst.BaseExpression]] = []
 
     def visit_Call(self, node: cst.Call) -> None:
         if _is_torch_device_call(self, node):
             self._torch_device(node)
             return
+        if cuda_format_call(node) is not None:
+            self._source(node)
         if attribute_named(node.func, "to") and node.args:
             first = node.args[0]
             if first.keyword is None and not first.star and self._is_cuda_string(first.value):
                 self._replace(first.value)
             elif first.keyword is None and not first.star and literal_index(first.value):
                 self._ordinal(node, first.value)
+            elif first.keyword is None and not first.star:
+                self.arguments.append((node, first.value))
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value in DEVICE_KWARGS:
                 if self._is_cuda_string(arg.value):
                     self._replace(arg.value, arg.keyword.value == "map_location")
+                elif arg.keyword.value == "device" and literal_index(arg.value):
+                    if not (_indexed_api(self, node) or attribute_named(node.func, "cuda")):
+                        self._ordinal(node, arg.value)  # (`.cuda(device=0)` is G2T101's)
+                else:
+                    self.arguments.append((node, arg.value))
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if cuda_literal(node) or cuda_prefix(node):
+            if not attribute_named(self.parent(node) or node, "format"):
+                self._source(node)  # (`"cuda:{}".format(i)` is one, as a whole)
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        if cuda_literal(node):
+            self._source(node)
+
+    def _source(self, node: cst.CSTNode) -> None:
+        """A CUDA value that may be kept for later (assigned, returned, a default, an item):
+        not compared, not a key, not an index."""
+        child, parent = node, self.parent(node)
+        while parent is not None and not isinstance(parent, cst.BaseStatement):
+            if isinstance(parent, cst.Comparison | cst.ComparisonTarget | cst.SubscriptElement):
+                return
+            if isinstance(parent, cst.DictElement) and parent.key is child:
+                return
+            child, parent = parent, self.parent(parent)
+        self.sources.append(node)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        if not (self.sources or self.arguments):
+            return
+        values = module_values(self.ctx)
+        if values is None:
+            return
+        taken = {id(p.node) for p in self.ctx.pending}
+        for node in self.sources:
+            if self._within(node, taken):
+                continue  # its own rule has it (`device = "cuda"`: G2T103; a default: G2T113)
+            uses = values.device_uses(*self.position(node))
+            if uses:
+                self._flow(node, uses)
+        for call, value in self.arguments:
+            if id(value) in taken or id(call) in taken:
+                continue  # `.to(rank)`: G2T407; `.cuda(i)`: G2T101
+            found = values.ordinal_source(*self.position(value))
+            if found is None:
+                continue
+            line, always = found
+            message = f"`{short(value, 30)}` is a CUDA device ordinal (the int at line {line})"
+            if not always:
+                self.report(
+                    value,
+                    message,
+                    hint="on a TPU each process owns one chip: use the module's device, or "
+                    "`torch.device(device.type, i)` to keep the index on CUDA",
+                )
+                continue
+            self.report(
+                value,
+                message,
+                fix=self.ctx.indexed_device,  # type: ignore[arg-type]
+                hint="use `torch.device(device.type, i)` (`cuda:i` on CUDA)",
+                uses_device=True,
+            )
+
+    def _within(self, node: cst.CSTNode, taken: set[int]) -> bool:
+        """Whether `node` is, or is inside, something a rule has reported already."""
+        current: cst.CSTNode | None = node
+        while current is not None and not isinstance(current, cst.BaseStatement):
+            if id(current) in taken or id(current) in self.ctx.claimed:
+                return True
+            current = self.parent(current)
+        return False
+
+    def _flow(self, literal: cst.CSTNode, uses: list) -> None:  # type: ignore[type-arg]
+        """A CUDA device value that reaches a device argument through a variable, an item,
+        an attribute, a default or a return: it becomes the module's device type as a
+        string, as the original was one (`"cuda"` on CUDA), keeping an index."""
+        ctx = self.ctx
+        use = uses[0]
+        where = f"{use.what} at line {use.line}"
+        message = f"device string `{short(literal, 30)}` names NVIDIA GPUs and reaches {where}"
+        location = any(u.location for u in uses)
+        cpu = string_literal(self, literal, "cpu")
+        prefix = cuda_prefix(literal)
+        if prefix and (location or not carries_prefix(literal)):
+            self.report(
+                literal,
+                message,
+                hint="build it from the module's device type (`device.type`), and load with "
+                '`map_location="cpu"` where the device is the CPU',
+            )
+            return
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            if cuda_string_index(updated) == "":
+                return ctx.device_type()
+            if prefix:
+                return prefixed_device_string(ctx, updated)
+            indexed = indexed_device_string(ctx, updated)
+            if not location:
+                return indexed
+            on_cpu = cst.Comparison(
+                left=ctx.device_type(), comparisons=[cst.ComparisonTarget(cst.NotEqual(), cpu)]
+            )
+            return parenthesized(
+                cst.IfExp(test=on_cpu, body=indexed, orelse=cpu), needs_parentheses(self, literal)
+            )
+
+        self.report(
+            literal,
+            message,
+            fix=fix,
+            hint='use the module\'s device type: `device.type` (`"cuda"` on CUDA)',
+            uses_device=True,
+        )
 
     def _ordinal(self, call: cst.Call, ordinal: cst.BaseExpression) -> None:
-        """`x.to(1)`: an int device is a CUDA ordinal; it becomes the device with that index
-        on the module's device type (`cuda:1` on CUDA)."""
-        receiver = call.func.value  # type: ignore[attr-defined]
+        """`x.to(1)`, `torch.zeros(3, device=0)`: an int device is a CUDA ordinal; it becomes
+        the device with that index on the module's device type (`cuda:1` on CUDA)."""
+        receiver = getattr(call.func, "value", None)
         if isinstance(receiver, cst.Name | cst.Attribute) and self.qualified_names(receiver):
-            return  # a module's `to` function, not a tensor's or module's method
+            if attribute_named(call.func, "to"):
+                return  # a module's `to` function, not a tensor's or module's method
         index = literal_index(ordinal)
         assert index is not None
         ctx = self.ctx
@@ -245,6 +396,13 @@ class CudaDeviceString(Rule):
     def _is_cuda_string(node: cst.CSTNode) -> bool:
         return cuda_literal(node) or cuda_format_call(node) is not None
 
+    def _rank_index(self, value: cst.BaseExpression) -> bool:
+        """Whether an index is the process's rank (`local_rank`, a value the module uses as
+        DDP's `device_ids`), which a TPU process does not have."""
+        if last_segment(value) in device_index_names(self.ctx):
+            return True
+        return self.ctx.flow.refers_to_rank(value, index_only=True)
+
     def _torch_device(self, node: cst.Call) -> None:
         parent = self.parent(node)
         if isinstance(parent, cst.Call) and _is_torch_device_call(self, parent):
@@ -258,12 +416,36 @@ class CudaDeviceString(Rule):
         literal = first.value
         message = self.message.format(value=f"`{self.code_for(literal)}`")
         if index is not None:
-            # torch.device("cuda", i) -> torch.device(device.type, i)
-            if cuda_string_index(literal) == "":
-                ctx = self.ctx
+            if cuda_string_index(literal) != "":
+                return
+            ctx = self.ctx
+            if self._rank_index(index.value):
+                # torch.device("cuda", local_rank): the rank's GPU on CUDA; a TPU process owns
+                # one chip, so the module's device elsewhere (as `.to(rank)`, G2T407)
+                def on_cuda(updated: cst.CSTNode) -> cst.CSTNode:
+                    assert isinstance(updated, cst.Call)
+                    first = find_arg(updated, "type", 0)
+                    assert first is not None
+                    args = [
+                        a.with_changes(value=ctx.device_type()) if a is first else a
+                        for a in updated.args
+                    ]
+                    moved = updated.with_changes(args=args)
+                    return parenthesized(
+                        on_cuda_only(ctx, moved, ctx.device()), needs_parentheses(self, node)
+                    )
+
                 self.report(
-                    literal, message, fix=lambda updated: ctx.device_type(), uses_device=True
+                    node,
+                    message,
+                    fix=on_cuda,
+                    hint="on CUDA keep the rank's index, elsewhere use the module's device: "
+                    '`torch.device(device.type, rank) if device.type == "cuda" else device`',
+                    uses_device=True,
                 )
+                return
+            # torch.device("cuda", i) -> torch.device(device.type, i)
+            self.report(literal, message, fix=lambda updated: ctx.device_type(), uses_device=True)
             return
         if cuda_string_index(literal) == "":
             # torch.device("cuda") -> the device itself
@@ -663,15 +845,24 @@ class CudaIsAvailable(_CudaRuntimeCall):
     """`torch.cuda.is_available()` asks only about NVIDIA GPUs.
 
     Why: on a TPU it is False, so code guarded by it runs on the CPU. `torch.accelerator`
-    answers for whatever accelerator is present. A test that guards code only CUDA can run
-    (Triton kernels, apex, bitsandbytes, `nn.parallel.data_parallel`, CUDA APIs no rule
-    rewrites), an `assert` of it, and `if not torch.cuda.is_available(): raise ...` ("CUDA
-    required") are reported instead: widened to every accelerator they would let a TPU run
-    CUDA-only code.
+    answers for whatever accelerator is present. A test and what it guards are decided
+    together: it is widened only where everything it guards runs on every accelerator once
+    this run's fixes are made. It is reported instead where it guards code only CUDA can run
+    (Triton kernels, apex, bitsandbytes, FlexAttention, CUDA APIs no rule rewrites) or a line
+    the rewrite leaves CUDA-only (`torch.cuda.manual_seed_all` without `--unsafe-fixes`),
+    also through a variable (`USE_FLEX = ... and torch.cuda.is_available()`, then `if
+    USE_FLEX:`), and where it states that CUDA is required: an `assert` of it, `if not
+    torch.cuda.is_available(): raise ...` (also as a part of the test: `if name == "cuda" and
+    not ...: raise`), a test-skip condition (`pytest.mark.skipif(not torch.cuda.
+    is_available(), ...)`). In a chain that picks a backend (`if torch.cuda.is_available():
+    ... elif torch.backends.mps.is_available(): ... else: cpu`) a pure device choice is
+    migrated whole (the accelerator first, which is CUDA or MPS where those are); any other
+    chain is reported: it picks the CPU on a TPU.
 
     Example:
         if torch.cuda.is_available():  ->  if torch.accelerator.is_available():
         assert torch.cuda.is_available(), "CUDA required"  # reported
+        if torch.cuda.is_available(): torch.cuda.manual_seed_all(s)  # reported (G2T307 left)
     """
 
     code = "G2T104"
@@ -681,11 +872,23 @@ class CudaIsAvailable(_CudaRuntimeCall):
     hint = "use `torch.accelerator.is_available()`"
     cuda_name = "torch.cuda.is_available"
     accel_name = "accelerator.is_available"
+    decides_last = True  # what it guards is decided by the other rules first
+
+    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ctx)
+        self.candidates: list[cst.Call] = []
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.matches_name(node, self.cuda_name):
-            return
-        region, how = guarded_region(self.ctx, node)
+        if self.matches_name(node, self.cuda_name):
+            self.candidates.append(node)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for node in self.candidates:
+            self.decide(node)
+
+    def decide(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        region, how = guarded_region(ctx, node)
         if how == "assert" or (how == "if" and self._raises_without(node)):
             self.report(
                 node,
@@ -694,21 +897,36 @@ class CudaIsAvailable(_CudaRuntimeCall):
                 "`torch.accelerator.is_available()`; otherwise keep it",
             )
             return
-        other = other_backend_branch(self.ctx, node)
-        if other is not None:
+        if self._skips_tests(node):
             self.report(
                 node,
-                f"`torch.cuda.is_available()` picks CUDA among backends (`{other}()` follows)",
-                hint="keep it: widened to every accelerator, it would send them all down the "
-                "CUDA branch; add a branch for the TPU instead",
+                "`torch.cuda.is_available()` skips tests that require CUDA",
+                hint="keep it for tests that need CUDA; a test that runs on any accelerator "
+                "can ask `torch.accelerator.is_available()`",
             )
             return
-        cuda_only = cuda_only_use(self.ctx, region, after_fixes=True) if region else None
-        if cuda_only is not None:
+        other = other_backend_branch(ctx, node)
+        if other is not None:
+            if self._device_choice(node):
+                self.rewrite(node)  # the accelerator first: CUDA or MPS where they are
+                return
+            self.report(
+                node,
+                f"`torch.cuda.is_available()` picks CUDA first among backends (`{other}()` "
+                "follows): on a TPU this code takes the CPU branch",
+                hint="test `torch.accelerator.is_available()` first and use "
+                "`torch.accelerator.current_accelerator()`; keep the other branches for what "
+                "they do differently",
+            )
+            return
+        values = module_values(ctx)
+        blocks = values.guarded_by_value(*self.position(node)) if values is not None else []
+        left = left_on_cuda(ctx, region, blocks, exclude=node)
+        if left is not None:
             # The guard protects code only CUDA has: on a TPU it would now run it and fail.
             self.report(
                 node,
-                f"`torch.cuda.is_available()` guards {cuda_only}, which only CUDA runs",
+                f"`torch.cuda.is_available()` guards {left}, which only CUDA runs",
                 hint="keep the test for CUDA; give other devices their own path "
                 "(`torch.accelerator.is_available()` for code that runs anywhere)",
             )
@@ -716,12 +934,16 @@ class CudaIsAvailable(_CudaRuntimeCall):
         self.rewrite(node)
 
     def _raises_without(self, node: cst.Call) -> bool:
-        """`if not torch.cuda.is_available(): raise ...`: the code states it needs CUDA."""
+        """`if not torch.cuda.is_available(): raise ...` (also as a part of an `and` test):
+        the code states it needs CUDA."""
         parent = self.parent(node)
         if not (isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)):
             return False
-        branch = self.parent(parent)
-        if not (isinstance(branch, cst.If) and branch.test is parent):
+        test: cst.CSTNode = parent
+        branch = self.parent(test)
+        while isinstance(branch, cst.BooleanOperation) and isinstance(branch.operator, cst.And):
+            test, branch = branch, self.parent(branch)
+        if not (isinstance(branch, cst.If) and branch.test is test):
             return False
         body = branch.body
         lines = body.body if isinstance(body, cst.IndentedBlock) else [body]
@@ -731,6 +953,55 @@ class CudaIsAvailable(_CudaRuntimeCall):
             if isinstance(line, cst.SimpleStatementLine | cst.SimpleStatementSuite)
             for small in line.body
         )
+
+    def _skips_tests(self, node: cst.Call) -> bool:
+        """Whether the test is a condition of a test-skip call (`pytest.mark.skipif`,
+        `unittest.skipIf`/`skipUnless`): the tests it guards say they need CUDA."""
+        current = self.parent(node)
+        while current is not None and not isinstance(current, cst.BaseStatement):
+            if isinstance(current, cst.Call) and last_segment(current.func) in SKIP_CALLS:
+                return True
+            current = self.parent(current)
+        return False
+
+    def _device_choice(self, node: cst.Call) -> bool:
+        """Whether the `if` chain tested by `node` alone only chooses a device: every branch
+        assigns a device (a string or `torch.device(...)`) to the same names, and maybe
+        prints. Testing the accelerator first then picks what the chain picked on CUDA, MPS
+        and the CPU, and the TPU where there is one."""
+        branch = self.parent(node)
+        if not (isinstance(branch, cst.If) and branch.test is node):
+            return False
+        targets: set[str] | None = None
+        current: cst.CSTNode | None = branch
+        while current is not None:
+            body = current.body if isinstance(current, cst.If | cst.Else) else None
+            if not isinstance(body, cst.IndentedBlock):
+                return False
+            chosen: set[str] = set()
+            for line in body.body:
+                if not isinstance(line, cst.SimpleStatementLine):
+                    return False
+                for small in line.body:
+                    if isinstance(small, cst.Assign) and self._device_value(small.value):
+                        chosen.update(self.code_for(t.target) for t in small.targets)
+                    elif not (
+                        isinstance(small, cst.Expr)
+                        and isinstance(small.value, cst.Call)
+                        and last_segment(small.value.func) in ("print", "info", "warning")
+                    ):
+                        return False
+            if not chosen or (targets is not None and chosen != targets):
+                return False
+            targets = chosen
+            current = current.orelse if isinstance(current, cst.If) else None
+        return True
+
+    def _device_value(self, value: cst.BaseExpression) -> bool:
+        if _is_torch_device_call(self, value):
+            args = value.args  # type: ignore[attr-defined]
+            return len(args) == 1 and string_value(args[0].value) is not None
+        return string_value(value) is not None
 
 
 class CudaDeviceCount(_CudaRuntimeCall):
@@ -898,10 +1169,22 @@ class TensorIsCuda(Rule):
     message = "`{attr}` is False on TPUs; ask whether the tensor is on the accelerator"
     hint = 'use `x.device.type == device.type != "cpu"` (`x.is_cuda` on CUDA)'
     tokens = (b"is_cuda",)
+    decides_last = True  # what its branch runs is decided by the other rules first
+
+    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ctx)
+        self.candidates: list[tuple[cst.Attribute, bool]] = []
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value != "is_cuda" or is_store(self.ctx, node):
             return  # `self.is_cuda = ...` sets an attribute of the user's own
+        self.candidates.append((node, comparison_needs_parentheses(self, node)))
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for node, parens in self.candidates:
+            self.decide(node, parens)
+
+    def decide(self, node: cst.Attribute, parens: bool) -> None:
         message = self.message.format(attr=short(node, 40))
         if defines_attribute(self.ctx, "is_cuda"):
             self.report(
@@ -912,15 +1195,19 @@ class TensorIsCuda(Rule):
             )
             return
         region, _ = guarded_region(self.ctx, node)
-        cuda_only = cuda_only_use(self.ctx, region) if region else None
+        cuda_only = left_on_cuda(self.ctx, region, []) if region else None
+        if cuda_only is not None:
+            cuda_only = f"guards {cuda_only}, which only CUDA runs"
+        elif region:
+            cuda_only = self._cuda_only_value(region)
         if cuda_only is not None:
             self.report(
                 node,
-                f"`{short(node, 40)}` guards {cuda_only}, which only CUDA runs",
-                hint="keep the test for CUDA; give other devices their own path",
+                f"`{short(node, 40)}` {cuda_only}",
+                hint="keep the test for CUDA; give other devices their own path (a value "
+                'every accelerator has, or `x.device.type == "cuda"` for CUDA\'s own)',
             )
             return
-        parens = comparison_needs_parentheses(self, node)
         ctx = self.ctx
 
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
@@ -941,6 +1228,43 @@ class TensorIsCuda(Rule):
             return parenthesized(expr, parens)
 
         self.report(node, message, fix=fix, uses_device=True)
+
+    def _cuda_only_value(self, region: list[cst.CSTNode]) -> str | None:
+        """A value the branch reads that the module makes only where CUDA is (`self.
+        cuda_config`, set under `if torch.cuda.is_available():`, None elsewhere)."""
+        values = module_values(self.ctx)
+        if values is None:
+            return None
+        ctx = self.ctx
+        # The CUDA tests this run widens (G2T104): what they guard is there on every device.
+        widened = {
+            ctx.position(p.node)
+            for p in ctx.pending
+            if p.rule.code == "G2T104" and p.settled(ctx.options)
+        }
+
+        def is_widened(line: int, column: int) -> bool:
+            return (line, column) in widened
+
+        stack = list(region)
+        while stack:
+            current = stack.pop()
+            if isinstance(current, cst.Attribute) and is_name(current.value, "self"):
+                line = values.cuda_only_value(
+                    current.attr.value, self.position(current)[0], True, is_widened
+                )
+                if line is not None:
+                    return f"picks `{short(current, 30)}`, set only where CUDA is (line {line})"
+                continue
+            if isinstance(current, cst.Name):
+                line = values.cuda_only_value(
+                    current.value, self.position(current)[0], widened=is_widened
+                )
+                if line is not None:
+                    return f"picks `{current.value}`, set only where CUDA is (line {line})"
+                continue
+            stack.extend(current.children)
+        return None
 
 
 class CudaDeviceContext(_CudaRuntimeCall):
@@ -967,10 +1291,13 @@ class CudaDeviceContext(_CudaRuntimeCall):
 
 
 class CudaDeviceComparison(Rule):
-    """A comparison with the string `'cuda'`: `x.device.type == 'cuda'`, `'cuda' in device`.
+    """A comparison with the string `'cuda'`: `x.device.type == 'cuda'`, `'cuda' in device`,
+    `device in ["cuda", "xpu"]`, `device.startswith("cuda")`.
 
     Why: whether the code means "is this CUDA?" or "is this an accelerator?" is a decision the
-    codemod cannot make; on a TPU the comparison is simply False.
+    codemod cannot make; on a TPU the comparison is simply False. A test that guards code
+    only CUDA runs means "is it CUDA?" and is left alone, as are the CUDA-only choices fixes
+    write (`rank if device.type == "cuda" else device`).
 
     Example:
         if x.device.type == "cuda":  # decide: `!= "cpu"` (any accelerator) or keep (CUDA only)
@@ -991,16 +1318,38 @@ class CudaDeviceComparison(Rule):
             for o in ops
         ):
             return
+        membership = any(isinstance(o, cst.In | cst.NotIn) for o in ops)
         for operand in operands:
-            if cuda_literal(operand):
+            literal: cst.BaseExpression | None = operand
+            if membership and isinstance(operand, cst.List | cst.Tuple | cst.Set):
+                # `device in ["cuda", "xpu"]`
+                literal = next((e.value for e in operand.elements if cuda_literal(e.value)), None)
+            if literal is not None and cuda_literal(literal):
                 if self._cuda_only_branch(node):
                     return  # the code it guards is CUDA's own: the test means "is it CUDA?"
-                self.report(node, self.message.format(value=self.code_for(operand)))
+                self.report(node, self.message.format(value=self.code_for(literal)))
                 return
 
-    def _cuda_only_branch(self, node: cst.Comparison) -> bool:
+    def visit_Call(self, node: cst.Call) -> None:
+        """`device.startswith("cuda")`, also with a tuple of prefixes."""
+        if not attribute_named(node.func, "startswith") or len(node.args) != 1:
+            return
+        value = node.args[0].value
+        prefixes = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
+        literal = next((p for p in prefixes if string_value(p) in ("cuda", "cuda:")), None)
+        if literal is None or self._cuda_only_branch(node):
+            return
+        self.report(
+            node,
+            f"`.startswith({self.code_for(literal)})`: on a TPU it is always False",
+        )
+
+    def _cuda_only_branch(self, node: cst.Comparison | cst.Call) -> bool:
         """Whether the comparison guards code only CUDA runs, or selects the CUDA device index
         of a process (what G2T107 writes for a rank's index)."""
+        parent = self.parent(node)
+        if isinstance(parent, cst.IfExp) and parent.test is node and cuda_only_choice(parent):
+            return True  # a CUDA value with the device itself elsewhere (what fixes write)
         region, how = guarded_region(self.ctx, node)
         if how != "if" or not region:
             return False
@@ -1098,8 +1447,9 @@ class CudaDefault(Rule):
     which fails on a TPU. The default becomes the module's device type, a string as before:
     `device.type` is `"cuda"` on CUDA (and `"tpu"` on a TPU); `"cuda:0"` keeps its index
     (`f"{device.type}:0"`). A parameter's default runs when the `def` runs, so the module's
-    device line goes above it; where it cannot, or where the name does not say it holds a
-    device (`backend="cuda"` may choose a kernel, not a device), the default is reported.
+    device line goes above it; where it cannot, or where neither the name says it holds a
+    device nor the module uses it as one (`backend="cuda"` may choose a kernel, not a device;
+    `where="cuda"` then `x.to(where)` is a device), the default is reported.
 
     Example:
         def __init__(self, device="cuda"):            ->  def __init__(self, device=accel_device.type):
@@ -1194,6 +1544,10 @@ class CudaDefault(Rule):
 
     def _default(self, literal: cst.BaseExpression, what: str, device_named: bool) -> None:
         message = self.message.format(what=what, value=f"`{self.code_for(literal)}`")
+        if not device_named:
+            # A name that does not say: what the module does with the value does.
+            values = module_values(self.ctx)
+            device_named = values is not None and bool(values.device_uses(*self.position(literal)))
         if not device_named:
             self.report(
                 literal,

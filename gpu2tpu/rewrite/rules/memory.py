@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import libcst as cst
 
-from ..analysis.branches import accelerator_known
+from ..analysis.branches import accelerator_known, conjuncts
 from ..analysis.edits import (
     accelerator_available,
     as_positional,
@@ -285,3 +285,64 @@ class CudaMemoryTooling(Rule):
         if cuda is not None:
             func = cuda.rsplit(".", 1)[-1]
             self.report(node, self.message.format(func=func), hint=MEMORY_TOOLING[func])
+
+
+# What the rewrite gives a memory figure where no accelerator counts it, by accelerator name.
+FIGURE_FALLBACKS = {
+    **{name: fallback for name, fallback in CudaMemoryStats.functions.values()},
+    "get_memory_info": "(0, 0)",
+}
+
+
+class MemoryFigureFallback(Rule):
+    """A memory figure that reads 0 where no accelerator counts it.
+
+    Why: G2T302 and G2T304 guard the `torch.accelerator.memory` reads they write with
+    `torch.accelerator.is_available()` and give 0 (`{}`, `(0, 0)`) elsewhere, and a backend
+    that does not count its memory answers 0 too. A notebook that measures memory then
+    prints "0.0 GB" everywhere and nothing says why: a fallback that changes what the
+    program reports is a finding, always, on the original call (when the rewrite gives it a
+    fallback) and on the rewritten one alike, so `check` says the same before and after.
+
+    Example:
+        print(torch.cuda.max_memory_allocated() / 1e9)
+        # -> (torch.accelerator.memory.max_memory_allocated() if torch.accelerator.is_available() else 0) / 1e9
+        # G2T320: reads 0 without an accelerator; say so where it is printed
+    """
+
+    code = "G2T320"
+    name = "memory-figure-fallback"
+    safety = Safety.REPORT
+    severity = Severity.WARNING
+    message = "`{call}` reads {fallback} where no accelerator counts memory: the figure it reports changes"
+    hint = (
+        "say so where it is printed, or skip the figure where "
+        "`torch.accelerator.is_available()` is False"
+    )
+    tokens = (b"memory_", b"mem_get_info", b"get_memory_info")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        cuda = matches(ctx, node, *_qualified(*CudaMemoryStats.functions, "mem_get_info"))
+        if cuda is not None:
+            name = cuda.rsplit(".", 1)[-1]
+            rule = "G2T304" if name == "mem_get_info" else "G2T302"
+            unsafe = rule == "G2T304"
+            options = ctx.options
+            rewritten = options.enabled(rule) and (options.unsafe_fixes or not unsafe)
+            if rewritten and not unpacks(node) and not accelerator_known(ctx, node):
+                fallback = "(0, 0)" if unsafe else CudaMemoryStats.functions[name][1]
+                self.report(node, self.message.format(call=self.short(node, 50), fallback=fallback))
+            return
+        accel = matches(ctx, node, *(f"torch.accelerator.memory.{n}" for n in FIGURE_FALLBACKS))
+        parent = self.parent(node)
+        if accel is None or not (isinstance(parent, cst.IfExp) and parent.body is node):
+            return
+        if not any(
+            isinstance(part, cst.Call)
+            and matches(ctx, part, "torch.accelerator.is_available") is not None
+            for part in conjuncts(parent.test)
+        ):
+            return
+        fallback = FIGURE_FALLBACKS[accel.rsplit(".", 1)[-1]]
+        self.report(node, self.message.format(call=self.short(node, 50), fallback=fallback))

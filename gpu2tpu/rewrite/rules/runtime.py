@@ -125,12 +125,14 @@ class CudaEventTiming(Rule):
     `ev.record()` and `ev.synchronize()` statements and `a.elapsed_time(b)` with another such
     event, each `record()` becomes a guarded `torch.accelerator.synchronize()` and a
     `time.perf_counter()` reading, `elapsed_time` the difference in milliseconds, and
-    `synchronize()` goes (the reading already waited); `import time` is added if needed.
+    `synchronize()` goes (the reading already waited), as does the line that made the event
+    (a reading there would be dead: CUDA raises on an event never recorded); `import time`
+    is added if needed.
     Timings now include the host's view of the step; results are unchanged. Other events
     (kept in lists, recorded on a stream, queried, used for synchronisation) are reported.
 
     Example:
-        start = torch.cuda.Event(enable_timing=True)   ->  start = time.perf_counter()
+        start = torch.cuda.Event(enable_timing=True)   ->  (dropped: `record()` assigns it)
         start.record()                                 ->  if torch.accelerator.is_available(): torch.accelerator.synchronize()
                                                            start = time.perf_counter()
         ms = start.elapsed_time(end)                   ->  ms = (end - start) * 1000.0
@@ -301,7 +303,12 @@ class CudaEventTiming(Rule):
         def now() -> cst.Call:
             return cst.Call(func=cst.parse_expression("time.perf_counter"))
 
-        if not self.report(plan.call, fix=lambda updated: now()):
+        # Every `record()` assigns a fresh reading before any `elapsed_time` can read it (an
+        # event never recorded makes CUDA raise there), so the event's own line goes.
+        assign = self.parent(plan.call)
+        line = self.parent(assign) if assign is not None else None
+        assert isinstance(line, cst.SimpleStatementLine)
+        if not report_removal(self, plan.call, line):
             return False
         for line in plan.records:
 
@@ -664,11 +671,27 @@ class CudaLegacyTensor(Rule):
             and not call.args[0].star
         )
 
+    def _bfloat16_wanted(self, kind: str) -> bool:
+        """Whether this run also switches float16 to bfloat16 (G2T212's unsafe fix): a legacy
+        half tensor is then a person's call, since the float16 it would become is rewritten
+        again by the next run."""
+        options = self.ctx.options
+        return (
+            kind == "HalfTensor"
+            and options.fix
+            and options.unsafe_fixes
+            and options.enabled("G2T212")
+        )
+
     def visit_Call(self, node: cst.Call) -> None:
         if not self._is_type_call(node):
             return
         kind = self._type(node.args[0].value)
         if kind is None:
+            return
+        if self._bfloat16_wanted(kind):
+            message = self.message.format(type=kind)
+            self.report(node, message, hint="use `x.to(device, torch.bfloat16)`, by hand")
             return
         ctx = self.ctx
         dtype = LEGACY_TENSORS[kind]
@@ -695,7 +718,8 @@ class CudaLegacyTensor(Rule):
         args = call.args
         data = len(args) == 1 and isinstance(args[0].value, cst.List | cst.Tuple)
         sizes = all(isinstance(a.value, cst.Integer) and a.keyword is None for a in args)
-        if any(a.star or a.keyword is not None for a in args) or not (data or sizes):
+        unclear = any(a.star or a.keyword is not None for a in args) or not (data or sizes)
+        if unclear or self._bfloat16_wanted(kind):
             self.report(
                 call, self.message.format(type=kind), hint=f"{self.hint}, by hand: data or sizes?"
             )

@@ -28,6 +28,13 @@ from .base import Rule
 TRAINING_LOOP_TOKENS = (b".backward(", b".step(", b"loader", b"Loader", b"model(", b"net(")
 SYNC_NAMES = tuple(f"torch.{m}.synchronize" for m in ("cuda", "accelerator", "xpu", "mps", "tpu"))
 FLOAT64 = ("torch.float64", "torch.double")
+# Legacy typed tensors of float64 (G2T314 rewrites the CUDA ones into `dtype=torch.float64`).
+LEGACY_DOUBLE = ("torch.DoubleTensor", "torch.cuda.DoubleTensor")
+# Clocks a benchmark reads around the work it times.
+CLOCKS = tuple(
+    f"time.{c}"
+    for c in ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns")
+) + ("timeit.default_timer",)
 # Index expressions that can be boolean masks (others, such as `x[0]` or `x[i:j]`, cannot).
 MASK_SHAPES = (cst.Comparison, cst.UnaryOperation, cst.BinaryOperation, cst.Call, cst.Name)
 
@@ -329,16 +336,20 @@ class Float64Tensor(_Warning):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if self.matches_name(node, "torch.DoubleTensor"):
+        if self.matches_name(node, *LEGACY_DOUBLE):
             self.report(node, self.message.format(what=short(node, 30)))
             return
+        if isinstance(func, cst.Attribute) and func.attr.value == "type" and len(node.args) == 1:
+            if string_value(node.args[0].value) in LEGACY_DOUBLE:  # `x.type("torch.DoubleTensor")`
+                self.report(node.args[0].value, self.message.format(what=short(node.args[0], 30)))
+                return
         if isinstance(func, cst.Attribute) and func.attr.value == "double" and not node.args:
             module = isinstance(func.value, cst.Name) and self.qualified_names(func.value)
             if not module and not _on_host(func.value):
                 self.report(node, self.message.format(what=".double()"))
             return
         for arg in node.args:
-            if not self.matches_name(arg.value, *FLOAT64, "torch.DoubleTensor"):
+            if not self.matches_name(arg.value, *FLOAT64, *LEGACY_DOUBLE):
                 continue
             if arg.keyword is not None and arg.keyword.value not in ("dtype", "torch_dtype"):
                 continue
@@ -458,10 +469,47 @@ class SynchronizeInLoop(_PerfRule):
         branch = device_branch(self.ctx, node)
         if branch is not None and branch not in ("tpu", "xla"):
             return  # code for one other device (`if device == "mps":`) never runs on a TPU
+        if self._times_work(node):
+            return  # it brackets a timer reading: what a benchmark must do on every device
         loop = self.step_loop(node)
         if loop is not None:
             what = f"{self.code_for(node.func)}()"
             self.report(node, self.message.format(what=what, loop=loop.describe()))
+
+    def _times_work(self, node: cst.Call) -> bool:
+        """Whether the synchronize is a statement next to one that reads a clock
+        (`time.perf_counter()`, an event's `record()`): it makes the timer measure the queued
+        work, in a benchmark loop as outside one."""
+        expr = self.parent(node)
+        line = self.parent(expr) if isinstance(expr, cst.Expr) else None
+        block = self.parent(line) if isinstance(line, cst.SimpleStatementLine) else None
+        guard = self.parent(block) if isinstance(block, cst.IndentedBlock) else None
+        if isinstance(guard, cst.If) and guard.orelse is None and len(block.body) == 1:  # type: ignore[union-attr]
+            # `if torch.accelerator.is_available(): torch.accelerator.synchronize()`: the
+            # guard's neighbours are the synchronize's
+            line, block = guard, self.parent(guard)
+        if not isinstance(block, cst.IndentedBlock | cst.Module):
+            return False
+        body = list(block.body)
+        index = next(i for i, stmt in enumerate(body) if stmt is line)
+        return any(self._reads_clock(body[j]) for j in (index - 1, index + 1) if 0 <= j < len(body))
+
+    def _reads_clock(self, stmt: cst.CSTNode) -> bool:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            return False
+        stack: list[cst.CSTNode] = [stmt]
+        while stack:
+            current = stack.pop()
+            if isinstance(current, cst.Call):
+                if self.matches_name(current, *CLOCKS):
+                    return True
+                if isinstance(current.func, cst.Attribute) and current.func.attr.value in (
+                    "record",
+                    "elapsed_time",
+                ):
+                    return True
+            stack.extend(current.children)
+        return False
 
 
 class InferenceModeCompiled(_Warning):

@@ -1,0 +1,134 @@
+"""Rewritten code never runs worse than the original on an accelerator that is not CUDA
+(issue 27, §2): each snippet runs as written and as rewritten, on an accelerator simulated
+the way the backends answer for theirs (`backends.base.accelerator_answers`: torch's
+`accelerator` API answers for the meta device, `torch.cuda` stays unavailable, as on a TPU
+host). Where the original runs, the rewrite runs and gives the same answer, or uses the
+accelerator the original left idle.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+from gpu2tpu.backends.base import accelerator_answers
+from gpu2tpu.rewrite.model import Options
+from gpu2tpu.rewrite.source import rewrite_source
+
+# name -> (snippet, what the rewrite's `result` must be on the simulated accelerator)
+SNIPPETS: dict[str, tuple[str, object]] = {
+    # The CUDA branch reads a value built only where CUDA is (lucidrains' Attend): widened to
+    # every accelerator, the choice picked None on a TPU.
+    "is_cuda_choice_of_a_cuda_only_value": (
+        """
+        import torch
+
+        class Attend:
+            def __init__(self):
+                self.cpu_config = (True, True, True)
+                self.cuda_config = None
+                if not torch.cuda.is_available():
+                    return
+                major, _ = torch.cuda.get_device_capability()
+                self.cuda_config = (major >= 8, False, False)
+
+            def config(self, q):
+                return self.cuda_config if q.is_cuda else self.cpu_config
+
+        result = Attend().config(torch.ones(2, device="meta"))[0]
+        """,
+        True,
+    ),
+    # A test kept in a variable guards a CUDA-only call elsewhere.
+    "test_kept_in_a_variable": (
+        """
+        import torch
+
+        use_gpu = torch.cuda.is_available()
+        name = "cpu"
+        if use_gpu:
+            name = torch.cuda.get_device_name(0)
+        result = name
+        """,
+        "cpu",
+    ),
+    # A guard around a line the rewrite leaves CUDA-only (an index it cannot carry over).
+    "guard_of_a_line_left_cuda_only": (
+        """
+        import torch
+
+        gpu = int("0")
+        x = torch.ones(2)
+        if torch.cuda.is_available():
+            x = x.cuda(gpu)
+        result = x.sum().item()
+        """,
+        2.0,
+    ),
+    # The common device choice: the original takes the CPU on any accelerator but CUDA and
+    # MPS; migrated whole, it takes the accelerator.
+    "device_choice_chain": (
+        """
+        import torch
+
+        if torch.cuda.is_available():
+            device = torch.device("cuda")
+        elif torch.backends.mps.is_available():
+            device = torch.device("mps")
+        else:
+            device = torch.device("cpu")
+        result = torch.ones(2, device=device).device.type
+        """,
+        "meta",
+    ),
+}
+
+
+def _run(text: str) -> tuple[str | None, dict[str, object]]:
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    try:
+        exec(compile(text, "<snippet>", "exec"), namespace)
+    except Exception as err:  # what the snippet raised is the answer
+        return f"{type(err).__name__}: {err}", namespace
+    return None, namespace
+
+
+@pytest.mark.parametrize("name", SNIPPETS)
+def test_the_rewrite_runs_where_the_original_ran(name: str) -> None:
+    snippet, expected = SNIPPETS[name]
+    original = textwrap.dedent(snippet)
+    rewritten = rewrite_source(original).new_text
+    assert not torch.cuda.is_available()  # the simulated host has no CUDA, as a TPU host
+    with accelerator_answers(torch.device("meta")):
+        assert torch.accelerator.is_available()
+        before, as_written = _run(original)
+        after, migrated = _run(rewritten)
+    assert before is None, f"the original does not run on the simulated accelerator: {before}"
+    assert after is None, f"the rewrite fails where the original ran: {after}\n{rewritten}"
+    assert migrated["result"] == expected, rewritten
+    if name != "device_choice_chain":
+        assert migrated["result"] == as_written["result"]
+
+
+def test_the_tf32_switch_leaves_the_cpus_precision_alone() -> None:
+    """`torch.set_float32_matmul_precision("high")` also sets oneDNN's float32 matmuls to TF32
+    on the CPU, which `allow_tf32` does not: the fix is unsafe, and by default the line is
+    reported, so the CPU computes as it did."""
+    original = "import torch\n\ntorch.backends.cuda.matmul.allow_tf32 = True\n"
+    saved = (torch.get_float32_matmul_precision(), torch.backends.mkldnn.matmul.fp32_precision)
+    try:
+        answers = []
+        for options in (None, Options(), Options(unsafe_fixes=True)):
+            torch.set_float32_matmul_precision("highest")
+            torch.backends.mkldnn.matmul.fp32_precision = "none"
+            text = original if options is None else rewrite_source(original, options).new_text
+            assert _run(text)[0] is None
+            answers.append(torch.backends.mkldnn.matmul.fp32_precision)
+    finally:
+        torch.set_float32_matmul_precision(saved[0])
+        torch.backends.mkldnn.matmul.fp32_precision = saved[1]
+    as_written, default, unsafe = answers
+    assert default == as_written
+    assert unsafe != as_written  # why the fix waits for --unsafe-fixes
