@@ -8,6 +8,7 @@ could not be processed (the others are still processed and reported).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 from typing import Any
@@ -74,6 +75,25 @@ def main(argv: list[str] | None = None) -> int:
     except MissingExtraError as err:
         print(f"gpu2tpu: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Before a run started, or in a command that writes nothing: one line, no traceback.
+        # (check and rewrite say what they wrote themselves: cli_run.)
+        print("interrupted: 0 files written, every file untouched", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def _closed_pipe() -> int:
+    """The reader went away (`gpu2tpu check . | head -1`): stop quietly, as Unix tools do
+    (they die of SIGPIPE: 128 + 13). Standard output goes to /dev/null so that Python's own
+    flush at exit does not fail again (Python's documentation, "Note on SIGPIPE")."""
+    import os
+
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 141
 
 
 def _main(argv: list[str] | None) -> int:

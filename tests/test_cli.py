@@ -129,7 +129,11 @@ def test_pyproject_exclude_and_select(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout
     (root / "pyproject.toml").write_text("[tool.gpu2tpu]\nbogus = 1\n")
     proc = run_cli("check", ".", cwd=root)
-    assert proc.returncode == 2 and "unknown [tool.gpu2tpu] key(s): bogus" in proc.stderr
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "gpu2tpu: error: pyproject.toml: unknown [tool.gpu2tpu] key 'bogus' (the keys are: "
+        "exclude, select, ignore, unsafe-fixes, max-file-size, target-torch, respect-gitignore)\n"
+    )
 
 
 def test_stdin_mode() -> None:
@@ -217,3 +221,27 @@ def test_the_prefilter_answers_as_every_token_would() -> None:
     agree()
     assert holds_token(b"x = y.is_cuda\n", tokens)  # through `cuda`, which `is_cuda` holds
     assert not holds_token(b"import os\nprint(os.getcwd())\n", tokens)
+
+
+def test_a_report_file_that_names_an_input_is_a_usage_error(tmp_path: Path) -> None:
+    root = make_tree(tmp_path)
+    train = root / "pkg" / "train.py"
+    for args in (
+        ("check", "-o", "pkg/train.py", "pkg/train.py"),
+        ("check", "--output-file", "pkg/train.py", "pkg"),
+        ("check", "-o", "./pkg/../pkg/train.py", "."),
+        ("rewrite", "--report", "pkg/train.py", "pkg"),
+        ("rewrite", "--report", "pkg/train.py", "pkg/train.py", "pkg/plain.py"),
+    ):
+        proc = run_cli(*args, cwd=root)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert (
+            proc.stderr.strip()
+            .splitlines()[-1]
+            .endswith("is one of the input files; name another file for the report")
+        ), proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert train.read_text() == CUDA_SCRIPT, args
+    # a report beside the sources, not among them, is fine
+    proc = run_cli("check", "-o", "pkg/report.md", "--format", "markdown", "pkg", cwd=root)
+    assert proc.returncode == 1 and (root / "pkg" / "report.md").is_file()

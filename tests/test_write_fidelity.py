@@ -130,20 +130,35 @@ def _temporary(folder: Path, name: str, age_s: float) -> Path:
     return p
 
 
+def _ours(folder: Path, pid: int, age_s: float, data: bytes = b"half a file") -> Path:
+    """A temporary named as a write names it, holding the bytes its name's digest says."""
+    from gpu2tpu.rewrite.atomic_write import digest
+
+    p = folder / f".m.py.{pid}.abcd1234.{digest(data)}.gpu2tpu"
+    p.write_bytes(data)
+    old = time.time() - age_s
+    os.utime(p, (old, old))
+    return p
+
+
 def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text(GOOD)
-    dead = _temporary(tmp_path, ".m.py.999999999.abcd1234.gpu2tpu", 3600)  # no such process
-    legacy = _temporary(tmp_path, ".m.py.k2j4h5g6.gpu2tpu", 3600)  # older name, no pid
-    fresh = _temporary(tmp_path, ".m.py.999999999.zzzz9999.gpu2tpu", 0)  # maybe mid-write
-    live = _temporary(tmp_path, f".m.py.{os.getpid()}.wxyz5678.gpu2tpu", 3600)  # a live run's
-    other = _temporary(tmp_path, ".notes.txt.gpu2tpu", 3600)  # not ours
+    dead = _ours(tmp_path, 999999999, 3600)  # no such process
     assert run([str(tmp_path)], Config(jobs=1), Mode.CHECK).files  # check writes nothing...
-    assert dead.exists() and legacy.exists()
+    assert dead.exists()
     run([str(tmp_path)], Config(jobs=1), Mode.WRITE)  # ... rewrite cleans up
-    assert not dead.exists() and not legacy.exists()
-    assert fresh.exists() and live.exists() and other.exists()
+    assert not dead.exists()
+    fresh = _ours(tmp_path, 999999999, 0)  # maybe mid-write
+    live = _ours(tmp_path, os.getpid(), 3600)  # a live run's
+    cut = _ours(tmp_path, 999999998, 3600)
+    cut.write_bytes(b"half a fi")  # cut short mid-write: not provably ours
+    os.utime(cut, (time.time() - 3600,) * 2)
+    (tmp_path / "m.py").write_text(GOOD)
+    run([str(tmp_path)], Config(jobs=1), Mode.WRITE)
+    assert fresh.exists() and live.exists() and cut.exists()
     # a file named on the command line gets its own temporaries removed too
-    again = _temporary(tmp_path, ".m.py.999999999.abcd1234.gpu2tpu", 3600)
+    live.unlink()
+    again = _ours(tmp_path, 999999997, 3600)
     run([str(tmp_path / "m.py")], Config(jobs=1), Mode.WRITE)
     assert not again.exists()
 
@@ -268,3 +283,118 @@ def run_text(text: str) -> str:
     from gpu2tpu.rewrite.source import rewrite_source
 
     return rewrite_source(text).new_text
+
+
+# -- never lose a user's file or edit (issue 26) --------------------------------------------------
+
+
+def test_a_users_file_named_like_a_temporary_is_never_removed(tmp_path: Path) -> None:
+    """Only a temporary that a gpu2tpu write provably made is removed: the user's own files
+    that happen to match the pattern stay, however old."""
+    (tmp_path / "m.py").write_text(GOOD)
+    mine = [
+        _temporary(tmp_path, ".m.py.k2j4h5g6.gpu2tpu", 3600),
+        _temporary(tmp_path, ".m.py.999999999.abcd1234.gpu2tpu", 3600),
+        _temporary(tmp_path, ".notes.txt.12345678.gpu2tpu", 3600),
+    ]
+    (tmp_path / "sub").mkdir()
+    mine.append(_temporary(tmp_path / "sub", ".x.py.999999999.abcd1234.gpu2tpu", 3600))
+    run([str(tmp_path)], Config(jobs=1), Mode.WRITE)
+    run([str(tmp_path / "m.py")], Config(jobs=1), Mode.WRITE)
+    assert [p.read_text() for p in mine] == ["half a file"] * len(mine)
+
+
+def _killed_before_replace(path: Path) -> None:
+    """A write killed (SIGKILL) after its temporary is complete, before the rename."""
+    import multiprocessing
+
+    def child() -> None:
+        from gpu2tpu.rewrite import atomic_write
+
+        def die(*args: object) -> None:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        atomic_write.os.replace = die  # type: ignore[assignment]
+        atomic_write.write_atomic(str(path), "import torch\nx = 1\n", "utf-8")
+
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    process.join(60)
+    assert process.exitcode == -signal.SIGKILL
+
+
+def test_a_temporary_a_killed_write_left_is_removed(tmp_path: Path) -> None:
+    p = tmp_path / "m.py"
+    p.write_text(GOOD)
+    _killed_before_replace(p)
+    (left,) = tmp_path.glob(".m.py.*.gpu2tpu")
+    old = time.time() - 3600
+    os.utime(left, (old, old))
+    run([str(tmp_path)], Config(jobs=1), Mode.CHECK)  # check writes nothing, removes nothing
+    assert left.exists()
+    run([str(tmp_path)], Config(jobs=1), Mode.WRITE)
+    assert not left.exists()
+    assert ".to(device)" in p.read_text()
+
+
+def _edit_during_the_run(monkeypatch: pytest.MonkeyPatch, edit) -> None:  # type: ignore[no-untyped-def]
+    """Call `edit(path)` after the rewrite has read a file, before it writes it back."""
+    from gpu2tpu.rewrite import torch_target
+
+    real = torch_target.rewrite_for_target
+
+    def rewrite_then_edit(rewrite, text, options):  # type: ignore[no-untyped-def]
+        result = real(rewrite, text, options)
+        for p in Path(os.environ["EDIT_DIR"]).glob("*.py"):
+            edit(p)
+        return result
+
+    monkeypatch.setattr(torch_target, "rewrite_for_target", rewrite_then_edit)
+
+
+@pytest.mark.parametrize("same_size_and_time", [False, True])
+def test_an_edit_saved_during_the_run_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, same_size_and_time: bool
+) -> None:
+    p = tmp_path / "m.py"
+    p.write_text(GOOD)
+    edited = GOOD.replace("zeros", "empty") if same_size_and_time else GOOD + "y = 2\n"
+
+    def save(path: Path) -> None:
+        before = path.stat()
+        path.write_text(edited)
+        if same_size_and_time:  # only the bytes tell
+            os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    monkeypatch.setenv("EDIT_DIR", str(tmp_path))
+    _edit_during_the_run(monkeypatch, save)
+    for config in (Config(jobs=1), Config(isolate=False)):
+        p.write_text(GOOD)
+        report = run([str(p)], config, Mode.WRITE)
+        (outcome,) = report.files
+        assert outcome.status is Status.ERROR
+        assert outcome.error == "changed during the run; left as it is"
+        assert not outcome.edits, "an edit that was not written is not counted"
+        assert p.read_text() == edited
+        assert [q.name for q in tmp_path.iterdir()] == ["m.py"]
+
+
+def test_a_read_only_file_is_left_and_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = tmp_path / "ro.py"
+    p.write_text(GOOD)
+    p.chmod(0o444)
+    (outcome,) = run([str(p)], Config(jobs=1), Mode.WRITE).files
+    assert outcome.status is Status.ERROR
+    assert outcome.error == "read-only file; left as it is (make it writable to rewrite it)"
+    assert p.read_text() == GOOD and stat.S_IMODE(p.stat().st_mode) == 0o444
+    assert not outcome.edits
+    # writable by its mode, but not by this user (not the owner, and not root)
+    q = tmp_path / "theirs.py"
+    q.write_text(GOOD)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda f, m, **k: False if m == os.W_OK else real(f, m))
+    (outcome,) = run([str(q)], Config(isolate=False), Mode.WRITE).files
+    assert outcome.error == "read-only file; left as it is (make it writable to rewrite it)"
+    assert q.read_text() == GOOD

@@ -8,14 +8,23 @@ an error line, the files it had not reached go to the other workers, and a new w
 
 A worker also stops when its parent dies (killed mid-run): on Linux the kernel sends it SIGTERM
 (`prctl(PR_SET_PDEATHSIG)`), elsewhere a thread watches the parent's pid. SIGTERM raises
-`SystemExit` in the worker, so a write in progress removes its temporary file.
+`SystemExit` in the worker, so a write in progress removes its temporary file; once a write
+has begun its rename (`hold_stop`), the stop waits until the worker has said so to the parent.
+
+Ctrl-C: workers ignore SIGINT (the terminal sends it to the whole process group); the parent
+notes it (a handler that only sets a flag and wakes the wait through a socket), tells every
+worker to stop, takes the answers they still send, and raises `Interrupted` with what was
+done. Waiting on a worker is always bounded: one that has not stopped a few seconds after
+SIGTERM is killed, so an interrupted run never hangs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -29,6 +38,16 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _PR_SET_PDEATHSIG = 1
+STOP_GRACE_S = 5.0  # how long a worker told to stop may take before it is killed
+
+
+class Interrupted(Exception):  # noqa: N818 (what happened, as KeyboardInterrupt)
+    """Ctrl-C during `run_isolated`: `results` holds what the workers answered (None for the
+    items they did not finish)."""
+
+    def __init__(self, results: list) -> None:
+        super().__init__("interrupted")
+        self.results = results
 
 
 @dataclass
@@ -68,7 +87,8 @@ def run_isolated(
         process = context.Process(
             target=_serve, args=(theirs, work, os.getpid(), quick), daemon=True
         )
-        process.start()
+        with _sigint_blocked():  # the worker ignores SIGINT before it could raise one
+            process.start()
         theirs.close()
         worker: _Worker[T] = _Worker(process, mine)
         workers[mine] = workers[process.sentinel] = worker
@@ -110,28 +130,120 @@ def run_isolated(
             todo.extendleft(reversed(worker.inflight))
             worker.inflight.clear()
 
-    try:
-        for _ in range(max(1, min(jobs, len(items)))):
-            start()
-        while workers:
-            for ready in wait(list(workers)):
-                worker = workers.get(ready)
-                if worker is None:
-                    continue  # its connection and sentinel were both ready
-                if receive(worker):
-                    feed(worker)
-                    continue
-                receive(worker)
-                retire(worker)
-                if todo and len({id(w) for w in workers.values()}) < jobs:
-                    start()
-    except BaseException:
-        for worker in {id(w): w for w in workers.values()}.values():
-            worker.process.terminate()
-        for worker in {id(w): w for w in workers.values()}.values():
-            worker.process.join()
-        raise
+    with _InterruptFlag() as interrupt:
+        try:
+            for _ in range(max(1, min(jobs, len(items)))):
+                start()
+            while workers and not interrupt.raised:
+                for ready in wait([*workers, *interrupt.waitables]):
+                    worker = workers.get(ready)
+                    if worker is None or interrupt.raised:
+                        continue  # the wake-up socket, or a worker already retired
+                    if receive(worker):
+                        feed(worker)
+                        continue
+                    receive(worker)
+                    retire(worker)
+                    if todo and len({id(w) for w in workers.values()}) < jobs:
+                        start()
+        except BaseException:
+            _stop_all(list({id(w): w for w in workers.values()}.values()), None)
+            raise
+        if interrupt.raised:
+            _stop_all(list({id(w): w for w in workers.values()}.values()), results)
+            raise Interrupted(results)
     return results  # type: ignore[return-value]
+
+
+def _stop_all(workers: list[_Worker], results: list | None) -> None:  # type: ignore[type-arg]
+    """Tell `workers` to stop (SIGTERM) and wait for them, at most `STOP_GRACE_S`, then kill
+    the rest. With `results`, the answers they still send are kept: a worker that has begun
+    a rename finishes it and says so before it stops (`hold_stop`)."""
+    for worker in workers:
+        with contextlib.suppress(OSError):
+            worker.process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    live = list(workers)
+    while live:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready = set(wait([w.process.sentinel for w in live] + [w.conn for w in live], left))
+        for worker in list(live):
+            if results is not None and worker.conn in ready:
+                _drain(worker, results)
+            if worker.process.sentinel in ready:
+                if results is not None:
+                    _drain(worker, results)
+                live.remove(worker)
+    for worker in live:
+        with contextlib.suppress(OSError):
+            worker.process.kill()
+    for worker in workers:
+        worker.process.join()
+        with contextlib.suppress(OSError):
+            worker.conn.close()
+
+
+def _drain(worker: _Worker, results: list) -> None:  # type: ignore[type-arg]
+    try:
+        while worker.conn.poll():
+            for index, result in worker.conn.recv():
+                results[index] = result
+    except (EOFError, OSError):
+        pass
+
+
+class _InterruptFlag:
+    """While active (in the main thread), SIGINT sets `raised` and wakes `wait` through a
+    socket instead of raising KeyboardInterrupt wherever the parent happens to be (inside a
+    pipe read, which would lose the answer being read). A second Ctrl-C is ignored while
+    the workers stop; the handler before is put back on exit."""
+
+    def __init__(self) -> None:
+        self.raised = False
+        self.waitables: list[socket.socket] = []
+        self._previous: object = None
+        self._wakeup: int | None = None
+        self._sockets: tuple[socket.socket, socket.socket] | None = None
+
+    def __enter__(self) -> _InterruptFlag:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        reader, writer = socket.socketpair()
+        reader.setblocking(False)
+        writer.setblocking(False)
+        self._sockets = (reader, writer)
+        self.waitables = [reader]
+        self._previous = signal.signal(signal.SIGINT, self._note)
+        self._wakeup = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        return self
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.raised = True
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._sockets is None:
+            return
+        signal.set_wakeup_fd(self._wakeup if self._wakeup is not None else -1)
+        signal.signal(signal.SIGINT, self._previous)  # type: ignore[arg-type]
+        for sock in self._sockets:
+            sock.close()
+
+
+@contextlib.contextmanager
+def _sigint_blocked():  # type: ignore[no-untyped-def]
+    """SIGINT held back while a worker is forked: it inherits the mask and ignores SIGINT
+    before it lets one in (`_serve`); the parent gets a held one as soon as it unblocks."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _context() -> multiprocessing.context.BaseContext:
@@ -160,6 +272,11 @@ def _serve(
     """A worker: take batches of (index, item); answer the quick ones of a batch together,
     then each other item as soon as it is done, in the batch's order (so that the parent,
     should this process die, knows the item it was on: the first one not answered)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    with contextlib.suppress(ValueError):
+        signal.set_wakeup_fd(-1)  # the parent's wake-up socket is not this process's
     _die_with_parent(parent)
     try:
         while True:
@@ -181,12 +298,38 @@ def _serve(
             if done:
                 conn.send(done)
             for index, item in rest:
-                conn.send([(index, work(item))])
+                answer = work(item)
+                conn.send([(index, answer)])
+                _release_stop()
     except KeyboardInterrupt:
         sys.exit(130)
 
 
+# A worker told to stop (SIGTERM) stops at once, unless a write has begun its rename: then it
+# stops once the answer that says so is sent, so that the parent knows the file was written.
+_holding = False
+_stop_pending = False
+
+
+def hold_stop() -> None:
+    """Called just before a write's rename: a stop waits until this item's answer is sent."""
+    global _holding
+    _holding = True
+
+
+def _release_stop() -> None:
+    global _holding, _stop_pending
+    _holding = False
+    if _stop_pending:
+        _stop_pending = False
+        raise SystemExit(128 + signal.SIGTERM)
+
+
 def _stop(signum: int, frame: object) -> None:
+    global _stop_pending
+    if _holding:
+        _stop_pending = True
+        return
     raise SystemExit(128 + signum)
 
 
