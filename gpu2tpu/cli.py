@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import signal
 import sys
 from typing import Any
 
@@ -76,12 +77,41 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu2tpu: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        # Before a run started, or in a command that writes nothing: one line, no traceback.
-        # (check and rewrite say what they wrote themselves: cli_run.)
-        print("interrupted: 0 files written, every file untouched", file=sys.stderr)
-        return 130
+        return _interrupted()
     except BrokenPipeError:
         return _closed_pipe()
+    except Exception as err:
+        if _from_ctrl_c(err):
+            return _interrupted()
+        raise
+
+
+def _interrupted() -> int:
+    """Ctrl-C before a run started, or in a command that writes nothing: one line, no
+    traceback (check and rewrite say what they wrote themselves: rewrite/cli_run.py)."""
+    print("interrupted: 0 files written, every file untouched", file=sys.stderr)  # engine.py
+    return 130
+
+
+def _from_ctrl_c(err: BaseException) -> bool:
+    """Whether `err` stands for a Ctrl-C: Python 3.11 wraps one raised while a class is being
+    made (a module loading) in RuntimeError("Error calling __set_name__ ...")."""
+    seen = 0
+    cause: BaseException | None = err
+    while cause is not None and seen < 8:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    return False
+
+
+def entry() -> None:
+    """The `gpu2tpu` command (console script and `python -m gpu2tpu`): `main()`, then exit. A
+    Ctrl-C once the run has ended changes nothing, so it is ignored from there on."""
+    status = main()
+    with contextlib.suppress(ValueError):  # not the main thread
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(status)
 
 
 def _closed_pipe() -> int:
@@ -109,4 +139,4 @@ def _main(argv: list[str] | None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry()

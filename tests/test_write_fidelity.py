@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -398,3 +399,101 @@ def test_a_read_only_file_is_left_and_reported(
     (outcome,) = run([str(q)], Config(isolate=False), Mode.WRITE).files
     assert outcome.error == "read-only file; left as it is (make it writable to rewrite it)"
     assert q.read_text() == GOOD
+
+
+# -- Ctrl-C at random moments (issue 26) ---------------------------------------------------------
+
+# The command, started so that it says when gpu2tpu's own code runs: an interrupt before that
+# lands in Python's start-up (site, runpy), which prints its own traceback, as for any Python
+# program, and is not what this measures.
+BOOT = (
+    "import os, sys\n"
+    "from gpu2tpu.cli import entry\n"
+    "os.write(int(os.environ['READY_FD']), b'r')\n"
+    "entry()\n"
+)
+INTERRUPTED = re.compile(r"interrupted: (\d+) files? written, (\d+) untouched")
+
+
+def _interrupt_once(folder: Path, delay: float | None, originals: dict[str, bytes]) -> dict:
+    """Start `rewrite -j 2`, send SIGINT to its process group (as a terminal's Ctrl-C does)
+    `delay` seconds after gpu2tpu's code starts (None: never); what it said, how it ended,
+    how long it ran from then."""
+    for name, data in originals.items():
+        (folder / name).write_bytes(data)
+    read_end, write_end = os.pipe()
+    env = {**os.environ, "READY_FD": str(write_end)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BOOT, "rewrite", "-q", "-j", "2", "."], cwd=folder, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_end,),
+        start_new_session=True,
+    )  # fmt: skip
+    os.close(write_end)
+    try:
+        assert os.read(read_end, 1) == b"r", "the command did not start"
+        started = time.monotonic()
+        if delay is not None:
+            time.sleep(delay)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise AssertionError(f"a run interrupted after {delay:.3f} s hung") from None
+    finally:
+        os.close(read_end)
+    return {"code": proc.returncode, "out": out.decode(), "err": err.decode(),
+            "seconds": time.monotonic() - started}  # fmt: skip
+
+
+def _interrupt_tree() -> tuple[dict[str, bytes], bytes]:
+    body = GOOD + "".join(f"y{i} = torch.ones({i}).cuda()\n" for i in range(8))
+    originals = {f"m{i:02d}.py": body.encode() for i in range(16)}
+    return originals, run_text(body).encode()
+
+
+def _check_interrupts(tmp_path: Path, delays: list[float]) -> None:
+    originals, rewritten = _interrupt_tree()
+    interrupted = 0
+    for delay in delays:
+        result = _interrupt_once(tmp_path, delay, originals)
+        written = sum((tmp_path / n).read_bytes() == rewritten for n in originals)
+        untouched = sum((tmp_path / n).read_bytes() == originals[n] for n in originals)
+        assert written + untouched == len(originals), "a file is neither whole nor as it was"
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(originals), "a leftover"
+        context = (delay, result)
+        assert "Traceback" not in result["err"], context
+        if result["code"] == 130:
+            interrupted += 1
+            (line,) = result["err"].splitlines()
+            match = INTERRUPTED.fullmatch(line) or (
+                line == "interrupted: 0 files written, every file untouched" and written == 0
+            )
+            assert match, context
+            if match is not True:
+                assert (int(match[1]), int(match[2])) == (written, untouched), context
+        else:  # the run was over before the signal came
+            assert result["code"] == 0 and not result["err"], context
+            assert written == len(originals), context
+    assert interrupted, "no run was interrupted: the moments drawn missed every run"
+
+
+def test_ctrl_c_a_few_times(tmp_path: Path) -> None:
+    """While the command loads, while it works, and near its end."""
+    _check_interrupts(tmp_path, [0.01, 0.4, 0.8])
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_sixty_random_moments(tmp_path: Path) -> None:
+    """Each of 60 runs is interrupted at a moment drawn from the whole run: one line with the
+    true counts (every file on disk is whole or as it was, and the counts say which), exit
+    130, no traceback, no temporary left, never a hang (each run has 60 s)."""
+    import random
+
+    originals, _ = _interrupt_tree()
+    whole = _interrupt_once(tmp_path, None, originals)  # how long a run takes, uninterrupted
+    assert whole["code"] == 0, whole["err"]
+    draw = random.Random()
+    _check_interrupts(tmp_path, [draw.uniform(0, whole["seconds"] * 1.1) for _ in range(60)])

@@ -22,10 +22,12 @@ import contextlib
 import hashlib
 import os
 import re
+import signal
 import stat
 import tempfile
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,30 +93,47 @@ def write_atomic(path: str, text: str, encoding: str, snapshot: Snapshot | None 
     st = target.stat()
     if is_read_only(target, st):
         raise ReadOnly(13, "read-only file", str(target))
-    if snapshot is not None and not snapshot.matches(target):
-        raise ChangedDuringRun(16, "changed during the run", str(target))
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{target.name}.{os.getpid()}.",
-        suffix=f".{digest(data)}.gpu2tpu",
-        dir=target.parent,
-    )
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, stat.S_IMODE(st.st_mode))
-        _keep_owner(tmp, st)
-        if snapshot is not None and not snapshot.matches(target):
-            raise ChangedDuringRun(16, "changed during the run", str(target))
-        from .pool import hold_stop
+    from .pool import hold_stop
 
-        hold_stop()  # a worker told to stop finishes the rename and says it did (pool.py)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    # From here the write is not cut short (it takes milliseconds): a worker told to stop
+    # finishes it and says how it went (pool.py); in a single process, Ctrl-C waits for it.
+    # Else a stop between creating the temporary and the `try` below would leave it behind.
+    hold_stop()
+    with _sigint_held():
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{target.name}.{os.getpid()}.",
+            suffix=f".{digest(data)}.gpu2tpu",
+            dir=target.parent,
+        )
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
+            _keep_owner(tmp, st)
+            if snapshot is not None and not snapshot.matches(target):
+                raise ChangedDuringRun(16, "changed during the run", str(target))
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[None]:
+    """SIGINT held back (main thread only: signals go there) while a write is under way."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        signal, "pthread_sigmask"
+    ):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _keep_owner(tmp: str, st: os.stat_result) -> None:

@@ -284,7 +284,7 @@ def _run_stdin(
     except (ConfigError, UsageError) as err:
         return failed([f"gpu2tpu: error: {line}" for line in str(err).splitlines()])
     except KeyboardInterrupt:
-        return failed([Interrupted(0, 1).line], 130)
+        return failed([Interrupted(0, None).line], 130)
     except Exception as err:  # a bug of ours: the editor still gets its text back
         return failed(
             [

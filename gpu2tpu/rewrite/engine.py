@@ -105,18 +105,19 @@ class RunReport:
 
 
 class Interrupted(Exception):  # noqa: N818 (what happened, as KeyboardInterrupt)
-    """Ctrl-C during a run: how many files were written, how many left as they were."""
+    """Ctrl-C during a run: how many files were written, how many left as they were (None:
+    the files were still being found, and none was written)."""
 
-    def __init__(self, written: int, untouched: int) -> None:
-        super().__init__(f"interrupted: {written} files written, {untouched} untouched")
+    def __init__(self, written: int, untouched: int | None) -> None:
         self.written = written
         self.untouched = untouched
+        super().__init__(self.line)
 
     @property
     def line(self) -> str:
+        left = "every file" if self.untouched is None else str(self.untouched)
         return (
-            f"interrupted: {self.written} file{'s' * (self.written != 1)} written, "
-            f"{self.untouched} untouched"
+            f"interrupted: {self.written} file{'s' * (self.written != 1)} written, {left} untouched"
         )
 
 
@@ -418,7 +419,6 @@ def run(
     def config_for(folder: str) -> Config:
         return adjusted(config_of(folder)) if config_of is not None else base
 
-    found: list[str] = []
     try:
         stale: list[str] = []
         found, discovery_errors = discover(
@@ -430,7 +430,7 @@ def run(
         files = [f for f in found if not f.endswith(CUDA_SOURCE_SUFFIXES)]
         file_configs = [config_for(os.path.dirname(os.path.abspath(f))) for f in files]
     except KeyboardInterrupt:
-        raise Interrupted(0, len(found)) from None
+        raise Interrupted(0, None) from None
     outcomes = _process_all(files, file_configs, config, mode)
     outcomes.extend(_cuda_source_outcomes(found, base))
     targets = {(c.options.target_torch, c.target_source): None for c in file_configs}
