@@ -132,11 +132,16 @@ class _Decoded:
 
 def decode_source(data: bytes) -> _Decoded:
     """Decode Python source the way the interpreter does (BOM, PEP 263 cookie), strictly."""
+    foreign = foreign_text(data)
+    if foreign:
+        raise ValueError(foreign)
     if b"\x00" in data:
         raise ValueError("binary file (contains NUL bytes), not Python source")
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as err:
+        if err.msg == "invalid or missing encoding declaration":  # a first line not UTF-8
+            raise ValueError("not valid UTF-8 text (utf-8); file left as it is") from None
         raise ValueError(f"bad encoding declaration: {err.msg}") from None
     try:
         text = data.decode(encoding)
@@ -209,6 +214,19 @@ _FOREIGN_BOMS = (
 )
 
 
+def foreign_text(data: bytes) -> str | None:
+    """The error for text in an encoding Python never reads source in (UTF-16, UTF-32: a
+    byte-order mark says so), else None. Such a file holds no `cuda` byte string the
+    prefilter could see, so it is said, not skipped unseen."""
+    for bom, name in _FOREIGN_BOMS:
+        if data.startswith(bom):
+            return (
+                f"{name} text (it starts with a {name} byte-order mark): Python reads source "
+                "as UTF-8; file left as it is (save it as UTF-8 to check it)"
+            )
+    return None
+
+
 def _read_or_outcome(
     path: str, config: Config, tokens: tuple[bytes, ...]
 ) -> tuple[bytes, Snapshot] | FileOutcome:
@@ -219,14 +237,9 @@ def _read_or_outcome(
     except (OSError, ValueError) as err:
         reason = os_reason(err) if isinstance(err, OSError) else str(err)
         return FileOutcome(path, Status.ERROR, error=reason)
-    for bom, name in _FOREIGN_BOMS:
-        if data.startswith(bom):
-            return FileOutcome(
-                path,
-                Status.ERROR,
-                error=f"{name} text (it starts with a {name} byte-order mark): Python reads "
-                "source as UTF-8; file left as it is (save it as UTF-8 to check it)",
-            )
+    foreign = foreign_text(data)
+    if foreign:
+        return FileOutcome(path, Status.ERROR, error=foreign)
     if not data.strip():
         return FileOutcome(path, Status.EMPTY)
     if not holds_token(data, tokens) and not _notebook_tokens(path, data):
