@@ -449,7 +449,7 @@ def found(root: Path, *paths: str, respect_gitignore: bool | None = None) -> set
     from gpu2tpu.rewrite.discovery import discover
 
     configs = ProjectConfigs(Overrides(respect_gitignore=respect_gitignore), root)
-    files, errors = discover(paths, lambda folder: configs(folder).scope)
+    files, errors = discover(paths, configs.scope)
     assert not errors
     return {os.path.relpath(f, root) for f in files}
 

@@ -42,12 +42,6 @@ def overrides_of(args: argparse.Namespace) -> Overrides:
     )
 
 
-def build_config(args: argparse.Namespace, cwd: Path) -> Config:
-    """The configuration of the files in `cwd`: the command line over `[tool.gpu2tpu]` over
-    the defaults (each folder's own: `ProjectConfigs`)."""
-    return ProjectConfigs(overrides_of(args), cwd)(str(cwd))
-
-
 def mode_of(args: argparse.Namespace) -> Mode:
     if args.command == "check":
         return Mode.CHECK
@@ -229,7 +223,7 @@ def force_exclude(paths: list[str], configs: ProjectConfigs) -> list[str]:
         raw
         for raw in paths
         if raw == "-"
-        or not is_force_excluded(raw, configs(os.path.dirname(os.path.abspath(raw))).scope)
+        or not is_force_excluded(raw, configs.scope(os.path.dirname(os.path.abspath(raw))))
     ]
 
 
@@ -270,11 +264,8 @@ def _run_stdin(
     try:
         data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
         check_usage(args, cwd)
-        folder = (
-            os.path.dirname(os.path.abspath(cwd / args.stdin_filename))
-            if (args.stdin_filename)
-            else str(cwd)
-        )
+        named = cwd / args.stdin_filename if args.stdin_filename else None
+        folder = os.path.dirname(os.path.abspath(named)) if named else str(cwd)
         configs = ProjectConfigs(overrides_of(args), cwd)
         config = configs(folder)
         if args.force_exclude and args.stdin_filename:
@@ -286,12 +277,8 @@ def _run_stdin(
     except KeyboardInterrupt:
         return failed([Interrupted(0, None).line], 130)
     except Exception as err:  # a bug of ours: the editor still gets its text back
-        return failed(
-            [
-                f"error: {name}: internal error ({type(err).__name__}: {err}); left as it is "
-                "(please report it)"
-            ]  # fmt: skip
-        )
+        bug = f"internal error ({type(err).__name__}: {err}); left as it is (please report it)"
+        return failed([f"error: {name}: {bug}"])
     if outcome.error or outcome.cell_errors:
         errors = [outcome.error] if outcome.error else outcome.cell_errors
         return failed([f"error: {name}: {e}" for e in errors])

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .discovery import Scope
 from .engine import DEFAULT_MAX_BYTES, Config
 from .model import Options
 
@@ -203,6 +204,7 @@ class ProjectConfigs:
     _sections: dict[str, tuple[Path, ToolSection] | None] = field(default_factory=dict)
     _pins: dict[str, tuple[str, str] | None] = field(default_factory=dict)
     _configs: dict[str, Config] = field(default_factory=dict)
+    _scopes: dict[str, Scope] = field(default_factory=dict)
 
     def __call__(self, folder: str) -> Config:
         folder = os.path.abspath(folder)
@@ -211,9 +213,27 @@ class ProjectConfigs:
             found = self._configs[folder] = self._build(folder)
         return found
 
+    def scope(self, folder: str) -> Scope:
+        """What a walk of `folder` needs (`Config.scope`), without looking for torch pins."""
+        found = self._scopes.get(folder)
+        if found is None:
+            root, section = self._located(folder)
+            found = self._scopes[folder] = Scope(
+                root, (*section.exclude, *self.overrides.exclude), self._gitignore(section)
+            )
+        return found
+
+    def _located(self, folder: str) -> tuple[Path, ToolSection]:
+        located = self._section(os.path.abspath(folder)) or self._section(str(self.cwd))
+        return located if located else (self.cwd, ToolSection())
+
+    def _gitignore(self, section: ToolSection) -> bool:
+        if self.overrides.respect_gitignore is not None:
+            return self.overrides.respect_gitignore
+        return section.respect_gitignore is not False
+
     def _build(self, folder: str) -> Config:
-        located = self._section(folder) or self._section(str(self.cwd))
-        root, section = located if located else (self.cwd, ToolSection())
+        root, section = self._located(folder)
         o = self.overrides
         select = o.select if o.select is not None else (section.select or ())
         ignore = o.ignore if o.ignore is not None else (section.ignore or ())
@@ -221,18 +241,13 @@ class ProjectConfigs:
             select = ()
         target, source = self._target(folder, root, section)
         unsafe = o.unsafe_fixes if o.unsafe_fixes is not None else bool(section.unsafe_fixes)
-        gitignore = (
-            o.respect_gitignore
-            if o.respect_gitignore is not None
-            else section.respect_gitignore is not False
-        )
         return Config(
             options=Options(select=select, ignore=ignore, unsafe_fixes=unsafe, target_torch=target),
             exclude=(*section.exclude, *o.exclude),
             max_bytes=section.max_file_size or DEFAULT_MAX_BYTES,
             jobs=o.jobs,
             root=root,
-            respect_gitignore=gitignore,
+            respect_gitignore=self._gitignore(section),
             target_source=source,
         )
 
@@ -246,10 +261,10 @@ class ProjectConfigs:
                 found = self._sections[current]
                 break
             walked.append(current)
-            candidate = Path(current) / "pyproject.toml"
+            candidate = os.path.join(current, "pyproject.toml")
             section = (
-                read_section(candidate, self._shown_path(candidate))
-                if candidate.is_file()
+                read_section(Path(candidate), self._shown_path(Path(candidate)))
+                if os.path.isfile(candidate)
                 else None
             )
             if section is not None:

@@ -180,6 +180,22 @@ class _Ignore:
 
     base: str  # absolute folder
     spec: Any  # pathspec.GitIgnoreSpec
+    # Every pattern in one regular expression: most paths match none, and one C-level search
+    # says so (pathspec tries the patterns one by one, in Python).
+    any: re.Pattern[str]
+
+    @classmethod
+    def of(cls, base: str, patterns: list) -> _Ignore | None:  # type: ignore[type-arg]
+        from pathspec import GitIgnoreSpec
+
+        regexes = [
+            p.regex.pattern.replace("(?P<ps_d>", "(?:")
+            for p in patterns
+            if p.include is not None and getattr(p, "regex", None) is not None
+        ]
+        if not regexes:
+            return None
+        return cls(base, GitIgnoreSpec(patterns), re.compile("|".join(regexes)))
 
 
 def _read_ignore(base: str, file: str) -> _Ignore | None:
@@ -190,8 +206,7 @@ def _read_ignore(base: str, file: str) -> _Ignore | None:
         return None
     from pathspec import GitIgnoreSpec
 
-    spec = GitIgnoreSpec.from_lines(lines)
-    return _Ignore(base, spec) if spec.patterns else None
+    return _Ignore.of(base, list(GitIgnoreSpec.from_lines(lines).patterns))
 
 
 def _repository_top(folder: str) -> str | None:
@@ -225,7 +240,11 @@ def _ignored(ignores: list[_Ignore], path: str, is_dir: bool) -> bool:
     """git's answer for `path` (absolute): the deepest file that decides, decides."""
     for ignore in reversed(ignores):
         rel = path[len(ignore.base) :].lstrip(os.sep).replace(os.sep, "/")
-        result = ignore.spec.check_file(rel + "/" if is_dir else rel)
+        if is_dir:
+            rel += "/"
+        if not ignore.any.match(rel):
+            continue
+        result = ignore.spec.check_file(rel)
         if result.include is not None:
             return bool(result.include)
     return False
@@ -234,8 +253,6 @@ def _ignored(ignores: list[_Ignore], path: str, is_dir: bool) -> bool:
 def _without_matching(ignores: list[_Ignore], top: str) -> list[_Ignore]:
     """`ignores` less the patterns that leave out `top` itself or a folder above it (a folder
     named on the command line is wanted)."""
-    from pathspec import GitIgnoreSpec
-
     kept = []
     for ignore in ignores:
         rel = os.path.relpath(top, ignore.base).replace(os.sep, "/")
@@ -245,8 +262,9 @@ def _without_matching(ignores: list[_Ignore], top: str) -> list[_Ignore]:
             for p in ignore.spec.patterns
             if not (p.include and any(p.match_file(a + "/") for a in above))
         ]
-        if patterns:
-            kept.append(_Ignore(ignore.base, GitIgnoreSpec(patterns)))
+        narrowed = _Ignore.of(ignore.base, patterns)
+        if narrowed is not None:
+            kept.append(narrowed)
     return kept
 
 
@@ -336,7 +354,7 @@ class _Walk:
                 child = os.path.join(folder, d)
                 absolute[child] = child_abs
                 parent_of[child] = folder_abs
-                if known is not None and not os.path.islink(base / d):
+                if known is not None and not os.path.islink(child):
                     rels[child] = (scope.root, rel)
             dirnames[:] = kept
             for name in sorted(filenames):
@@ -354,9 +372,8 @@ class _Walk:
 def _rel_in(known: tuple[Path | None, str] | None, base: Path, name: str, scope: Scope) -> str:
     """The entry `name` of folder `base` relative to the scope's root; `known` is the folder's
     own (None: not known under that root, or a symbolic link: resolved)."""
-    path = base / name
-    if known is None or os.path.islink(path):
-        return relative_to_root(path, scope.root)[0]
+    if known is None or os.path.islink(os.path.join(base, name)):
+        return relative_to_root(base / name, scope.root)[0]
     return name if known[1] == "." else f"{known[1]}/{name}"
 
 

@@ -14,10 +14,11 @@ import io
 import os
 import stat
 import tokenize
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Protocol
 
 from .atomic_write import ChangedDuringRun, ReadOnly, Snapshot, remove_stale_temporaries
 from .atomic_write import write_atomic as write_atomic
@@ -402,11 +403,17 @@ def unified_diff(path: str, old: str, new: str) -> str:
 # -- many files --------------------------------------------------------------------------------
 
 
-ConfigOf = Callable[[str], Config]  # an absolute folder -> the configuration of its files
+class FolderConfigs(Protocol):
+    """Each folder's configuration (config.ProjectConfigs): `scope` is what a walk of the
+    folder needs, cheaper than the whole (no torch pins)."""
+
+    def __call__(self, folder: str) -> Config: ...
+
+    def scope(self, folder: str) -> Scope: ...
 
 
 def run(
-    paths: Iterable[str], config: Config, mode: Mode, config_of: ConfigOf | None = None
+    paths: Iterable[str], config: Config, mode: Mode, config_of: FolderConfigs | None = None
 ) -> RunReport:
     """Discover and process files, in worker processes (pool.py).
 
@@ -435,7 +442,9 @@ def run(
     try:
         stale: list[str] = []
         found, discovery_errors = discover(
-            paths, lambda folder: config_for(folder).scope, stale if mode is Mode.WRITE else None
+            paths,
+            config_of.scope if config_of is not None else lambda folder: base.scope,
+            stale if mode is Mode.WRITE else None,
         )
         if stale:
             remove_stale_temporaries(stale)
