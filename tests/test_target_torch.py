@@ -333,28 +333,32 @@ def test_a_bad_target_is_a_usage_error(tmp_path: Path) -> None:
 # -- real projects' pins (issue 26) -------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("name", "text"),
-    [
-        ("requirements.txt", "torch>=0.4.1\n"),
-        ("setup.py", "from setuptools import setup\nsetup(install_requires=['torch>=0.4.1'])\n"),
-        ("environment.yml", "dependencies:\n  - pytorch=0.4.1\n"),
-    ],
-)
-def test_a_legacy_pin_reports_every_fix_and_applies_none(
-    tmp_path: Path, name: str, text: str
-) -> None:
-    root = project(tmp_path, requirements=None)
-    (root / name).write_text(text)
-    check = run_cli("check", "train.py", cwd=root)
+LEGACY_PINS = {
+    "requirements.txt": "torch>=0.4.1\n",
+    "setup.py": "from setuptools import setup\nsetup(install_requires=['torch>=0.4.1'])\n",
+    "environment.yml": "dependencies:\n  - pytorch=0.4.1\n",
+}
+
+
+def test_a_legacy_pin_reports_every_fix_and_applies_none(tmp_path: Path) -> None:
+    """`torch>=0.4.1` in each kind of project file: a target like any other, older than every
+    fix, so every fix is reported and none applied; never an error."""
+    for name, text in LEGACY_PINS.items():
+        (tmp_path / name.split(".")[0]).mkdir()
+        project(tmp_path / name.split(".")[0], requirements=None)
+        (tmp_path / name.split(".")[0] / name).write_text(text)
+    check = run_cli("check", ".", cwd=tmp_path)
     assert check.returncode == 1 and "Traceback" not in check.stderr, check.stderr
-    assert "target-torch is 0.4" in check.stdout
-    assert "older than" in check.stdout and "every fix is reported, none applied" in check.stdout
-    proc = run_cli("rewrite", "train.py", cwd=root)
+    for where in ("requirements/requirements.txt: torch>=0.4.1", "setup/setup.py: torch>=0.4.1",
+                  "environment/environment.yml: pytorch=0.4.1"):  # fmt: skip
+        assert f"0.4 ({where})" in check.stdout, check.stdout
+    assert "every fix is reported, none applied" in check.stdout
+    proc = run_cli("rewrite", ".", cwd=tmp_path)
     assert proc.returncode == 1 and not proc.stderr, proc.stderr
-    assert (root / "train.py").read_text() == SCRIPT
-    assert "0 files rewritten, 1 left unchanged" in proc.stdout
-    piped = run_cli("rewrite", "-", cwd=root, stdin=SCRIPT)
+    assert "0 files rewritten, 4 left unchanged (1 skipped without parsing)" in proc.stdout
+    for folder in ("requirements", "setup", "environment"):
+        assert (tmp_path / folder / "train.py").read_text() == SCRIPT
+    piped = run_cli("rewrite", "-", "--stdin-filename", "setup/x.py", cwd=tmp_path, stdin=SCRIPT)
     assert piped.returncode == 1 and piped.stdout == SCRIPT, piped.stderr
     assert "not fixed: the fix needs torch 2.6, target-torch is 0.4" in piped.stderr
 
