@@ -105,9 +105,10 @@ class RunReport:
         return sum(1 for o in self.files if o.status is status)
 
 
-class Interrupted(Exception):  # noqa: N818 (what happened, as KeyboardInterrupt)
+class Interrupted(KeyboardInterrupt):
     """Ctrl-C during a run: how many files were written, how many left as they were (None:
-    the files were still being found, and none was written)."""
+    the files were still being found, and none was written). A KeyboardInterrupt still, for
+    callers of `run` that stop on one."""
 
     def __init__(self, written: int, untouched: int | None) -> None:
         self.written = written

@@ -41,7 +41,7 @@ _PR_SET_PDEATHSIG = 1
 STOP_GRACE_S = 5.0  # how long a worker told to stop may take before it is killed
 
 
-class Interrupted(Exception):  # noqa: N818 (what happened, as KeyboardInterrupt)
+class Interrupted(KeyboardInterrupt):
     """Ctrl-C during `run_isolated`: `results` holds what the workers answered (None for the
     items they did not finish)."""
 
