@@ -7,9 +7,10 @@ file over its own pipe, so when one dies the parent knows the file it was on: th
 an error line, the files it had not reached go to the other workers, and a new worker starts.
 
 A worker also stops when its parent dies (killed mid-run): on Linux the kernel sends it SIGTERM
-(`prctl(PR_SET_PDEATHSIG)`), elsewhere a thread watches the parent's pid. SIGTERM raises
-`SystemExit` in the worker, so a write in progress removes its temporary file; once a write
-has begun its rename (`hold_stop`), the stop waits until the worker has said so to the parent.
+(`prctl(PR_SET_PDEATHSIG)`), elsewhere a thread watches the parent's pid. SIGTERM ends a
+worker at once, except during a write (`hold_stop`, from before its temporary file exists):
+then the write finishes and the worker says how it went to the parent before it ends, so no
+temporary file is left and the parent knows every file written.
 
 Ctrl-C: workers ignore SIGINT (the terminal sends it to the whole process group); the parent
 notes it (a handler that only sets a flag and wakes the wait through a socket), tells every
@@ -318,19 +319,22 @@ def hold_stop() -> None:
 
 
 def _release_stop() -> None:
-    global _holding, _stop_pending
+    global _holding
     _holding = False
     if _stop_pending:
-        _stop_pending = False
-        raise SystemExit(128 + signal.SIGTERM)
+        os._exit(128 + signal.SIGTERM)
 
 
 def _stop(signum: int, frame: object) -> None:
+    """SIGTERM in a worker. Outside a write there is nothing of the user's to finish (no
+    temporary file exists, no file is half replaced), so the worker ends at once, without an
+    exception: one raised where Python drops exceptions (a weakref callback, a `__del__`)
+    would print "Exception ignored in ..." and let the worker go on."""
     global _stop_pending
     if _holding:
         _stop_pending = True
         return
-    raise SystemExit(128 + signum)
+    os._exit(128 + signum)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -342,7 +346,7 @@ def _die_with_parent(parent: int) -> None:
             libc = ctypes.CDLL(None, use_errno=True)
             if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) == 0:
                 if os.getppid() != parent:  # the parent died before prctl took effect
-                    raise SystemExit(143)
+                    os._exit(143)
                 return
         except (OSError, AttributeError):
             pass
