@@ -15,6 +15,8 @@ import sys
 from typing import Any
 
 from . import __version__
+from ._extras import MissingExtraError, extra_needed
+from .rewrite.interrupts import checkpoint, release, watch
 
 # name -> (help, where the command lives: "module" or "module:attribute"). Each command
 # exposes `add_arguments(parser)` and `run(args) -> int`; only the one asked for is imported,
@@ -68,8 +70,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ._extras import MissingExtraError, extra_needed
-
     try:
         with extra_needed("this command"):
             return _main(argv)
@@ -108,6 +108,7 @@ def _from_ctrl_c(err: BaseException) -> bool:
 def entry() -> None:
     """The `gpu2tpu` command (console script and `python -m gpu2tpu`): `main()`, then exit. A
     Ctrl-C once the run has ended changes nothing, so it is ignored from there on."""
+    watch()  # Ctrl-C becomes a flag that check and rewrite read where they can stop cleanly
     status = main()
     with contextlib.suppress(ValueError):  # not the main thread
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -132,6 +133,10 @@ def _main(argv: list[str] | None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command if command in COMMANDS else "")
     args = parser.parse_args(argv)
+    if args.command in ("check", "rewrite"):
+        checkpoint()
+    else:
+        release()  # the other commands stop on Ctrl-C as Python stops
     if args.command is None:
         parser.print_help()
         return 2

@@ -14,6 +14,7 @@ from typing import TextIO
 from .config import ConfigError, Overrides, ProjectConfigs, unknown_codes
 from .discovery import SOURCE_SUFFIXES, is_force_excluded
 from .engine import Config, FileOutcome, Interrupted, Mode, RunReport, Status, decode_source, run
+from .interrupts import checkpoint
 from .report import (
     RunInfo,
     error_lines,
@@ -109,6 +110,7 @@ def run_rewrite_command(
         print(stop.line, file=stderr)
         return 130
     try:
+        checkpoint()
         return _show(args, report, mode, RunInfo.of(report.targets), stdout, stderr)
     except KeyboardInterrupt:
         written = report.count(Status.REWRITTEN)
@@ -271,7 +273,9 @@ def _run_stdin(
         if args.force_exclude and args.stdin_filename:
             if is_force_excluded(args.stdin_filename, config.scope):
                 return failed([], 0)  # excluded: given back as it came, as ruff does
+        checkpoint()
         outcome, new_data = _stdin_outcome(name, data, config, mode)
+        checkpoint()
     except (ConfigError, UsageError) as err:
         return failed([f"gpu2tpu: error: {line}" for line in str(err).splitlines()])
     except KeyboardInterrupt:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .atomic_write import TEMPORARY, temporaries_of
+from .interrupts import checkpoint
 
 SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
 CUDA_SOURCE_SUFFIXES = (".cu", ".cuh")  # never rewritten; reported when Python code uses them
@@ -329,6 +330,7 @@ class _Walk:
         parent_of: dict[str, str] = {}  # ... -> its parent's absolute path
 
         for folder, dirnames, filenames in os.walk(self.top, onerror=onerror):
+            checkpoint()
             base = Path(folder)
             folder_abs = absolute.get(folder) or os.path.abspath(folder)
             scope = self.scope_of(folder_abs)

@@ -25,6 +25,7 @@ from .atomic_write import write_atomic as write_atomic
 from .discovery import CUDA_SOURCE_SUFFIXES, Scope, discover, inside, os_reason
 from .discovery import DEFAULT_EXCLUDES as DEFAULT_EXCLUDES
 from .discovery import SOURCE_SUFFIXES as SOURCE_SUFFIXES
+from .interrupts import checkpoint
 from .model import CellFinding, Finding, Options
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
@@ -452,6 +453,7 @@ def run(
         found = [f for f in found if f != "-"]
         files = [f for f in found if not f.endswith(CUDA_SOURCE_SUFFIXES)]
         file_configs = [config_for(os.path.dirname(os.path.abspath(f))) for f in files]
+        checkpoint()
     except KeyboardInterrupt:
         raise Interrupted(0, None) from None
     outcomes = _process_all(files, file_configs, config, mode)
@@ -470,12 +472,16 @@ def _for_mode(config: Config, mode: Mode) -> Config:
 def _process_all(
     files: list[str], file_configs: list[Config], config: Config, mode: Mode
 ) -> list[FileOutcome]:
-    from .source import prefilter_tokens
+    try:
+        from .source import prefilter_tokens  # loads libcst and the rules: a while
 
-    plans: dict[Config, tuple[int, Config, tuple[bytes, ...]]] = {}
-    for c in file_configs:
-        if c not in plans:
-            plans[c] = (len(plans), c, prefilter_tokens(c.options))
+        plans: dict[Config, tuple[int, Config, tuple[bytes, ...]]] = {}
+        for c in file_configs:
+            if c not in plans:
+                plans[c] = (len(plans), c, prefilter_tokens(c.options))
+        checkpoint()
+    except KeyboardInterrupt:
+        raise Interrupted(0, len(files)) from None
     table = tuple((c, tokens) for _, c, tokens in plans.values())
     items = [(path, plans[c][0]) for path, c in zip(files, file_configs, strict=True)]
     jobs = config.jobs or os.cpu_count() or 1
@@ -487,6 +493,7 @@ def _process_all(
         try:
             for item in items:
                 outcomes.append(_work(item, table, mode))
+                checkpoint()
         except KeyboardInterrupt:
             written = sum(o.status is Status.REWRITTEN for o in outcomes)
             raise Interrupted(written, len(files) - written) from None

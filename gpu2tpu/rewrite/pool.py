@@ -13,9 +13,9 @@ then the write finishes and the worker says how it went to the parent before it 
 temporary file is left and the parent knows every file written.
 
 Ctrl-C: workers ignore SIGINT (the terminal sends it to the whole process group); the parent
-notes it (a handler that only sets a flag and wakes the wait through a socket), tells every
-worker to stop, takes the answers they still send, and raises `Interrupted` with what was
-done. Waiting on a worker is always bounded: one that has not stopped a few seconds after
+notes it (interrupts.py: a handler that only sets a flag and wakes the wait through a
+socket), tells every worker to stop, takes the answers they still send, and raises
+`Interrupted` with what was done. Waiting on a worker is always bounded: one that has not stopped a few seconds after
 SIGTERM is killed, so an interrupted run never hangs.
 """
 
@@ -25,7 +25,6 @@ import contextlib
 import multiprocessing
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -34,6 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Generic, TypeVar
+
+from .interrupts import watching
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -131,14 +132,19 @@ def run_isolated(
             todo.extendleft(reversed(worker.inflight))
             worker.inflight.clear()
 
-    with _InterruptFlag() as interrupt:
+    with watching() as flag:
+
+        def interrupted() -> bool:
+            return flag is not None and flag.raised
+
         try:
             for _ in range(max(1, min(jobs, len(items)))):
                 start()
-            while workers and not interrupt.raised:
-                for ready in wait([*workers, *interrupt.waitables]):
+            while workers and not interrupted():
+                waitables = flag.waitables if flag is not None else []
+                for ready in wait([*workers, *waitables]):
                     worker = workers.get(ready)
-                    if worker is None or interrupt.raised:
+                    if worker is None or interrupted():
                         continue  # the wake-up socket, or a worker already retired
                     if receive(worker):
                         feed(worker)
@@ -150,7 +156,7 @@ def run_isolated(
         except BaseException:
             _stop_all(list({id(w): w for w in workers.values()}.values()), None)
             raise
-        if interrupt.raised:
+        if interrupted():
             _stop_all(list({id(w): w for w in workers.values()}.values()), results)
             raise Interrupted(results)
     return results  # type: ignore[return-value]
@@ -193,44 +199,6 @@ def _drain(worker: _Worker, results: list) -> None:  # type: ignore[type-arg]
                 results[index] = result
     except (EOFError, OSError):
         pass
-
-
-class _InterruptFlag:
-    """While active (in the main thread), SIGINT sets `raised` and wakes `wait` through a
-    socket instead of raising KeyboardInterrupt wherever the parent happens to be (inside a
-    pipe read, which would lose the answer being read). A second Ctrl-C is ignored while
-    the workers stop; the handler before is put back on exit."""
-
-    def __init__(self) -> None:
-        self.raised = False
-        self.waitables: list[socket.socket] = []
-        self._previous: object = None
-        self._wakeup: int | None = None
-        self._sockets: tuple[socket.socket, socket.socket] | None = None
-
-    def __enter__(self) -> _InterruptFlag:
-        if threading.current_thread() is not threading.main_thread():
-            return self
-        reader, writer = socket.socketpair()
-        reader.setblocking(False)
-        writer.setblocking(False)
-        self._sockets = (reader, writer)
-        self.waitables = [reader]
-        self._previous = signal.signal(signal.SIGINT, self._note)
-        self._wakeup = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-        return self
-
-    def _note(self, signum: int, frame: object) -> None:
-        self.raised = True
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._sockets is None:
-            return
-        signal.set_wakeup_fd(self._wakeup if self._wakeup is not None else -1)
-        signal.signal(signal.SIGINT, self._previous)  # type: ignore[arg-type]
-        for sock in self._sockets:
-            sock.close()
 
 
 @contextlib.contextmanager
