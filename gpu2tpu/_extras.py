@@ -1,7 +1,7 @@
 """Which optional extra provides which import, and the one line said when one is missing.
 
-`pip install gpu2tpu` installs the codemod alone (libcst, rich, packaging): `gpu2tpu check`,
-`rewrite`, `rules`, `doctor` and `--version` never import torch, IPython or ipywidgets, so
+`pip install gpu2tpu` installs the codemod alone (libcst, rich, packaging, pathspec): `gpu2tpu
+check`, `rewrite`, `rules`, `doctor` and `--version` never import torch, IPython or ipywidgets, so
 pre-commit and CI can install it in seconds. The notebook magics, the profiler, the dry run
 and the demo need torch, IPython and ipywidgets (`gpu2tpu[notebook]`); the forecast needs
 JAX, torchax, optax and libtpu (`gpu2tpu[forecast]`). Reading notebooks in the codemod needs

@@ -8,11 +8,15 @@ could not be processed (the others are still processed and reported).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import signal
 import sys
 from typing import Any
 
 from . import __version__
+from ._extras import MissingExtraError, extra_needed
+from .rewrite.interrupts import checkpoint, release, watch
 
 # name -> (help, where the command lives: "module" or "module:attribute"). Each command
 # exposes `add_arguments(parser)` and `run(args) -> int`; only the one asked for is imported,
@@ -66,14 +70,61 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ._extras import MissingExtraError, extra_needed
-
     try:
         with extra_needed("this command"):
             return _main(argv)
     except MissingExtraError as err:
         print(f"gpu2tpu: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return _interrupted()
+    except BrokenPipeError:
+        return _closed_pipe()
+    except Exception as err:
+        if _from_ctrl_c(err):
+            return _interrupted()
+        raise
+
+
+def _interrupted() -> int:
+    """Ctrl-C before a run started, or in a command that writes nothing: one line, no
+    traceback (check and rewrite say what they wrote themselves: rewrite/cli_run.py)."""
+    print("interrupted: 0 files written, every file untouched", file=sys.stderr)  # engine.py
+    return 130
+
+
+def _from_ctrl_c(err: BaseException) -> bool:
+    """Whether `err` stands for a Ctrl-C: Python 3.11 wraps one raised while a class is being
+    made (a module loading) in RuntimeError("Error calling __set_name__ ...")."""
+    seen = 0
+    cause: BaseException | None = err
+    while cause is not None and seen < 8:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    return False
+
+
+def entry() -> None:
+    """The `gpu2tpu` command (console script and `python -m gpu2tpu`): `main()`, then exit. A
+    Ctrl-C once the run has ended changes nothing, so it is ignored from there on."""
+    watch()  # Ctrl-C becomes a flag that check and rewrite read where they can stop cleanly
+    status = main()
+    with contextlib.suppress(ValueError):  # not the main thread
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(status)
+
+
+def _closed_pipe() -> int:
+    """The reader went away (`gpu2tpu check . | head -1`): stop quietly, as Unix tools do
+    (they die of SIGPIPE: 128 + 13). Standard output goes to /dev/null so that Python's own
+    flush at exit does not fail again (Python's documentation, "Note on SIGPIPE")."""
+    import os
+
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 141
 
 
 def _main(argv: list[str] | None) -> int:
@@ -82,6 +133,10 @@ def _main(argv: list[str] | None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command if command in COMMANDS else "")
     args = parser.parse_args(argv)
+    if args.command in ("check", "rewrite"):
+        checkpoint()
+    else:
+        release()  # the other commands stop on Ctrl-C as Python stops
     if args.command is None:
         parser.print_help()
         return 2
@@ -89,4 +144,4 @@ def _main(argv: list[str] | None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry()

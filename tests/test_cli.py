@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import run_cli
 
 CUDA_SCRIPT = """import torch
@@ -129,7 +131,11 @@ def test_pyproject_exclude_and_select(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout
     (root / "pyproject.toml").write_text("[tool.gpu2tpu]\nbogus = 1\n")
     proc = run_cli("check", ".", cwd=root)
-    assert proc.returncode == 2 and "unknown [tool.gpu2tpu] key(s): bogus" in proc.stderr
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "gpu2tpu: error: pyproject.toml: unknown [tool.gpu2tpu] key 'bogus' (the keys are: "
+        "exclude, select, ignore, unsafe-fixes, max-file-size, target-torch, respect-gitignore)\n"
+    )
 
 
 def test_stdin_mode() -> None:
@@ -217,3 +223,266 @@ def test_the_prefilter_answers_as_every_token_would() -> None:
     agree()
     assert holds_token(b"x = y.is_cuda\n", tokens)  # through `cuda`, which `is_cuda` holds
     assert not holds_token(b"import os\nprint(os.getcwd())\n", tokens)
+
+
+def test_a_report_file_that_names_an_input_is_a_usage_error(tmp_path: Path) -> None:
+    root = make_tree(tmp_path)
+    train = root / "pkg" / "train.py"
+    for args in (
+        ("check", "-o", "pkg/train.py", "pkg/train.py"),
+        ("check", "--output-file", "pkg/train.py", "pkg"),
+        ("check", "-o", "./pkg/../pkg/train.py", "."),
+        ("rewrite", "--report", "pkg/train.py", "pkg"),
+        ("rewrite", "--report", "pkg/train.py", "pkg/train.py", "pkg/plain.py"),
+    ):
+        proc = run_cli(*args, cwd=root)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert (
+            proc.stderr.strip()
+            .splitlines()[-1]
+            .endswith("is one of the input files; name another file for the report")
+        ), proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert train.read_text() == CUDA_SCRIPT, args
+    # a report beside the sources, not among them, is fine
+    proc = run_cli("check", "-o", "pkg/report.md", "--format", "markdown", "pkg", cwd=root)
+    assert proc.returncode == 1 and (root / "pkg" / "report.md").is_file()
+
+
+def test_a_closed_pipe_ends_the_run_quietly(tmp_path: Path) -> None:
+    """`gpu2tpu check . | head -1`: the reader goes away after one line."""
+    # more output than a pipe holds (64 KiB), so that writing it must meet the closed end
+    body = "import torch\n" + "".join(f"x{i} = torch.zeros(1).cuda()\n" for i in range(900))
+    (tmp_path / "many.py").write_text(body)
+    proc = subprocess.run(
+        f"{sys.executable} -m gpu2tpu check many.py | head -1; echo \"status ${{PIPESTATUS[0]}}\"",
+        shell=True, executable="/bin/bash", cwd=tmp_path, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("many.py:2:6: G2T101") and lines[1] == "status 141", proc.stdout
+    assert proc.stderr == "", proc.stderr
+
+
+def test_sarif_names_a_file_whose_name_is_not_utf8(tmp_path: Path) -> None:
+    with open(os.path.join(os.fsencode(tmp_path), b"caf\xe9.py"), "wb") as handle:
+        handle.write(b"import torch\nx = torch.zeros(1).cuda()\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpu2tpu", "check", "--format", "sarif", "-o", "out.sarif", "."],
+        cwd=tmp_path, capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1 and b"Traceback" not in proc.stderr, proc.stderr
+    doc = json.loads((tmp_path / "out.sarif").read_text(encoding="utf-8"))
+    (result,) = doc["runs"][0]["results"]
+    location = result["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert location == {"uri": "caf%E9.py", "uriBaseId": "%SRCROOT%"}  # the name's own bytes
+
+
+def test_the_summary_counts_files_not_errors(tmp_path: Path) -> None:
+    """A path that does not exist is an error, not a file: nothing is "-1 left unchanged"."""
+    (tmp_path / "good.py").write_text(CUDA_SCRIPT)
+    proc = run_cli("rewrite", "good.py", "missing.py", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stdout.splitlines()[-4].startswith(
+        "1 file rewritten, 0 left unchanged (0 skipped without parsing); 2 edits"
+    ), proc.stdout
+    assert "1 file could not be processed" in proc.stdout
+
+
+def test_a_file_that_could_not_be_written_counts_no_edit(tmp_path: Path) -> None:
+    (tmp_path / "ro.py").write_text(CUDA_SCRIPT)
+    (tmp_path / "ro.py").chmod(0o444)
+    doc_proc = run_cli("rewrite", "ro.py", cwd=tmp_path)
+    assert doc_proc.returncode == 2
+    assert "error: ro.py: read-only file; left as it is" in doc_proc.stderr
+    summary = doc_proc.stdout.splitlines()
+    assert any(
+        ln.startswith("0 files rewritten, 0 left unchanged (0 skipped without parsing); 0 edits")
+        for ln in summary
+    ), summary
+    assert not any(ln.startswith("Edits by rule") for ln in summary)
+    assert (tmp_path / "ro.py").read_text() == CUDA_SCRIPT
+
+
+def test_utf16_files_are_said_not_skipped(tmp_path: Path) -> None:
+    for name, encoding in (("le.py", "utf-16"), ("be.py", "utf-16-be"), ("w.py", "utf-32")):
+        data = CUDA_SCRIPT.encode(encoding)
+        if encoding == "utf-16-be":
+            data = b"\xfe\xff" + data
+        (tmp_path / name).write_bytes(data)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    proc = run_cli("rewrite", ".", cwd=tmp_path)
+    assert proc.returncode == 2
+    errors = sorted(ln for ln in proc.stderr.splitlines() if ln.startswith("error:"))
+    assert errors == [
+        "error: be.py: UTF-16 text (it starts with a UTF-16 byte-order mark): Python reads "
+        "source as UTF-8; file left as it is (save it as UTF-8 to check it)",
+        "error: le.py: UTF-16 text (it starts with a UTF-16 byte-order mark): Python reads "
+        "source as UTF-8; file left as it is (save it as UTF-8 to check it)",
+        "error: w.py: UTF-32 text (it starts with a UTF-32 byte-order mark): Python reads "
+        "source as UTF-8; file left as it is (save it as UTF-8 to check it)",
+    ], proc.stderr
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+# -- standard input (issue 26) -----------------------------------------------------------------
+
+NOTEBOOK = (
+    json.dumps(
+        {
+            "cells": [
+                {
+                    "cell_type": "code",
+                    "execution_count": None,
+                    "id": "a1",
+                    "metadata": {},
+                    "outputs": [],
+                    "source": ["import torch\n", "x = torch.ones(2).cuda()\n"],
+                }
+            ],  # fmt: skip
+            "metadata": {"language_info": {"name": "python"}},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        },
+        indent=1,
+    )
+    + "\n"
+)
+
+
+def test_stdin_with_paths_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(CUDA_SCRIPT)
+    for command in ("check", "rewrite"):
+        proc = run_cli(command, "-", "a.py", cwd=tmp_path, stdin=CUDA_SCRIPT)
+        assert proc.returncode == 2
+        assert proc.stderr == (
+            "gpu2tpu: error: `-` (standard input) cannot be combined with paths; "
+            "give one or the other\n"
+        )
+        assert (tmp_path / "a.py").read_text() == CUDA_SCRIPT
+
+
+def test_stdin_honours_the_format_and_the_output_file(tmp_path: Path) -> None:
+    proc = run_cli("check", "-", "--format", "json", "--stdin-filename", "t.py", stdin=CUDA_SCRIPT)
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert {(f["path"], f["code"]) for f in doc["findings"]} == {
+        ("t.py", "G2T101"), ("t.py", "G2T102"), ("t.py", "G2T111")
+    }  # fmt: skip
+    proc = run_cli("check", "-", "--format", "sarif", "-o", "out.sarif", cwd=tmp_path,
+                   stdin=CUDA_SCRIPT)  # fmt: skip
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+    assert json.loads((tmp_path / "out.sarif").read_text())["runs"][0]["results"]
+    proc = run_cli("rewrite", "-", "--report", "report.md", cwd=tmp_path, stdin=CUDA_SCRIPT)
+    assert ".to(device)" in proc.stdout
+    assert "# gpu2tpu migration report" in (tmp_path / "report.md").read_text()
+
+
+def test_a_notebook_on_stdin_is_read_as_a_notebook() -> None:
+    proc = run_cli("rewrite", "-", "--stdin-filename", "nb.ipynb", stdin=NOTEBOOK)
+    assert proc.returncode == 0, proc.stderr
+    new = json.loads(proc.stdout)
+    assert new["cells"][0]["source"] == ["import torch\n", "x = torch.ones(2).to(device)\n"] or (
+        "x = torch.ones(2).to(device)\n" in new["cells"][0]["source"]
+    )
+    check = run_cli("check", "-", "--stdin-filename", "nb.ipynb", stdin=NOTEBOOK)
+    assert check.stdout.startswith("nb.ipynb:cell 0:line 2:col 5: G2T101"), check.stdout
+    diff = run_cli("rewrite", "--diff", "-", "--stdin-filename", "nb.ipynb", stdin=NOTEBOOK)
+    assert diff.returncode == 1 and "+x = torch.ones(2).to(device)" in diff.stdout
+
+
+@pytest.mark.parametrize(
+    ("config", "args", "stdin", "expected"),
+    [
+        ("[tool.gpu2tpu]\nunsafe-fixes = 'yes'\n", (), CUDA_SCRIPT,
+         "gpu2tpu: error: pyproject.toml: [tool.gpu2tpu] unsafe-fixes = \"yes\": expected "
+         "true or false (a TOML boolean, without quotes)"),
+        ("tool = 5\n", (), CUDA_SCRIPT,
+         "gpu2tpu: error: pyproject.toml: tool = 5: expected a table ([tool.NAME] ...)"),
+        ("[tool.gpu2tpu\n", (), CUDA_SCRIPT, "gpu2tpu: error: pyproject.toml: cannot read"),
+        (None, ("--target-torch", "soon"), CUDA_SCRIPT,
+         "gpu2tpu: error: target-torch must be a torch version"),
+        (None, ("--select", "G2T999"), CUDA_SCRIPT,
+         "gpu2tpu: error: unknown rule code or prefix: G2T999"),
+        (None, ("--report", "nowhere/r.md"), CUDA_SCRIPT, "gpu2tpu: error: cannot write"),
+        (None, (), "import torch\nx = torch.cuda(\n", "error: -: syntax error"),
+        (None, ("--stdin-filename", "nb.ipynb"), '{"cells": [torch.cuda]', "error: nb.ipynb: "),
+        (None, (), "import torch\nx = 'caf\udce9'.cuda()\n", "error: -: not valid UTF-8"),
+    ],
+)  # fmt: skip
+def test_stdin_gives_the_input_back_on_any_failure(
+    tmp_path: Path, config: str | None, args: tuple[str, ...], stdin: str, expected: str
+) -> None:
+    if config is not None:
+        (tmp_path / "pyproject.toml").write_text(config)
+    data = stdin.encode("utf-8", "surrogateescape")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpu2tpu", "rewrite", "-", *args], cwd=tmp_path, input=data,
+        capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stdout == data
+    (line,) = proc.stderr.decode().splitlines()
+    assert line.startswith(expected), line
+
+
+# -- .gitignore (issue 26) ---------------------------------------------------------------------
+
+
+def git_tree(tmp_path: Path, *, repository: bool = True) -> Path:
+    root = tmp_path / "repo"
+    for rel in ("src/train.py", "src/a_gen.py", "src/keep_gen.py", "generated/out.py",
+                "src/local/secret.py", "notes/draft.py"):  # fmt: skip
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(CUDA_SCRIPT)
+    (root / ".gitignore").write_text("# build output\ngenerated/\n*_gen.py\n")
+    (root / "src" / ".gitignore").write_text("!keep_gen.py\nlocal\n")
+    if repository:
+        (root / ".git" / "info").mkdir(parents=True)
+        (root / ".git" / "info" / "exclude").write_text("notes/\n")
+    return root
+
+
+def found(root: Path, *paths: str, respect_gitignore: bool | None = None) -> set[str]:
+    """The files a run from `root` takes (discovery with each folder's configuration)."""
+    from gpu2tpu.rewrite.config import Overrides, ProjectConfigs
+    from gpu2tpu.rewrite.discovery import discover
+
+    configs = ProjectConfigs(Overrides(respect_gitignore=respect_gitignore), root)
+    files, errors = discover(paths, configs.scope)
+    assert not errors
+    return {os.path.relpath(f, root) for f in files}
+
+
+EVERYTHING = {"src/train.py", "src/a_gen.py", "src/keep_gen.py", "generated/out.py",
+              "src/local/secret.py", "notes/draft.py"}  # fmt: skip
+
+
+def test_gitignore_is_respected_inside_a_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = git_tree(tmp_path)
+    monkeypatch.chdir(root)
+    assert found(root, ".") == {"src/train.py", "src/keep_gen.py"}
+    assert found(root, ".", respect_gitignore=False) == EVERYTHING
+    (root / "pyproject.toml").write_text("[tool.gpu2tpu]\nrespect-gitignore = false\n")
+    assert found(root, ".") == EVERYTHING
+    assert found(root, ".", respect_gitignore=True) == {"src/train.py", "src/keep_gen.py"}
+    (root / "pyproject.toml").unlink()
+    # a folder or a file named on the command line is wanted, as with exclude
+    assert found(root, "generated") == {"generated/out.py"}
+    assert found(root, "src/a_gen.py") == {"src/a_gen.py"}
+    # walked from inside, the repository's .gitignore files above still count
+    assert found(root, str(root / "src")) == {"src/train.py", "src/keep_gen.py"}
+    # the command line's switch
+    proc = run_cli("check", ".", "--no-respect-gitignore", "--select", "G2T101", cwd=root)
+    assert {ln.split(":")[0] for ln in proc.stdout.splitlines()[:6]} == EVERYTHING
+
+
+def test_gitignore_outside_a_repository_does_not_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in git and ruff: a .gitignore means something only in a repository."""
+    root = git_tree(tmp_path, repository=False)
+    monkeypatch.chdir(root)
+    assert found(root, ".") == EVERYTHING

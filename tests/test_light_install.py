@@ -71,7 +71,7 @@ def test_the_blocker_really_blocks(tmp_path: Path) -> None:
 def test_package_metadata_keeps_heavy_packages_in_extras() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     core = {Requirement(r).name.lower() for r in project["dependencies"]}
-    assert core == {"libcst", "rich", "packaging"}
+    assert core == {"libcst", "rich", "packaging", "pathspec"}
     notebook = {Requirement(r).name.lower() for r in project["optional-dependencies"]["notebook"]}
     assert {"torch", "ipython", "ipywidgets"} <= notebook
 
@@ -156,6 +156,27 @@ def test_doctor_in_a_light_install_says_what_is_missing(tmp_path: Path) -> None:
         text=True,
     )
     assert where.stdout.strip() == "None"
+
+
+def test_the_light_install_walks_a_repository_as_git_does(tmp_path: Path) -> None:
+    """The core dependencies alone read .gitignore files (pathspec is one of them)."""
+    python = light_environment(tmp_path / "light")
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "generated").mkdir()
+    (repo / ".gitignore").write_text("generated/\n")
+    (repo / "train.py").write_text(CUDA_SCRIPT)
+    (repo / "generated" / "out.py").write_text(CUDA_SCRIPT)
+    proc = subprocess.run(
+        [str(python), "-m", "gpu2tpu", "check", "."],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "train.py:3:9: G2T101" in proc.stdout and "generated" not in proc.stdout, proc.stdout
 
 
 def test_new_runs_without_heavy_packages(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 them (`pre-commit try-repo`).
 
 pre-commit installs the hook's package into an environment of its own from the package
-index, exactly as for a user: the light install (libcst, rich, packaging) plus IPython for
+index, exactly as for a user: the light install (libcst, rich, packaging, pathspec) plus IPython for
 notebooks. That takes minutes on a shared 2-core machine, so both hooks run in one
 `try-repo` call (one environment), and the test is marked slow.
 

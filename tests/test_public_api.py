@@ -88,6 +88,7 @@ def test_one_parser_tree_holds_every_subcommand_and_its_options() -> None:
     shared = {
         "paths", "--select", "--ignore", "--unsafe-fixes", "--exclude", "-j", "--jobs",
         "--stdin-filename", "--force-exclude", "--target-torch", "-q", "--quiet",
+        "--respect-gitignore", "--no-respect-gitignore",
     }  # fmt: skip
     assert options == {
         "check": shared | {"--format", "--output-file", "-o"},

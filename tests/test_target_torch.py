@@ -38,13 +38,20 @@ torch.cuda.empty_cache()
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("2.6", "2.6"), (2.7, "2.7"), ("2.10.1", "2.10"), ("v2.8", "2.8"), ("2", "2.0")],
+    [
+        ("2.6", "2.6"),
+        (2.7, "2.7"),
+        ("2.10.1", "2.10"),
+        ("v2.8", "2.8"),
+        ("2", "2.0"),
+        ("0.4.1", "0.4"),
+    ],  # fmt: skip
 )
 def test_normalize(value: object, expected: str) -> None:
     assert normalize(value) == expected
 
 
-@pytest.mark.parametrize("value", ["latest", "", "0.4", "two"])
+@pytest.mark.parametrize("value", ["latest", "", "0", "0.0.9", "two"])
 def test_normalize_rejects_what_is_not_a_torch_version(value: str) -> None:
     with pytest.raises(TargetError):
         normalize(value)
@@ -321,3 +328,86 @@ def test_a_bad_target_is_a_usage_error(tmp_path: Path) -> None:
     assert proc.stderr.strip() == (
         "gpu2tpu: error: target-torch must be a torch version such as \"2.6\", not 'latest'"
     )
+
+
+# -- real projects' pins (issue 26) -------------------------------------------------------------
+
+
+LEGACY_PINS = {
+    "requirements.txt": "torch>=0.4.1\n",
+    "setup.py": "from setuptools import setup\nsetup(install_requires=['torch>=0.4.1'])\n",
+    "environment.yml": "dependencies:\n  - pytorch=0.4.1\n",
+}
+
+
+def test_a_legacy_pin_reports_every_fix_and_applies_none(tmp_path: Path) -> None:
+    """`torch>=0.4.1` in each kind of project file: a target like any other, older than every
+    fix, so every fix is reported and none applied; never an error."""
+    for name, text in LEGACY_PINS.items():
+        (tmp_path / name.split(".")[0]).mkdir()
+        project(tmp_path / name.split(".")[0], requirements=None)
+        (tmp_path / name.split(".")[0] / name).write_text(text)
+    check = run_cli("check", ".", cwd=tmp_path)
+    assert check.returncode == 1 and "Traceback" not in check.stderr, check.stderr
+    for where in ("requirements/requirements.txt: torch>=0.4.1", "setup/setup.py: torch>=0.4.1",
+                  "environment/environment.yml: pytorch=0.4.1"):  # fmt: skip
+        assert f"0.4 ({where})" in check.stdout, check.stdout
+    assert "every fix is reported, none applied" in check.stdout
+    proc = run_cli("rewrite", ".", cwd=tmp_path)
+    assert proc.returncode == 1 and not proc.stderr, proc.stderr
+    assert "0 files rewritten, 4 left unchanged (1 skipped without parsing)" in proc.stdout
+    for folder in ("requirements", "setup", "environment"):
+        assert (tmp_path / folder / "train.py").read_text() == SCRIPT
+    piped = run_cli("rewrite", "-", "--stdin-filename", "setup/x.py", cwd=tmp_path, stdin=SCRIPT)
+    assert piped.returncode == 1 and piped.stdout == SCRIPT, piped.stderr
+    assert "not fixed: the fix needs torch 2.6, target-torch is 0.4" in piped.stderr
+
+
+def two_projects(tmp_path: Path) -> Path:
+    """`old` pins torch 2.0 (below every fix), `new` torch 2.9 (every fix applies)."""
+    for name, pin in (("old", "torch==2.0.0\n"), ("new", "torch>=2.9\n")):
+        (tmp_path / name / "src").mkdir(parents=True)
+        (tmp_path / name / "src" / "train.py").write_text(SCRIPT)
+        (tmp_path / name / "requirements.txt").write_text(pin)
+    return tmp_path
+
+
+def test_each_file_takes_the_pins_of_its_own_project(tmp_path: Path) -> None:
+    root = two_projects(tmp_path)
+    proc = run_cli("rewrite", "old", "new/src/train.py", cwd=root)
+    assert proc.returncode == 1, proc.stderr
+    assert (root / "old" / "src" / "train.py").read_text() == SCRIPT
+    new = (root / "new" / "src" / "train.py").read_text()
+    assert "torch.accelerator.memory.empty_cache()" in new and ".to(device)" in new
+    assert "target-torch is 2.0 (old/requirements.txt: torch==2.0.0)" in proc.stdout, proc.stdout
+    # run from inside the project, the same file gets the same answer
+    (root / "new" / "src" / "train.py").write_text(SCRIPT)
+    inside = run_cli("rewrite", "src", cwd=root / "new")
+    assert inside.returncode == 0, inside.stdout + inside.stderr
+    assert (root / "new" / "src" / "train.py").read_text() == new
+    (root / "new" / "src" / "train.py").write_text(SCRIPT)
+    doc = json.loads(run_cli("check", ".", "--format", "json", cwd=root).stdout)
+    held = {f["path"]: f["needs_torch"] for f in doc["findings"] if f["code"] == "G2T301"}
+    assert held == {"old/src/train.py": "2.9", "new/src/train.py": None}
+    assert doc["summary"]["target_torch"] == "2.0"  # the lowest of the run's targets
+
+
+def test_each_file_takes_the_tool_section_of_its_own_project(tmp_path: Path) -> None:
+    root = two_projects(tmp_path)
+    (root / "old" / "pyproject.toml").write_text('[tool.gpu2tpu]\nignore = ["G2T1"]\n')
+    (root / "new" / "pyproject.toml").write_text('[tool.gpu2tpu]\ntarget-torch = "2.6"\n')
+    proc = run_cli("check", ".", cwd=root)
+    codes = {
+        (ln.split(":")[0], ln.split(": ")[1].split()[0])
+        for ln in proc.stdout.splitlines()
+        if ln.startswith(("old/", "new/")) and ": G2T" in ln
+    }
+    assert codes == {
+        ("old/src/train.py", "G2T301"),  # G2T101 ignored by old's own section
+        ("new/src/train.py", "G2T101"),
+        ("new/src/train.py", "G2T301"),
+    }, proc.stdout
+    assert (
+        "target-torch is 2.6 ([tool.gpu2tpu] target-torch in new/pyproject.toml), "
+        "2.0 (old/requirements.txt: torch==2.0.0)."
+    ) in proc.stdout

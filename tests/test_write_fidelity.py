@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -130,20 +131,35 @@ def _temporary(folder: Path, name: str, age_s: float) -> Path:
     return p
 
 
+def _ours(folder: Path, pid: int, age_s: float, data: bytes = b"half a file") -> Path:
+    """A temporary named as a write names it, holding the bytes its name's digest says."""
+    from gpu2tpu.rewrite.atomic_write import digest
+
+    p = folder / f".m.py.{pid}.abcd1234.{digest(data)}.gpu2tpu"
+    p.write_bytes(data)
+    old = time.time() - age_s
+    os.utime(p, (old, old))
+    return p
+
+
 def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text(GOOD)
-    dead = _temporary(tmp_path, ".m.py.999999999.abcd1234.gpu2tpu", 3600)  # no such process
-    legacy = _temporary(tmp_path, ".m.py.k2j4h5g6.gpu2tpu", 3600)  # older name, no pid
-    fresh = _temporary(tmp_path, ".m.py.999999999.zzzz9999.gpu2tpu", 0)  # maybe mid-write
-    live = _temporary(tmp_path, f".m.py.{os.getpid()}.wxyz5678.gpu2tpu", 3600)  # a live run's
-    other = _temporary(tmp_path, ".notes.txt.gpu2tpu", 3600)  # not ours
+    dead = _ours(tmp_path, 999999999, 3600)  # no such process
     assert run([str(tmp_path)], Config(jobs=1), Mode.CHECK).files  # check writes nothing...
-    assert dead.exists() and legacy.exists()
+    assert dead.exists()
     run([str(tmp_path)], Config(jobs=1), Mode.WRITE)  # ... rewrite cleans up
-    assert not dead.exists() and not legacy.exists()
-    assert fresh.exists() and live.exists() and other.exists()
+    assert not dead.exists()
+    fresh = _ours(tmp_path, 999999999, 0)  # maybe mid-write
+    live = _ours(tmp_path, os.getpid(), 3600)  # a live run's
+    cut = _ours(tmp_path, 999999998, 3600)
+    cut.write_bytes(b"half a fi")  # cut short mid-write: not provably ours
+    os.utime(cut, (time.time() - 3600,) * 2)
+    (tmp_path / "m.py").write_text(GOOD)
+    run([str(tmp_path)], Config(jobs=1), Mode.WRITE)
+    assert fresh.exists() and live.exists() and cut.exists()
     # a file named on the command line gets its own temporaries removed too
-    again = _temporary(tmp_path, ".m.py.999999999.abcd1234.gpu2tpu", 3600)
+    live.unlink()
+    again = _ours(tmp_path, 999999997, 3600)
     run([str(tmp_path / "m.py")], Config(jobs=1), Mode.WRITE)
     assert not again.exists()
 
@@ -268,3 +284,216 @@ def run_text(text: str) -> str:
     from gpu2tpu.rewrite.source import rewrite_source
 
     return rewrite_source(text).new_text
+
+
+# -- never lose a user's file or edit (issue 26) --------------------------------------------------
+
+
+def test_a_users_file_named_like_a_temporary_is_never_removed(tmp_path: Path) -> None:
+    """Only a temporary that a gpu2tpu write provably made is removed: the user's own files
+    that happen to match the pattern stay, however old."""
+    (tmp_path / "m.py").write_text(GOOD)
+    mine = [
+        _temporary(tmp_path, ".m.py.k2j4h5g6.gpu2tpu", 3600),
+        _temporary(tmp_path, ".m.py.999999999.abcd1234.gpu2tpu", 3600),
+        _temporary(tmp_path, ".notes.txt.12345678.gpu2tpu", 3600),
+    ]
+    (tmp_path / "sub").mkdir()
+    mine.append(_temporary(tmp_path / "sub", ".x.py.999999999.abcd1234.gpu2tpu", 3600))
+    run([str(tmp_path)], Config(jobs=1), Mode.WRITE)
+    run([str(tmp_path / "m.py")], Config(jobs=1), Mode.WRITE)
+    assert [p.read_text() for p in mine] == ["half a file"] * len(mine)
+
+
+def _killed_before_replace(path: Path) -> None:
+    """A write killed (SIGKILL) after its temporary is complete, before the rename."""
+    import multiprocessing
+
+    def child() -> None:
+        from gpu2tpu.rewrite import atomic_write
+
+        def die(*args: object) -> None:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        atomic_write.os.replace = die  # type: ignore[assignment]
+        atomic_write.write_atomic(str(path), "import torch\nx = 1\n", "utf-8")
+
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    process.join(60)
+    assert process.exitcode == -signal.SIGKILL
+
+
+def test_a_temporary_a_killed_write_left_is_removed(tmp_path: Path) -> None:
+    p = tmp_path / "m.py"
+    p.write_text(GOOD)
+    _killed_before_replace(p)
+    (left,) = tmp_path.glob(".m.py.*.gpu2tpu")
+    old = time.time() - 3600
+    os.utime(left, (old, old))
+    run([str(tmp_path)], Config(jobs=1), Mode.CHECK)  # check writes nothing, removes nothing
+    assert left.exists()
+    run([str(tmp_path)], Config(jobs=1), Mode.WRITE)
+    assert not left.exists()
+    assert ".to(device)" in p.read_text()
+
+
+def _edit_during_the_run(monkeypatch: pytest.MonkeyPatch, edit) -> None:  # type: ignore[no-untyped-def]
+    """Call `edit(path)` after the rewrite has read a file, before it writes it back."""
+    from gpu2tpu.rewrite import torch_target
+
+    real = torch_target.rewrite_for_target
+
+    def rewrite_then_edit(rewrite, text, options):  # type: ignore[no-untyped-def]
+        result = real(rewrite, text, options)
+        for p in Path(os.environ["EDIT_DIR"]).glob("*.py"):
+            edit(p)
+        return result
+
+    monkeypatch.setattr(torch_target, "rewrite_for_target", rewrite_then_edit)
+
+
+@pytest.mark.parametrize("same_size_and_time", [False, True])
+def test_an_edit_saved_during_the_run_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, same_size_and_time: bool
+) -> None:
+    p = tmp_path / "m.py"
+    p.write_text(GOOD)
+    edited = GOOD.replace("zeros", "empty") if same_size_and_time else GOOD + "y = 2\n"
+
+    def save(path: Path) -> None:
+        before = path.stat()
+        path.write_text(edited)
+        if same_size_and_time:  # only the bytes tell
+            os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    monkeypatch.setenv("EDIT_DIR", str(tmp_path))
+    _edit_during_the_run(monkeypatch, save)
+    for config in (Config(jobs=1), Config(isolate=False)):
+        p.write_text(GOOD)
+        report = run([str(p)], config, Mode.WRITE)
+        (outcome,) = report.files
+        assert outcome.status is Status.ERROR
+        assert outcome.error == "changed during the run; left as it is"
+        assert not outcome.edits, "an edit that was not written is not counted"
+        assert p.read_text() == edited
+        assert [q.name for q in tmp_path.iterdir()] == ["m.py"]
+
+
+def test_a_read_only_file_is_left_and_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = tmp_path / "ro.py"
+    p.write_text(GOOD)
+    p.chmod(0o444)
+    (outcome,) = run([str(p)], Config(jobs=1), Mode.WRITE).files
+    assert outcome.status is Status.ERROR
+    assert outcome.error == "read-only file; left as it is (make it writable to rewrite it)"
+    assert p.read_text() == GOOD and stat.S_IMODE(p.stat().st_mode) == 0o444
+    assert not outcome.edits
+    # writable by its mode, but not by this user (not the owner, and not root)
+    q = tmp_path / "theirs.py"
+    q.write_text(GOOD)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda f, m, **k: False if m == os.W_OK else real(f, m))
+    (outcome,) = run([str(q)], Config(isolate=False), Mode.WRITE).files
+    assert outcome.error == "read-only file; left as it is (make it writable to rewrite it)"
+    assert q.read_text() == GOOD
+
+
+# -- Ctrl-C at random moments (issue 26) ---------------------------------------------------------
+
+# The command, started so that it says when gpu2tpu's own code runs: an interrupt before that
+# lands in Python's start-up (site, runpy), which prints its own traceback, as for any Python
+# program, and is not what this measures.
+BOOT = (
+    "import os, sys\n"
+    "from gpu2tpu.cli import entry\n"
+    "os.write(int(os.environ['READY_FD']), b'r')\n"
+    "entry()\n"
+)
+INTERRUPTED = re.compile(r"interrupted: (\d+) files? written, (\d+) untouched")
+
+
+def _interrupt_once(folder: Path, delay: float | None, originals: dict[str, bytes]) -> dict:
+    """Start `rewrite -j 2`, send SIGINT to its process group (as a terminal's Ctrl-C does)
+    `delay` seconds after gpu2tpu's code starts (None: never); what it said, how it ended,
+    how long it ran from then."""
+    for name, data in originals.items():
+        (folder / name).write_bytes(data)
+    read_end, write_end = os.pipe()
+    env = {**os.environ, "READY_FD": str(write_end)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BOOT, "rewrite", "-q", "-j", "2", "."], cwd=folder, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_end,),
+        start_new_session=True,
+    )  # fmt: skip
+    os.close(write_end)
+    try:
+        assert os.read(read_end, 1) == b"r", "the command did not start"
+        started = time.monotonic()
+        if delay is not None:
+            time.sleep(delay)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise AssertionError(f"a run interrupted after {delay:.3f} s hung") from None
+    finally:
+        os.close(read_end)
+    return {"code": proc.returncode, "out": out.decode(), "err": err.decode(),
+            "seconds": time.monotonic() - started}  # fmt: skip
+
+
+def _interrupt_tree() -> tuple[dict[str, bytes], bytes]:
+    body = GOOD + "".join(f"y{i} = torch.ones({i}).cuda()\n" for i in range(8))
+    originals = {f"m{i:02d}.py": body.encode() for i in range(16)}
+    return originals, run_text(body).encode()
+
+
+def _check_interrupts(tmp_path: Path, delays: list[float]) -> None:
+    originals, rewritten = _interrupt_tree()
+    interrupted = 0
+    for delay in delays:
+        result = _interrupt_once(tmp_path, delay, originals)
+        written = sum((tmp_path / n).read_bytes() == rewritten for n in originals)
+        untouched = sum((tmp_path / n).read_bytes() == originals[n] for n in originals)
+        assert written + untouched == len(originals), "a file is neither whole nor as it was"
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(originals), "a leftover"
+        context = (delay, result)
+        assert "Traceback" not in result["err"], context
+        if result["code"] == 130:
+            interrupted += 1
+            (line,) = result["err"].splitlines()
+            match = INTERRUPTED.fullmatch(line) or (
+                line == "interrupted: 0 files written, every file untouched" and written == 0
+            )
+            assert match, context
+            if match is not True:
+                assert (int(match[1]), int(match[2])) == (written, untouched), context
+        else:  # the run was over before the signal came
+            assert result["code"] == 0 and not result["err"], context
+            assert written == len(originals), context
+    assert interrupted, "no run was interrupted: the moments drawn missed every run"
+
+
+def test_ctrl_c_a_few_times(tmp_path: Path) -> None:
+    """While the command loads, while it works, and near its end."""
+    _check_interrupts(tmp_path, [0.01, 0.4, 0.8])
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_sixty_random_moments(tmp_path: Path) -> None:
+    """Each of 60 runs is interrupted at a moment drawn from the whole run: one line with the
+    true counts (every file on disk is whole or as it was, and the counts say which), exit
+    130, no traceback, no temporary left, never a hang (each run has 60 s)."""
+    import random
+
+    originals, _ = _interrupt_tree()
+    whole = _interrupt_once(tmp_path, None, originals)  # how long a run takes, uninterrupted
+    assert whole["code"] == 0, whole["err"]
+    draw = random.Random()
+    _check_interrupts(tmp_path, [draw.uniform(0, whole["seconds"] * 1.1) for _ in range(60)])

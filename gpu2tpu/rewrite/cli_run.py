@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from .engine import Config, ConfigError, Mode, RunReport, decode_source, load_config, run
-from .model import Options
+from .config import ConfigError, Overrides, ProjectConfigs, unknown_codes
+from .discovery import SOURCE_SUFFIXES, is_force_excluded
+from .engine import Config, FileOutcome, Interrupted, Mode, RunReport, Status, decode_source, run
+from .interrupts import checkpoint
 from .report import (
     RunInfo,
     error_lines,
@@ -24,70 +26,67 @@ from .report import (
 from .report_output import render_report, write_report
 
 
-def resolve_target(args: argparse.Namespace, section: dict, cwd: Path) -> tuple[str | None, str]:
-    """target-torch and where it came from: the command line, `[tool.gpu2tpu]`, or the lowest
-    torch the project's own pins admit (the folder of its pyproject.toml, else `cwd`)."""
-    from .torch_target import TargetError, normalize, project_floor
-
-    try:
-        if getattr(args, "target_torch", None):
-            return normalize(args.target_torch), "--target-torch"
-        if "target-torch" in section:
-            return normalize(section["target-torch"]), "[tool.gpu2tpu] target-torch"
-    except TargetError as err:
-        raise ConfigError(str(err)) from None
-    pin = project_floor(section.get("__root__") or cwd)
-    return (pin.version, pin.source) if pin else (None, "")
+class UsageError(ValueError):
+    """Arguments that do not go together: one line, exit 2, nothing read or written."""
 
 
-def build_config(args: argparse.Namespace, cwd: Path) -> Config:
-    """Command-line options over `[tool.gpu2tpu]` over the defaults."""
-    config, _ = build_config_and_info(args, cwd)
-    return config
-
-
-def build_config_and_info(args: argparse.Namespace, cwd: Path) -> tuple[Config, RunInfo]:
-    """The engine's settings, and what the reports say about them (target-torch's source)."""
-    section = load_config(cwd)
-    target, target_source = resolve_target(args, section, cwd)
-    select = args.select if args.select is not None else section.get("select", [])
-    ignore = args.ignore if args.ignore is not None else section.get("ignore", [])
-    unsafe = (
-        args.unsafe_fixes if args.unsafe_fixes is not None else section.get("unsafe-fixes", False)
-    )
-    for key, value in (("select", select), ("ignore", ignore)):
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"[tool.gpu2tpu] {key} must be a list of rule codes")
-    max_bytes = section.get("max-file-size", None)
-    config = Config(
-        options=Options(
-            select=tuple(c.upper() for c in select),
-            ignore=tuple(c.upper() for c in ignore),
-            unsafe_fixes=bool(unsafe),
-            target_torch=target,
-        ),
-        exclude=tuple(section.get("exclude", [])) + tuple(args.exclude),
+def overrides_of(args: argparse.Namespace) -> Overrides:
+    """What the command line says over each project's `[tool.gpu2tpu]`."""
+    return Overrides(
+        select=tuple(args.select) if args.select is not None else None,
+        ignore=tuple(args.ignore) if args.ignore is not None else None,
+        unsafe_fixes=args.unsafe_fixes,
+        exclude=tuple(args.exclude),
+        target_torch=getattr(args, "target_torch", None),
+        respect_gitignore=getattr(args, "respect_gitignore", None),
         jobs=args.jobs,
-        root=section.get("__root__"),
     )
-    if max_bytes is not None:
-        if not isinstance(max_bytes, int) or max_bytes <= 0:
-            raise ConfigError("[tool.gpu2tpu] max-file-size must be a positive number of bytes")
-        config = Config(config.options, config.exclude, max_bytes, config.jobs, config.root)
-    return config, RunInfo(target, target_source)
 
 
-def _check_codes(config: Config) -> str | None:
-    codes = (*config.options.select, *config.options.ignore)
-    if not codes:
-        return None
-    from .rules_doc import documented_rules
+def mode_of(args: argparse.Namespace) -> Mode:
+    if args.command == "check":
+        return Mode.CHECK
+    if args.diff:
+        return Mode.DIFF
+    if args.check:
+        return Mode.DRY
+    return Mode.WRITE
 
-    known = [r.code for r in documented_rules()]
-    for code in codes:
-        if code != "ALL" and not any(k.startswith(code) for k in known):
-            return f"unknown rule code or prefix: {code} (see `gpu2tpu rules`)"
-    return None
+
+def check_usage(args: argparse.Namespace, cwd: Path) -> None:
+    """Refuse what would read standard input and paths at once, or write a report over a
+    file being checked or rewritten (`check -o a.py a.py` would overwrite the source)."""
+    if "-" in args.paths and len(args.paths) > 1:
+        raise UsageError(
+            "`-` (standard input) cannot be combined with paths; give one or the other"
+        )
+    codes = (*(args.select or ()), *(args.ignore or ()))
+    unknown = unknown_codes(tuple(codes))
+    if unknown:
+        raise UsageError(f"unknown rule code or prefix: {unknown[0]} (see `gpu2tpu rules`)")
+    for option, value in (
+        ("--output-file", getattr(args, "output_file", None)),
+        ("--report", getattr(args, "report", None)),
+    ):
+        if value and _is_input(Path(value), args.paths, cwd):
+            raise UsageError(
+                f"{option} {value} is one of the input files; name another file for the report"
+            )
+
+
+def _is_input(output: Path, paths: list[str], cwd: Path) -> bool:
+    """Whether `output` is a path given, or a source file a given folder would yield."""
+    target = os.path.realpath(cwd / output)
+    for raw in paths:
+        if raw == "-":
+            continue
+        given = os.path.realpath(cwd / raw)
+        if target == given:
+            return True
+        if os.path.isdir(given) and target.startswith(given.rstrip(os.sep) + os.sep):
+            if target.endswith(SOURCE_SUFFIXES):
+                return True
+    return False
 
 
 def run_rewrite_command(
@@ -95,29 +94,41 @@ def run_rewrite_command(
 ) -> int:
     for stream in (stdout, stderr):
         _pass_file_names_through(stream)
-    try:
-        config, info = build_config_and_info(args, cwd)
-    except ConfigError as err:
-        print(f"gpu2tpu: error: {err}", file=stderr)
-        return 2
-    if "ALL" in config.options.select:
-        config = dataclasses.replace(config, options=dataclasses.replace(config.options, select=()))
-    problem = _check_codes(config)
-    if problem:
-        print(f"gpu2tpu: error: {problem}", file=stderr)
-        return 2
-    if args.command == "check":
-        mode = Mode.CHECK
-    elif args.diff:
-        mode = Mode.DIFF
-    elif args.check:
-        mode = Mode.DRY
-    else:
-        mode = Mode.WRITE
+    mode = mode_of(args)
     if args.paths == ["-"]:
-        return _run_stdin(args, config, mode, stdin, stdout, stderr)
-    paths = force_exclude(args.paths, config) if args.force_exclude else args.paths
-    report = run(paths, config, mode)
+        return _run_stdin(args, cwd, mode, stdin, stdout, stderr)
+    try:
+        check_usage(args, cwd)
+        configs = ProjectConfigs(overrides_of(args), cwd)
+        paths = force_exclude(args.paths, configs) if args.force_exclude else args.paths
+        report = run(paths, Config(jobs=args.jobs), mode, configs)
+    except (ConfigError, UsageError) as err:
+        for line in str(err).splitlines():
+            print(f"gpu2tpu: error: {line}", file=stderr)
+        return 2
+    except Interrupted as stop:
+        print(stop.line, file=stderr)
+        return 130
+    try:
+        checkpoint()
+        return _show(args, report, mode, RunInfo.of(report.targets), stdout, stderr)
+    except KeyboardInterrupt:
+        written = report.count(Status.REWRITTEN)
+        print(Interrupted(written, len(report.files) - written).line, file=stderr)
+        return 130
+
+
+def _show(
+    args: argparse.Namespace,
+    report: RunReport,
+    mode: Mode,
+    info: RunInfo,
+    stdout: TextIO,
+    stderr: TextIO,
+    *,
+    summary: bool = True,
+) -> int:
+    """Everything a run prints and the report files it writes; the exit status."""
     fmt = getattr(args, "format", "text")
     output_file = getattr(args, "output_file", None)
     if mode is Mode.CHECK and (fmt != "text" or output_file):
@@ -157,7 +168,8 @@ def run_rewrite_command(
         except OSError as err:
             print(f"gpu2tpu: error: cannot write {report_path}: {err.strerror or err}", file=stderr)
             return 2
-    print_summary(report, stderr if mode is Mode.DIFF else stdout, info)
+    if summary:
+        print_summary(report, stderr if mode is Mode.DIFF else stdout, info)
     if any(o.withheld for o in report.files):  # the summary's "Fixes withheld" line says so
         return max(exit_code(report), 1)
     return exit_code(report)
@@ -205,22 +217,16 @@ def _escaped(char: str, byte: str) -> str:
     return f"\\u{code:04x}"
 
 
-def force_exclude(paths: list[str], config: Config) -> list[str]:
-    """The paths that the exclude patterns (defaults and `[tool.gpu2tpu] exclude`) leave: with
-    `--force-exclude` they apply to files named on the command line too, as pre-commit names
-    every staged file."""
-    from .engine import DEFAULT_EXCLUDES, _excluded, _prefixes
-
-    patterns = (*DEFAULT_EXCLUDES, *config.exclude)
-    kept = []
-    for raw in paths:
-        rel = Path(raw).as_posix()
-        if config.root is not None:
-            with contextlib.suppress(ValueError, OSError):
-                rel = Path(raw).resolve().relative_to(config.root.resolve()).as_posix()
-        if raw == "-" or not any(_excluded(p, Path(p).name, patterns) for p in _prefixes(rel)):
-            kept.append(raw)
-    return kept
+def force_exclude(paths: list[str], configs: ProjectConfigs) -> list[str]:
+    """The paths that the exclude patterns (defaults and `[tool.gpu2tpu] exclude` of each
+    path's project) leave: with `--force-exclude` they apply to files named on the command
+    line too, as pre-commit names every staged file."""
+    return [
+        raw
+        for raw in paths
+        if raw == "-"
+        or not is_force_excluded(raw, configs.scope(os.path.dirname(os.path.abspath(raw))))
+    ]
 
 
 def _print_errors(report: RunReport, stderr: TextIO) -> None:
@@ -231,7 +237,7 @@ def _print_errors(report: RunReport, stderr: TextIO) -> None:
 
 def _run_stdin(
     args: argparse.Namespace,
-    config: Config,
+    cwd: Path,
     mode: Mode,
     stdin: TextIO,
     stdout: TextIO,
@@ -239,53 +245,144 @@ def _run_stdin(
 ) -> int:
     """`gpu2tpu rewrite -`: text in, rewritten text out (for editors and pipes).
 
-    The output keeps the input's encoding (a PEP 263 declaration such as latin-1) and BOM. On
-    an error the input goes out unchanged, byte for byte, with one error line on stderr.
+    The output keeps the input's encoding (a PEP 263 declaration such as latin-1) and BOM.
+    On any failure (bad configuration, a report that cannot be written, a syntax error, a
+    bug, Ctrl-C) the input goes out unchanged, byte for byte, with one error line on stderr,
+    and the exit status is 2 (130 for Ctrl-C): an editor never gets an empty buffer back.
+    `--stdin-filename` names the text in reports, chooses its configuration (the project of
+    that path) and, for a name ending in .ipynb, reads it as a notebook.
     """
+    name = args.stdin_filename or "-"
+    data = b""
+    echo = mode is Mode.WRITE
+
+    def failed(lines: list[str], status: int = 2) -> int:
+        for line in lines:
+            print(line, file=stderr)
+        if echo:
+            _write_bytes(stdout, data)
+        return status
+
+    try:
+        data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
+        check_usage(args, cwd)
+        named = cwd / args.stdin_filename if args.stdin_filename else None
+        folder = os.path.dirname(os.path.abspath(named)) if named else str(cwd)
+        configs = ProjectConfigs(overrides_of(args), cwd)
+        config = configs(folder)
+        if args.force_exclude and args.stdin_filename:
+            if is_force_excluded(args.stdin_filename, config.scope):
+                return failed([], 0)  # excluded: given back as it came, as ruff does
+        checkpoint()
+        outcome, new_data = _stdin_outcome(name, data, config, mode)
+        checkpoint()
+    except (ConfigError, UsageError) as err:
+        return failed([f"gpu2tpu: error: {line}" for line in str(err).splitlines()])
+    except KeyboardInterrupt:
+        return failed([Interrupted(0, None).line], 130)
+    except Exception as err:  # a bug of ours: the editor still gets its text back
+        bug = f"internal error ({type(err).__name__}: {err}); left as it is (please report it)"
+        return failed([f"error: {name}: {bug}"])
+    if outcome.error or outcome.cell_errors:
+        errors = [outcome.error] if outcome.error else outcome.cell_errors
+        return failed([f"error: {name}: {e}" for e in errors])
+    report = RunReport([outcome], [], mode, ((config.options.target_torch, config.target_source),))
+    info = RunInfo.of(report.targets)
+    if mode is Mode.CHECK:
+        if getattr(args, "format", "text") != "text" or getattr(args, "output_file", None):
+            return _show(args, report, mode, info, stdout, stderr)
+        for item in outcome.findings:
+            print(finding_line(name, item), file=stdout)
+        return int(bool(outcome.findings))
+    if getattr(args, "report", None):
+        try:
+            write_report(
+                Path(args.report),
+                escape_surrogates(render_report(report, "markdown", info), "markdown"),
+            )
+        except OSError as err:
+            return failed([f"gpu2tpu: error: cannot write {args.report}: {err.strerror or err}"])
+    code = int(outcome.status is Status.WOULD_REWRITE)
+    if mode is Mode.WRITE:
+        _write_bytes(stdout, new_data if new_data is not None else data)
+        for item in outcome.findings:
+            print(finding_line(name, item, show_fix=False), file=stderr)
+        code = int(bool(outcome.findings))
+    elif mode is Mode.DIFF:
+        _write_bytes(stdout, new_data or b"")
+        for item in outcome.withheld:
+            print(finding_line(name, item, show_fix=False), file=stderr)
+    elif mode is Mode.DRY and outcome.status is Status.WOULD_REWRITE and not args.quiet:
+        print(f"would rewrite {name}", file=stdout)
+    if outcome.withheld:
+        print(withheld_line(len(outcome.withheld)), file=stderr)
+        code = max(code, 1)
+    return code
+
+
+def _stdin_outcome(
+    name: str, data: bytes, config: Config, mode: Mode
+) -> tuple[FileOutcome, bytes | None]:
+    """What the engine would say of `data` as a file called `name`, and the bytes to print:
+    the new text in the input's encoding (write), the diff (diff), or None."""
     from .source import SourceError, rewrite_source
     from .torch_target import rewrite_for_target
 
-    name = args.stdin_filename or "-"
-    data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
+    options = config.options
+    if mode is Mode.CHECK:
+        options = dataclasses.replace(options, fix=False)
+    notebook = name.endswith(".ipynb")
     try:
-        decoded = decode_source(data)
-        result = rewrite_for_target(rewrite_source, decoded.text, config.options)
+        if notebook:
+            from .notebook import NotebookError, notebook_diff, rewrite_notebook
+
+            try:
+                text, encoding = data.decode("utf-8"), "utf-8"
+            except UnicodeDecodeError:
+                raise ValueError("notebook is not valid UTF-8; left as it is") from None
+            try:
+                result = rewrite_for_target(rewrite_notebook, text, options)
+            except NotebookError as err:
+                raise ValueError(f"{err.reason}; left as it is") from None
+        else:
+            decoded = decode_source(data)
+            text, encoding = decoded.text, decoded.encoding
+            result = rewrite_for_target(rewrite_source, text, options)
     except (SourceError, ValueError, RecursionError) as err:
         reason = getattr(err, "reason", None) or str(err) or "too deeply nested to parse"
         line = getattr(err, "line", None)
         where = f" (line {line})" if line else ""
-        print(f"error: {name}: {reason}{where}; left as it is", file=stderr)
-        if mode is Mode.WRITE:
-            _write_bytes(stdout, data)
-        return 2
-    text = decoded.text
-    if mode is Mode.CHECK:
-        for item in result.all:
-            print(finding_line(name, item), file=stdout)
-        return int(bool(result.all))
-    code = int(result.new_text != text)
+        suffix = "" if reason.endswith("left as it is") else "; left as it is"
+        return FileOutcome(name, Status.ERROR, error=f"{reason}{where}{suffix}"), None
+    outcome = FileOutcome(
+        name,
+        Status.UNCHANGED,
+        edits=list(result.edits),
+        findings=list(result.findings),
+        withheld=list(result.withheld),
+        cell_errors=list(getattr(result, "cell_errors", ())),
+    )
+    if result.new_text == text:
+        return outcome, None
+    outcome.status = Status.REWRITTEN if mode is Mode.WRITE else Status.WOULD_REWRITE
     if mode is Mode.WRITE:
         try:
-            out = _encode(result.new_text, decoded.encoding)
+            return outcome, _encode(result.new_text, encoding)
         except UnicodeEncodeError as err:
-            print(f"error: {name}: cannot encode the result as {err.encoding}", file=stderr)
-            _write_bytes(stdout, data)
-            return 2
-        _write_bytes(stdout, out)
-        for item in result.findings:
-            print(finding_line(name, item, show_fix=False), file=stderr)
-        code = int(bool(result.findings))
-    elif mode is Mode.DIFF:
-        from .engine import unified_diff
+            return _failed_outcome(name, f"cannot encode the result as {err.encoding}"), None
+    if mode is Mode.DIFF:
+        if notebook:
+            diff = notebook_diff(name, text, result.new_text)
+        else:
+            from .engine import unified_diff
 
-        diff = unified_diff(name, text, result.new_text)
-        _write_bytes(stdout, diff.encode(decoded.encoding.removesuffix("-sig"), "replace"))
-        for item in result.withheld:
-            print(finding_line(name, item, show_fix=False), file=stderr)
-    if result.withheld:
-        print(withheld_line(len(result.withheld)), file=stderr)
-        code = max(code, 1)
-    return code
+            diff = unified_diff(name, text, result.new_text)
+        return outcome, diff.encode(encoding.removesuffix("-sig"), "replace")
+    return outcome, None
+
+
+def _failed_outcome(name: str, reason: str) -> FileOutcome:
+    return FileOutcome(name, Status.ERROR, error=f"{reason}; left as it is")
 
 
 def _encode(text: str, encoding: str) -> bytes:
@@ -334,6 +431,9 @@ def _add_rewrite_options(p: argparse.ArgumentParser) -> None:
                    help="oldest torch the code must run on, e.g. 2.6: fixes that need a newer "
                    "one are reported, not applied (default: [tool.gpu2tpu] target-torch, else "
                    "the lowest torch the project's own pins admit)")  # fmt: skip
+    p.add_argument("--respect-gitignore", action=argparse.BooleanOptionalAction, default=None,
+                   help="leave out what .gitignore files leave out, inside a git repository "
+                   "(default: on, or [tool.gpu2tpu] respect-gitignore)")  # fmt: skip
     p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the summary")
 
 

@@ -9,44 +9,25 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import fnmatch
 import functools
 import io
 import os
-import re
 import stat
-import tempfile
-import time
 import tokenize
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Protocol
 
+from .atomic_write import ChangedDuringRun, ReadOnly, Snapshot, remove_stale_temporaries
+from .atomic_write import write_atomic as write_atomic
+from .discovery import CUDA_SOURCE_SUFFIXES, Scope, discover, inside, os_reason
+from .discovery import DEFAULT_EXCLUDES as DEFAULT_EXCLUDES
+from .discovery import SOURCE_SUFFIXES as SOURCE_SUFFIXES
+from .interrupts import checkpoint
 from .model import CellFinding, Finding, Options
 
-SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
-CUDA_SOURCE_SUFFIXES = (".cu", ".cuh")  # never rewritten; reported when Python code uses them
-DEFAULT_EXCLUDES = (
-    ".git",
-    ".hg",
-    ".svn",
-    ".venv",
-    "venv",
-    ".tox",
-    ".nox",
-    "__pycache__",
-    "build",
-    "dist",
-    "node_modules",
-    "site-packages",
-    ".eggs",
-    "*.egg-info",
-    ".mypy_cache",
-    ".pytest_cache",
-    ".ruff_cache",
-    ".ipynb_checkpoints",
-)
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 
 
@@ -81,6 +62,13 @@ class Config:
     # The given paths, resolved (set by `run`): a symbolic link is written through to its
     # target only when the target lies inside one of them.
     roots: tuple[str, ...] = ()
+    respect_gitignore: bool = True  # inside a git repository (discovery.py)
+    target_source: str = ""  # where options.target_torch came from, for the reports
+
+    @property
+    def scope(self) -> Scope:
+        """What decides which files a walk takes under this configuration."""
+        return Scope(self.root, self.exclude, self.respect_gitignore)
 
 
 @dataclass
@@ -106,6 +94,9 @@ class RunReport:
     files: list[FileOutcome]
     discovery_errors: list[str]
     mode: Mode
+    # target-torch and where it came from, once per distinct target of the files processed
+    # (projects of one run may pin different torch releases).
+    targets: tuple[tuple[str | None, str], ...] = ()
 
     @property
     def errors(self) -> list[str]:
@@ -115,265 +106,22 @@ class RunReport:
         return sum(1 for o in self.files if o.status is status)
 
 
-# -- configuration -----------------------------------------------------------------------------
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run: how many files were written, how many left as they were (None:
+    the files were still being found, and none was written). A KeyboardInterrupt still, for
+    callers of `run` that stop on one."""
 
+    def __init__(self, written: int, untouched: int | None) -> None:
+        self.written = written
+        self.untouched = untouched
+        super().__init__(self.line)
 
-def find_project_root(start: Path) -> Path | None:
-    for folder in (start, *start.parents):
-        if (folder / "pyproject.toml").is_file():
-            return folder
-    return None
-
-
-class ConfigError(ValueError):
-    pass
-
-
-def load_config(start: Path) -> dict:
-    """`[tool.gpu2tpu]` of the nearest pyproject.toml above `start`, or {}."""
-    import tomllib
-
-    root = find_project_root(start)
-    if root is None:
-        return {}
-    path = root / "pyproject.toml"
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read [tool.gpu2tpu]: {err}") from None
-    section = data.get("tool", {}).get("gpu2tpu", {})
-    if not isinstance(section, dict):
-        raise ConfigError(f"{path}: [tool.gpu2tpu] must be a table")
-    known = {"exclude", "select", "ignore", "unsafe-fixes", "max-file-size", "target-torch"}
-    unknown = sorted(set(section) - known)
-    if unknown:
-        raise ConfigError(f"{path}: unknown [tool.gpu2tpu] key(s): {', '.join(unknown)}")
-    section = dict(section)
-    section["__root__"] = root
-    return section
-
-
-# -- discovery ---------------------------------------------------------------------------------
-
-
-def _excluded(rel: str, name: str, patterns: Iterable[str]) -> bool:
-    return bool(
-        _exclude_pattern(tuple(patterns)).match(name)
-        or _exclude_pattern(tuple(patterns)).match(rel)
-    )
-
-
-@functools.lru_cache(maxsize=64)
-def _exclude_pattern(patterns: tuple[str, ...]) -> re.Pattern[str]:
-    """A glob matches a name or a path; a plain path also excludes everything below it."""
-    parts = []
-    for pattern in patterns:
-        parts.append(fnmatch.translate(pattern))
-        plain = pattern.rstrip("/")
-        parts.append(re.escape(plain) + r"(?:/.*)?\Z")
-    return re.compile("|".join(f"(?:{p})" for p in parts) or r"(?!x)x")
-
-
-def discover(
-    paths: Iterable[str], config: Config, stale: list[str] | None = None
-) -> tuple[list[str], list[str]]:
-    """Source files under `paths` (explicit files are always taken), and one line per problem.
-
-    A symbolic link to a file that is found anyway (its target is under the given paths too)
-    is dropped, so that the file is rewritten once. `stale` collects the temporary files an
-    interrupted write left beside the files found (`.NAME.PID.XXXXXXXX.gpu2tpu`).
-    """
-    files: list[str] = []
-    errors: list[str] = []
-    seen: set[str] = set()
-    root = config.root
-    patterns = (*DEFAULT_EXCLUDES, *config.exclude)
-
-    resolved_root = root.resolve() if root is not None else None
-
-    def rel_of(p: Path) -> str:
-        return rel_from_root(p)[0]
-
-    def rel_from_root(p: Path) -> tuple[str, bool]:
-        """`p` relative to the root, and whether that held (else `p` as given)."""
-        if resolved_root is None:
-            return p.as_posix(), True
-        try:
-            return p.resolve().relative_to(resolved_root).as_posix(), True
-        except (ValueError, OSError):
-            return p.as_posix(), False
-
-    def add(p: str) -> None:
-        if p not in seen:
-            seen.add(p)
-            files.append(p)
-
-    for raw in paths:
-        if raw == "-":
-            add("-")
-            continue
-        p = Path(raw)
-        try:
-            st = p.stat()
-        except FileNotFoundError:
-            reason = "broken symbolic link" if p.is_symlink() else "no such file or directory"
-            errors.append(f"{raw}: {reason}")
-            continue
-        except OSError as err:
-            errors.append(f"{raw}: {_os_reason(err)}")
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            # A folder named on the command line is wanted even if a pattern excludes it:
-            # the patterns that match it (or a folder above it) do not apply inside it.
-            rel = rel_of(p)
-            active = tuple(
-                pat
-                for pat in patterns
-                if not any(_excluded(part, Path(part).name, (pat,)) for part in _prefixes(rel))
-            )
-            for found in _walk(p, active, rel_from_root, errors, stale):
-                add(found)
-        else:
-            add(raw)
-            if stale is not None:
-                stale.extend(_temporaries_of(p))
-    return _without_duplicate_links(files), errors
-
-
-def _without_duplicate_links(files: list[str]) -> list[str]:
-    """Drop a symbolic link whose target is itself among `files` (it is rewritten as itself),
-    and all but the first of several links to one target: each file is written once."""
-    links = [f for f in files if f != "-" and os.path.islink(f)]
-    if not links:
-        return files
-    seen = {os.path.realpath(f) for f in files if f != "-" and not os.path.islink(f)}
-    drop = set()
-    for link in links:
-        target = os.path.realpath(link)
-        if target in seen:
-            drop.add(link)
-        seen.add(target)
-    return [f for f in files if f not in drop]
-
-
-def inside(path: str, roots: Iterable[str]) -> bool:
-    """Whether the resolved `path` is one of `roots` or lies below one of them."""
-    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
-
-
-def _prefixes(rel: str) -> list[str]:
-    """`a/b/c` -> `a`, `a/b`, `a/b/c`."""
-    parts = [p for p in rel.split("/") if p not in ("", ".")]
-    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
-
-
-def _walk(  # type: ignore[no-untyped-def]
-    top: Path, patterns: tuple[str, ...], rel_of, errors: list[str], stale: list[str] | None
-) -> Iterator[str]:
-    def onerror(err: OSError) -> None:
-        errors.append(f"{err.filename}: {_os_reason(err)}")
-
-    # A folder's path relative to the root, by folder: an entry inside it that is not a
-    # symbolic link is the folder's plus its name (`Path.resolve` per file costs a system
-    # call per path component; on 3,000 files it was the largest part of discovery).
-    # Only folders that lie under the root (or all, without one) are in `rels`.
-    rels: dict[str, str] = {}
-
-    def rel_in(folder: str, base: Path, name: str) -> tuple[str, bool]:
-        path = base / name
-        parent = rels.get(folder)
-        if parent is None or os.path.islink(path):
-            return rel_of(path)
-        return (name if parent == "." else f"{parent}/{name}"), True
-
-    for folder, dirnames, filenames in os.walk(top, onerror=onerror):
-        base = Path(folder)
-        if folder not in rels:
-            rel, inside = rel_of(base)
-            if inside:
-                rels[folder] = rel
-        kept = []
-        for d in sorted(dirnames):
-            rel, inside = rel_in(folder, base, d)
-            if not _excluded(rel, d, patterns):
-                kept.append(d)
-                if inside and not os.path.islink(base / d):
-                    rels[os.path.join(folder, d)] = rel
-        dirnames[:] = kept
-        for name in sorted(filenames):
-            if stale is not None and _TEMPORARY.match(name):
-                stale.append(str(base / name))
-            if not name.endswith(SOURCE_SUFFIXES + CUDA_SOURCE_SUFFIXES):
-                continue
-            path = base / name
-            if _excluded(rel_in(folder, base, name)[0], name, patterns):
-                continue
-            yield str(path)
-
-
-# `write_atomic`'s temporary files: `.NAME.PID.XXXXXXXX.gpu2tpu` (older runs: no PID).
-_TEMPORARY = re.compile(r"^\.(?P<name>.+?)\.(?:(?P<pid>\d+)\.)?[A-Za-z0-9_]{8}\.gpu2tpu$")
-STALE_AFTER_S = 60.0  # a write takes milliseconds; a temporary this old was left behind
-
-
-def _temporaries_of(path: Path) -> list[str]:
-    prefix = f".{path.name}."
-    try:
-        names = os.listdir(path.parent)
-    except OSError:
-        return []
-    return [
-        str(path.parent / n)
-        for n in names
-        if n.startswith(prefix) and (m := _TEMPORARY.match(n)) and m["name"] == path.name
-    ]
-
-
-def remove_stale_temporaries(candidates: Iterable[str]) -> list[str]:
-    """Delete the temporary files a killed run left: older than a minute, and written by a
-    process that is gone (another run's temporary, in its write window, is left alone)."""
-    removed = []
-    now = time.time()
-    for path in dict.fromkeys(candidates):
-        match = _TEMPORARY.match(os.path.basename(path))
-        if match is None:
-            continue
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < STALE_AFTER_S:
-            continue
-        if match["pid"] and _alive(int(match["pid"])):
-            continue
-        try:
-            os.unlink(path)
-        except OSError:
-            continue
-        removed.append(path)
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OverflowError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _os_reason(err: OSError) -> str:
-    if isinstance(err, PermissionError):
-        return "permission denied"
-    if err.errno == 40:  # ELOOP
-        return "symbolic link loop"
-    if isinstance(err, IsADirectoryError):
-        return "is a directory"
-    return err.strerror or str(err)
+    @property
+    def line(self) -> str:
+        left = "every file" if self.untouched is None else str(self.untouched)
+        return (
+            f"interrupted: {self.written} file{'s' * (self.written != 1)} written, {left} untouched"
+        )
 
 
 # -- one file ----------------------------------------------------------------------------------
@@ -387,11 +135,16 @@ class _Decoded:
 
 def decode_source(data: bytes) -> _Decoded:
     """Decode Python source the way the interpreter does (BOM, PEP 263 cookie), strictly."""
+    foreign = foreign_text(data)
+    if foreign:
+        raise ValueError(foreign)
     if b"\x00" in data:
         raise ValueError("binary file (contains NUL bytes), not Python source")
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as err:
+        if err.msg == "invalid or missing encoding declaration":  # a first line not UTF-8
+            raise ValueError("not valid UTF-8 text (utf-8); file left as it is") from None
         raise ValueError(f"bad encoding declaration: {err.msg}") from None
     try:
         text = data.decode(encoding)
@@ -423,12 +176,13 @@ def process_file(path: str, config: Config, mode: Mode, tokens: tuple[bytes, ...
 def _process_file(path: str, config: Config, mode: Mode, tokens: tuple[bytes, ...]) -> FileOutcome:
     from .source import SourceError
 
-    data = _read_or_outcome(path, config, tokens)
-    if isinstance(data, FileOutcome):
-        return data
+    read = _read_or_outcome(path, config, tokens)
+    if isinstance(read, FileOutcome):
+        return read
+    data, snapshot = read
     try:
         if path.endswith(".ipynb"):
-            return _process_notebook(path, data, config, mode)
+            return _process_notebook(path, data, snapshot, config, mode)
         decoded = decode_source(data)
         from .source import rewrite_source
         from .torch_target import rewrite_for_target
@@ -449,22 +203,51 @@ def _process_file(path: str, config: Config, mode: Mode, tokens: tuple[bytes, ..
     )
     if result.new_text == decoded.text:
         return outcome
-    return _finish(outcome, path, decoded.text, result.new_text, decoded.encoding, mode, config)
+    new = _Write(decoded.text, result.new_text, decoded.encoding, snapshot)
+    return _finish(outcome, path, new, mode, config)
 
 
-def _read_or_outcome(path: str, config: Config, tokens: tuple[bytes, ...]) -> bytes | FileOutcome:
-    """The file's bytes when a rule may have something to say about them; else its outcome
-    (unreadable, empty, or holding no token)."""
+# Byte-order marks of the encodings Python never reads source in (its tokenizer takes UTF-8,
+# with or without a BOM, or a declared 8-bit encoding): such a file is said, not skipped.
+_FOREIGN_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+
+
+def foreign_text(data: bytes) -> str | None:
+    """The error for text in an encoding Python never reads source in (UTF-16, UTF-32: a
+    byte-order mark says so), else None. Such a file holds no `cuda` byte string the
+    prefilter could see, so it is said, not skipped unseen."""
+    for bom, name in _FOREIGN_BOMS:
+        if data.startswith(bom):
+            return (
+                f"{name} text (it starts with a {name} byte-order mark): Python reads source "
+                "as UTF-8; file left as it is (save it as UTF-8 to check it)"
+            )
+    return None
+
+
+def _read_or_outcome(
+    path: str, config: Config, tokens: tuple[bytes, ...]
+) -> tuple[bytes, Snapshot] | FileOutcome:
+    """The file's bytes (and what it was when read) when a rule may have something to say
+    about them; else its outcome (unreadable, empty, UTF-16, or holding no token)."""
     try:
-        data = _read(path, config)
+        data, snapshot = _read(path, config)
     except (OSError, ValueError) as err:
-        reason = _os_reason(err) if isinstance(err, OSError) else str(err)
+        reason = os_reason(err) if isinstance(err, OSError) else str(err)
         return FileOutcome(path, Status.ERROR, error=reason)
+    foreign = foreign_text(data)
+    if foreign:
+        return FileOutcome(path, Status.ERROR, error=foreign)
     if not data.strip():
         return FileOutcome(path, Status.EMPTY)
     if not holds_token(data, tokens) and not _notebook_tokens(path, data):
         return FileOutcome(path, Status.PREFILTERED)
-    return data
+    return data, snapshot
 
 
 def _settled(path: str, config: Config, tokens: tuple[bytes, ...]) -> FileOutcome | None:
@@ -502,7 +285,7 @@ def _notebook_tokens(path: str, data: bytes) -> bool:
     return any(t in data for t in NOTEBOOK_TOKENS)
 
 
-def _read(path: str, config: Config) -> bytes:
+def _read(path: str, config: Config) -> tuple[bytes, Snapshot]:
     if path == "-":
         raise ValueError("standard input is handled by the caller")
     p = Path(path)
@@ -517,10 +300,13 @@ def _read(path: str, config: Config) -> bytes:
             f"file is {st.st_size / (1024 * 1024):.1f} MiB, over the {mib:g} MiB limit "
             "(max-file-size in [tool.gpu2tpu]); file left as it is"
         )
-    return p.read_bytes()
+    data = p.read_bytes()
+    return data, Snapshot.of(st, data)
 
 
-def _process_notebook(path: str, data: bytes, config: Config, mode: Mode) -> FileOutcome:
+def _process_notebook(
+    path: str, data: bytes, snapshot: Snapshot, config: Config, mode: Mode
+) -> FileOutcome:
     from .notebook import NotebookError, local_module_findings, notebook_diff, rewrite_notebook
     from .torch_target import rewrite_for_target
 
@@ -548,15 +334,24 @@ def _process_notebook(path: str, data: bytes, config: Config, mode: Mode) -> Fil
         return outcome
     if mode is Mode.DIFF:
         outcome.diff = notebook_diff(path, text, result.new_text)
-    return _finish(outcome, path, text, result.new_text, "utf-8", mode, config, diff_done=True)
+    new = _Write(text, result.new_text, "utf-8", snapshot)
+    return _finish(outcome, path, new, mode, config, diff_done=True)
+
+
+@dataclass(frozen=True)
+class _Write:
+    """A file's new text, with what the file was when it was read."""
+
+    old: str
+    new: str
+    encoding: str
+    snapshot: Snapshot
 
 
 def _finish(
     outcome: FileOutcome,
     path: str,
-    old: str,
-    new: str,
-    encoding: str,
+    write: _Write,
     mode: Mode,
     config: Config,
     diff_done: bool = False,
@@ -564,25 +359,36 @@ def _finish(
     if mode is not Mode.CHECK and os.path.islink(path) and config.roots:
         target = os.path.realpath(path)
         if not inside(target, config.roots):
-            outcome.status = Status.ERROR
-            outcome.diff = ""
-            outcome.error = (
+            return _failed(
+                outcome,
                 f"symbolic link to {target}, outside the given paths; left as it is "
-                "(name the target to rewrite it)"
+                "(name the target to rewrite it)",
             )
-            return outcome
     if mode is Mode.WRITE:
         try:
-            write_atomic(path, new, encoding)
+            write_atomic(path, write.new, write.encoding, write.snapshot)
+        except ChangedDuringRun:
+            return _failed(outcome, "changed during the run; left as it is")
+        except ReadOnly:
+            return _failed(
+                outcome, "read-only file; left as it is (make it writable to rewrite it)"
+            )
         except OSError as err:
-            outcome.status = Status.ERROR
-            outcome.error = f"cannot write: {_os_reason(err)}; file left as it is"
-            return outcome
+            return _failed(outcome, f"cannot write: {os_reason(err)}; file left as it is")
         outcome.status = Status.REWRITTEN
         return outcome
     outcome.status = Status.WOULD_REWRITE
     if mode is Mode.DIFF and not diff_done:
-        outcome.diff = unified_diff(path, old, new)
+        outcome.diff = unified_diff(path, write.old, write.new)
+    return outcome
+
+
+def _failed(outcome: FileOutcome, reason: str) -> FileOutcome:
+    """The file was not written: an error, and none of its edits counts as made."""
+    outcome.status = Status.ERROR
+    outcome.error = reason
+    outcome.diff = ""
+    outcome.edits = []
     return outcome
 
 
@@ -596,98 +402,132 @@ def unified_diff(path: str, old: str, new: str) -> str:
     return "".join(out)
 
 
-def write_atomic(path: str, text: str, encoding: str) -> None:
-    """Replace `path` with `text` in one step, keeping encoding, BOM, newlines, mode and owner.
-
-    A symbolic link is written through: its target is replaced, the link stays. The temporary
-    file is named `.NAME.PID.XXXXXXXX.gpu2tpu`, so that a later run can tell one a killed
-    run left behind (`remove_stale_temporaries`).
-    """
-    target = Path(os.path.realpath(path))
-    data = text.encode(encoding)
-    if encoding == "utf-8-sig" and not data.startswith(b"\xef\xbb\xbf"):
-        data = b"\xef\xbb\xbf" + data
-    st = target.stat()
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{target.name}.{os.getpid()}.", suffix=".gpu2tpu", dir=target.parent
-    )
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, stat.S_IMODE(st.st_mode))
-        _keep_owner(tmp, st)
-        os.replace(tmp, target)
-    except BaseException:
-        with _suppress():
-            os.unlink(tmp)
-        raise
-
-
-def _keep_owner(tmp: str, st: os.stat_result) -> None:
-    """Give the new file the old one's owner and group, as far as this process may (root may
-    set both; others may set a group they belong to; else the file is theirs, as with an
-    editor's save)."""
-    if not hasattr(os, "chown"):
-        return
-    for uid, gid in ((st.st_uid, st.st_gid), (-1, st.st_gid)):
-        try:
-            os.chown(tmp, uid, gid)
-            return
-        except OSError:
-            continue
-
-
-class _suppress:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return True
-
-
 # -- many files --------------------------------------------------------------------------------
 
 
-def run(paths: Iterable[str], config: Config, mode: Mode) -> RunReport:
-    """Discover and process files, in worker processes (pool.py)."""
-    from .source import prefilter_tokens
+class FolderConfigs(Protocol):
+    """Each folder's configuration (config.ProjectConfigs): `scope` is what a walk of the
+    folder needs, cheaper than the whole (no torch pins)."""
 
-    if mode is Mode.CHECK and config.options.fix:
-        # `check` only decides: the rules still say what is fixable, nothing is transformed.
-        config = dataclasses.replace(config, options=dataclasses.replace(config.options, fix=False))
+    def __call__(self, folder: str) -> Config: ...
+
+    def scope(self, folder: str) -> Scope: ...
+
+
+def run(
+    paths: Iterable[str], config: Config, mode: Mode, config_of: FolderConfigs | None = None
+) -> RunReport:
+    """Discover and process files, in worker processes (pool.py).
+
+    `config_of` gives each folder's configuration (its project's `[tool.gpu2tpu]` and torch
+    pins: config.py); without it, `config` holds for every file. `config` gives the run's
+    own settings (jobs, isolation). Ctrl-C raises `Interrupted`, with what was written.
+    """
     paths = list(paths)
     roots = tuple(os.path.realpath(p) for p in paths if p != "-")
-    config = dataclasses.replace(config, roots=roots)
-    stale: list[str] = []
-    found, discovery_errors = discover(paths, config, stale if mode is Mode.WRITE else None)
-    if stale:
-        remove_stale_temporaries(stale)
-    found = [f for f in found if f != "-"]
-    files = [f for f in found if not f.endswith(CUDA_SOURCE_SUFFIXES)]
-    tokens = prefilter_tokens(config.options)
+    base = _for_mode(dataclasses.replace(config, roots=roots), mode)
+    configs: dict[Config, Config] = {}
+
+    def adjusted(folder_config: Config) -> Config:
+        if folder_config not in configs:
+            configs[folder_config] = _for_mode(
+                dataclasses.replace(
+                    folder_config, roots=roots, jobs=config.jobs, isolate=config.isolate
+                ),
+                mode,
+            )
+        return configs[folder_config]
+
+    def config_for(folder: str) -> Config:
+        return adjusted(config_of(folder)) if config_of is not None else base
+
+    try:
+        stale: list[str] = []
+        found, discovery_errors = discover(
+            paths,
+            config_of.scope if config_of is not None else lambda folder: base.scope,
+            stale if mode is Mode.WRITE else None,
+        )
+        if stale:
+            remove_stale_temporaries(stale)
+        found = [f for f in found if f != "-"]
+        files = [f for f in found if not f.endswith(CUDA_SOURCE_SUFFIXES)]
+        file_configs = [config_for(os.path.dirname(os.path.abspath(f))) for f in files]
+        checkpoint()
+    except KeyboardInterrupt:
+        raise Interrupted(0, None) from None
+    outcomes = _process_all(files, file_configs, config, mode)
+    outcomes.extend(_cuda_source_outcomes(found, base))
+    targets = {(c.options.target_torch, c.target_source): None for c in file_configs}
+    return RunReport(outcomes, discovery_errors, mode, tuple(targets) or ((None, ""),))
+
+
+def _for_mode(config: Config, mode: Mode) -> Config:
+    if mode is Mode.CHECK and config.options.fix:
+        # `check` only decides: the rules still say what is fixable, nothing is transformed.
+        return dataclasses.replace(config, options=dataclasses.replace(config.options, fix=False))
+    return config
+
+
+def _process_all(
+    files: list[str], file_configs: list[Config], config: Config, mode: Mode
+) -> list[FileOutcome]:
+    try:
+        from .source import prefilter_tokens  # loads libcst and the rules: a while
+
+        plans: dict[Config, tuple[int, Config, tuple[bytes, ...]]] = {}
+        for c in file_configs:
+            if c not in plans:
+                plans[c] = (len(plans), c, prefilter_tokens(c.options))
+        checkpoint()
+    except KeyboardInterrupt:
+        raise Interrupted(0, len(files)) from None
+    table = tuple((c, tokens) for _, c, tokens in plans.values())
+    items = [(path, plans[c][0]) for path, c in zip(files, file_configs, strict=True)]
     jobs = config.jobs or os.cpu_count() or 1
     jobs = max(1, min(jobs, len(files) // 8 or 1))
-    outcomes: list[FileOutcome]
     if not files:
-        outcomes = []
-    elif not config.isolate:
-        outcomes = [process_file(p, config, mode, tokens) for p in files]
-    else:
-        from .pool import run_isolated
+        return []
+    if not config.isolate:
+        outcomes: list[FileOutcome] = []
+        try:
+            for item in items:
+                outcomes.append(_work(item, table, mode))
+                checkpoint()
+        except KeyboardInterrupt:
+            written = sum(o.status is Status.REWRITTEN for o in outcomes)
+            raise Interrupted(written, len(files) - written) from None
+        return outcomes
+    from .pool import Interrupted as PoolInterrupted
+    from .pool import run_isolated
 
-        work = functools.partial(process_file, config=config, mode=mode, tokens=tokens)
-        # Most files of a tree hold no token: a worker answers those of a batch in one
-        # message (one message each was 15% of a `check` of 3,000 small files).
-        quick = functools.partial(_settled, config=config, tokens=tokens)
-        outcomes = run_isolated(files, work, jobs, _crashed, quick)
-    outcomes.extend(_cuda_source_outcomes(found, config))
-    return RunReport(outcomes, discovery_errors, mode)
+    work = functools.partial(_work, table=table, mode=mode)
+    # Most files of a tree hold no token: a worker answers those of a batch in one
+    # message (one message each was 15% of a `check` of 3,000 small files).
+    quick = functools.partial(_quick, table=table)
+    try:
+        return run_isolated(items, work, jobs, _crashed, quick)
+    except PoolInterrupted as stop:
+        written = sum(1 for o in stop.results if o is not None and o.status is Status.REWRITTEN)
+        raise Interrupted(written, len(files) - written) from None
 
 
-def _crashed(path: str, reason: str) -> FileOutcome:
-    return FileOutcome(path, Status.ERROR, error=f"{reason}; file left as it is")
+def _work(
+    item: tuple[str, int], table: tuple[tuple[Config, tuple[bytes, ...]], ...], mode: Mode
+) -> FileOutcome:
+    config, tokens = table[item[1]]
+    return process_file(item[0], config, mode, tokens)
+
+
+def _quick(
+    item: tuple[str, int], table: tuple[tuple[Config, tuple[bytes, ...]], ...]
+) -> FileOutcome | None:
+    config, tokens = table[item[1]]
+    return _settled(item[0], config, tokens)
+
+
+def _crashed(item: tuple[str, int], reason: str) -> FileOutcome:
+    return FileOutcome(item[0], Status.ERROR, error=f"{reason}; file left as it is")
 
 
 def _cuda_source_outcomes(found: list[str], config: Config) -> list[FileOutcome]:

@@ -7,12 +7,21 @@ file over its own pipe, so when one dies the parent knows the file it was on: th
 an error line, the files it had not reached go to the other workers, and a new worker starts.
 
 A worker also stops when its parent dies (killed mid-run): on Linux the kernel sends it SIGTERM
-(`prctl(PR_SET_PDEATHSIG)`), elsewhere a thread watches the parent's pid. SIGTERM raises
-`SystemExit` in the worker, so a write in progress removes its temporary file.
+(`prctl(PR_SET_PDEATHSIG)`), elsewhere a thread watches the parent's pid. SIGTERM ends a
+worker at once, except during a write (`hold_stop`, from before its temporary file exists):
+then the write finishes and the worker says how it went to the parent before it ends, so no
+temporary file is left and the parent knows every file written.
+
+Ctrl-C: workers ignore SIGINT (the terminal sends it to the whole process group); the parent
+notes it (interrupts.py: a handler that only sets a flag and wakes the wait through a
+socket), tells every worker to stop, takes the answers they still send, and raises
+`Interrupted` with what was done. Waiting on a worker is always bounded: one that has not stopped a few seconds after
+SIGTERM is killed, so an interrupted run never hangs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -25,10 +34,22 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Generic, TypeVar
 
+from .interrupts import watching
+
 T = TypeVar("T")
 R = TypeVar("R")
 
 _PR_SET_PDEATHSIG = 1
+STOP_GRACE_S = 5.0  # how long a worker told to stop may take before it is killed
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during `run_isolated`: `results` holds what the workers answered (None for the
+    items they did not finish)."""
+
+    def __init__(self, results: list) -> None:
+        super().__init__("interrupted")
+        self.results = results
 
 
 @dataclass
@@ -68,7 +89,8 @@ def run_isolated(
         process = context.Process(
             target=_serve, args=(theirs, work, os.getpid(), quick), daemon=True
         )
-        process.start()
+        with _sigint_blocked():  # the worker ignores SIGINT before it could raise one
+            process.start()
         theirs.close()
         worker: _Worker[T] = _Worker(process, mine)
         workers[mine] = workers[process.sentinel] = worker
@@ -110,28 +132,87 @@ def run_isolated(
             todo.extendleft(reversed(worker.inflight))
             worker.inflight.clear()
 
-    try:
-        for _ in range(max(1, min(jobs, len(items)))):
-            start()
-        while workers:
-            for ready in wait(list(workers)):
-                worker = workers.get(ready)
-                if worker is None:
-                    continue  # its connection and sentinel were both ready
-                if receive(worker):
-                    feed(worker)
-                    continue
-                receive(worker)
-                retire(worker)
-                if todo and len({id(w) for w in workers.values()}) < jobs:
-                    start()
-    except BaseException:
-        for worker in {id(w): w for w in workers.values()}.values():
-            worker.process.terminate()
-        for worker in {id(w): w for w in workers.values()}.values():
-            worker.process.join()
-        raise
+    with watching() as flag:
+
+        def interrupted() -> bool:
+            return flag is not None and flag.raised
+
+        try:
+            for _ in range(max(1, min(jobs, len(items)))):
+                start()
+            while workers and not interrupted():
+                waitables = flag.waitables if flag is not None else []
+                for ready in wait([*workers, *waitables]):
+                    worker = workers.get(ready)
+                    if worker is None or interrupted():
+                        continue  # the wake-up socket, or a worker already retired
+                    if receive(worker):
+                        feed(worker)
+                        continue
+                    receive(worker)
+                    retire(worker)
+                    if todo and len({id(w) for w in workers.values()}) < jobs:
+                        start()
+        except BaseException:
+            _stop_all(list({id(w): w for w in workers.values()}.values()), None)
+            raise
+        if interrupted():
+            _stop_all(list({id(w): w for w in workers.values()}.values()), results)
+            raise Interrupted(results)
     return results  # type: ignore[return-value]
+
+
+def _stop_all(workers: list[_Worker], results: list | None) -> None:  # type: ignore[type-arg]
+    """Tell `workers` to stop (SIGTERM) and wait for them, at most `STOP_GRACE_S`, then kill
+    the rest. With `results`, the answers they still send are kept: a worker that has begun
+    a rename finishes it and says so before it stops (`hold_stop`)."""
+    for worker in workers:
+        with contextlib.suppress(OSError):
+            worker.process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    live = list(workers)
+    while live:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready = set(wait([w.process.sentinel for w in live] + [w.conn for w in live], left))
+        for worker in list(live):
+            if results is not None and worker.conn in ready:
+                _drain(worker, results)
+            if worker.process.sentinel in ready:
+                if results is not None:
+                    _drain(worker, results)
+                live.remove(worker)
+    for worker in live:
+        with contextlib.suppress(OSError):
+            worker.process.kill()
+    for worker in workers:
+        worker.process.join()
+        with contextlib.suppress(OSError):
+            worker.conn.close()
+
+
+def _drain(worker: _Worker, results: list) -> None:  # type: ignore[type-arg]
+    try:
+        while worker.conn.poll():
+            for index, result in worker.conn.recv():
+                results[index] = result
+    except (EOFError, OSError):
+        pass
+
+
+@contextlib.contextmanager
+def _sigint_blocked():  # type: ignore[no-untyped-def]
+    """SIGINT held back while a worker is forked: it inherits the mask and ignores SIGINT
+    before it lets one in (`_serve`); the parent gets a held one as soon as it unblocks."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _context() -> multiprocessing.context.BaseContext:
@@ -160,6 +241,11 @@ def _serve(
     """A worker: take batches of (index, item); answer the quick ones of a batch together,
     then each other item as soon as it is done, in the batch's order (so that the parent,
     should this process die, knows the item it was on: the first one not answered)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    with contextlib.suppress(ValueError):
+        signal.set_wakeup_fd(-1)  # the parent's wake-up socket is not this process's
     _die_with_parent(parent)
     try:
         while True:
@@ -181,13 +267,42 @@ def _serve(
             if done:
                 conn.send(done)
             for index, item in rest:
-                conn.send([(index, work(item))])
+                answer = work(item)
+                conn.send([(index, answer)])
+                _release_stop()
     except KeyboardInterrupt:
         sys.exit(130)
 
 
+# A worker told to stop (SIGTERM) stops at once, unless a write has begun its rename: then it
+# stops once the answer that says so is sent, so that the parent knows the file was written.
+_holding = False
+_stop_pending = False
+
+
+def hold_stop() -> None:
+    """Called just before a write's rename: a stop waits until this item's answer is sent."""
+    global _holding
+    _holding = True
+
+
+def _release_stop() -> None:
+    global _holding
+    _holding = False
+    if _stop_pending:
+        os._exit(128 + signal.SIGTERM)
+
+
 def _stop(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+    """SIGTERM in a worker. Outside a write there is nothing of the user's to finish (no
+    temporary file exists, no file is half replaced), so the worker ends at once, without an
+    exception: one raised where Python drops exceptions (a weakref callback, a `__del__`)
+    would print "Exception ignored in ..." and let the worker go on."""
+    global _stop_pending
+    if _holding:
+        _stop_pending = True
+        return
+    os._exit(128 + signum)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -199,7 +314,7 @@ def _die_with_parent(parent: int) -> None:
             libc = ctypes.CDLL(None, use_errno=True)
             if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) == 0:
                 if os.getppid() != parent:  # the parent died before prctl took effect
-                    raise SystemExit(143)
+                    os._exit(143)
                 return
         except (OSError, AttributeError):
             pass

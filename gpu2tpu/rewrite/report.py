@@ -12,12 +12,13 @@ import csv
 import io
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
 from .engine import FileOutcome, Mode, RunReport, Status
 from .model import CellFinding, Finding, Severity
+from .torch_target import rewrite_floor
 
 DOCS_URL = "https://github.com/gpu2tpu/gpu2tpu/blob/main/docs/rules.md#{anchor}"
 SCHEMA_VERSION = 1
@@ -94,8 +95,26 @@ def rule_url(code: str) -> str:
 class RunInfo:
     """What the renderings say about the run besides its findings."""
 
-    target_torch: str | None = None
+    target_torch: str | None = None  # the lowest target of the run's projects
     target_source: str = ""  # where target-torch came from, e.g. "requirements.txt: torch>=2.4"
+    # Every distinct (target, where it came from) of the run's files, where projects differ.
+    targets: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, targets: Iterable[tuple[str | None, str]]) -> RunInfo:
+        """From the targets of a run's files (`RunReport.targets`)."""
+        real = tuple(dict.fromkeys((t, s) for t, s in targets if t))
+        if not real:
+            return cls()
+        lowest = min(real, key=lambda pair: _version_key(pair[0]))
+        return cls(lowest[0], lowest[1], real)
+
+    def target_text(self) -> str:
+        """`2.6 (requirements.txt: torch>=2.6)`, or each project's where they differ."""
+        pairs = self.targets or (
+            ((self.target_torch, self.target_source),) if self.target_torch else ()
+        )
+        return ", ".join(f"{t} ({s})" if s else t for t, s in pairs)
 
 
 def _unpack(item: CellFinding | Finding) -> tuple[Finding, int | None, str | None]:
@@ -313,8 +332,9 @@ def summary_text(report: RunReport, info: RunInfo | None = None) -> list[str]:
     else:
         verb = "rewritten" if report.mode is Mode.WRITE else "would be rewritten"
         n = c["rewritten"] if report.mode is Mode.WRITE else c["would_rewrite"]
+        unchanged = files - n - report.count(Status.ERROR)
         lines.append(
-            f"{n} file{'s' * (n != 1)} {verb}, {files - n - c['errors']} left unchanged "
+            f"{n} file{'s' * (n != 1)} {verb}, {unchanged} left unchanged "
             f"({c['skipped_by_prefilter']} skipped without parsing); "
             f"{edits} edit{'s' * (edits != 1)}, {left} finding{'s' * (left != 1)} left for a person."
         )
@@ -331,11 +351,17 @@ def summary_text(report: RunReport, info: RunInfo | None = None) -> list[str]:
     if c["raises_min_torch"]:
         highest = max(c["raises_min_torch"].values(), key=_version_key)
         k = len(c["raises_min_torch"])
-        source = f" ({info.target_source})" if info and info.target_source else ""
+        target = info.target_text() if info else ""
         lines.append(
             f"Applying them would raise the minimum torch to {highest} in {k} "
-            f"file{'s' * (k != 1)}; target-torch is {c['target_torch']}{source}."
+            f"file{'s' * (k != 1)}; target-torch is {target or c['target_torch']}."
         )
+        floor = rewrite_floor()
+        if info and info.target_torch and _version_key(info.target_torch) < _version_key(floor):
+            lines.append(
+                f"target-torch {info.target_torch} is older than {floor}, the oldest torch "
+                "any fix writes for: every fix is reported, none applied."
+            )
     cells = sum(len(o.cell_errors) for o in report.files)
     parts = [
         f"{n} {what}{'s' * (n != 1)}"

@@ -18,6 +18,7 @@ the properties name the cell and the line within it.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
@@ -160,8 +161,18 @@ def _artifact(path: str) -> dict:
     `file:` URI."""
     p = Path(path)
     if p.is_absolute():
-        return {"uri": p.as_uri()}
-    return {"uri": quote(p.as_posix()), "uriBaseId": "%SRCROOT%"}
+        return {"uri": _file_uri(p)}
+    return {"uri": _quoted(p), "uriBaseId": "%SRCROOT%"}
+
+
+def _quoted(path: Path) -> str:
+    """A path in a URI: its own bytes percent-encoded (RFC 3986), so that a file name that is
+    not UTF-8 (a lone surrogate in Python) still names the file, instead of failing."""
+    return quote(os.fsencode(path.as_posix()))
+
+
+def _file_uri(path: Path) -> str:
+    return "file://" + _quoted(path)
 
 
 def _rule_entry(code: str, docs: dict[str, object], example: Finding) -> dict:
@@ -279,7 +290,7 @@ def render_sarif(
                 "rules": rules,
             }
         },
-        "originalUriBaseIds": {"%SRCROOT%": {"uri": base.as_uri() + "/"}},
+        "originalUriBaseIds": {"%SRCROOT%": {"uri": _file_uri(base) + "/"}},
         "invocations": [
             {
                 "executionSuccessful": not notifications,

@@ -53,9 +53,9 @@ def normalize(value: object) -> str:
         raise TargetError(
             f'target-torch must be a torch version such as "2.6", not {value!r}'
         ) from None
-    if version.major < 1:
-        raise TargetError(f"target-torch {value!r} is older than any torch release")
     major, minor = (*version.release, 0)[:2]
+    if (major, minor) < (0, 1):
+        raise TargetError(f"target-torch {value!r} is older than any torch release")
     return f"{major}.{minor}"
 
 
@@ -96,8 +96,24 @@ def _requirement_pin(text: str, source: str) -> Pin | None:
         return None
     if req.name.lower() not in TORCH_NAMES:
         return None
-    version = lower_bound(req.specifier)
+    try:
+        version = lower_bound(req.specifier)
+    except TargetError:  # `torch>=0.0.1`: no torch release is that old
+        return None
     return Pin(version, f"{source}: {text.strip()}") if version else None
+
+
+def _table(data: object, *keys: str) -> dict:
+    """`data[k1][k2]...` where each level is a table; {} where one is missing or of another
+    shape (`tool = 5`, `project = "x"`: a pyproject.toml no tool could install from pins
+    nothing, and is never a traceback)."""
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else {}
+
+
+def _strings(value: object) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def _pyproject_pins(path: Path) -> Iterator[Pin]:
@@ -105,20 +121,20 @@ def _pyproject_pins(path: Path) -> Iterator[Pin]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return
-    project = data.get("project", {})
-    texts: list[str] = list(project.get("dependencies", []) or [])
-    for group in (project.get("optional-dependencies", {}) or {}).values():
-        texts += list(group or [])
-    for group in (data.get("dependency-groups", {}) or {}).values():
-        texts += [t for t in group or [] if isinstance(t, str)]
+    project = _table(data, "project")
+    texts = _strings(project.get("dependencies"))
+    for group in _table(project, "optional-dependencies").values():
+        texts += _strings(group)
+    for group in _table(data, "dependency-groups").values():
+        texts += _strings(group)  # `{include-group = ...}` entries name no package
     for text in texts:
-        if isinstance(text, str) and (pin := _requirement_pin(text, path.name)):
+        if pin := _requirement_pin(text, path.name):
             yield pin
-    poetry = data.get("tool", {}).get("poetry", {})
-    tables = [poetry.get("dependencies", {})]
-    tables += [g.get("dependencies", {}) for g in (poetry.get("group", {}) or {}).values()]
+    poetry = _table(data, "tool", "poetry")
+    tables = [_table(poetry, "dependencies")]
+    tables += [_table(g, "dependencies") for g in _table(poetry, "group").values()]
     for table in tables:
-        spec = (table or {}).get("torch")
+        spec = table.get("torch")
         if isinstance(spec, dict):
             spec = spec.get("version")
         if isinstance(spec, str) and (version := _poetry_bound(spec)):
@@ -178,7 +194,7 @@ def _conda_pins(path: Path) -> Iterator[Pin]:
             hit = _CONDA_PART.match(part)
             if hit and hit["op"] in (None, "=", "==", "===", ">=", "~=", ">"):
                 bounds.append(Version(hit["v"]))
-        if bounds:
+        if bounds and max(bounds).release[:2] >= (0, 1):
             yield Pin(normalize(max(bounds)), f"{path.name}: {raw.strip().lstrip('- ')}")
 
 
@@ -204,7 +220,7 @@ def _setup_py_pins(path: Path) -> Iterator[Pin]:
     names bound to such literals."""
     try:
         tree = ast.parse(path.read_bytes())
-    except (OSError, SyntaxError, ValueError):
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return
     names: dict[str, ast.expr] = {}
     for node in tree.body:
@@ -272,6 +288,11 @@ def rule_min_torch() -> dict[str, str]:
     from .rules_doc import documented_rules
 
     return {r.code: normalize(r.min_torch) for r in documented_rules()}
+
+
+def rewrite_floor() -> str:
+    """The oldest torch any fix writes for: below it, every fix is held back."""
+    return min(rule_min_torch().values(), key=_key)
 
 
 def held_back(options: Options) -> dict[str, str]:
