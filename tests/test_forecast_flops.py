@@ -21,9 +21,14 @@ from torch.utils.flop_counter import FlopCounterMode
 from gpu2tpu.forecasting.forecast import TargetForecast, forecast
 from gpu2tpu.forecasting.lowering import flash_attention_flops
 
-# Compiles run in this process (isolate=False is not used: the forecast forks its child),
-# and the forecast's tests run last (conftest.py).
-pytestmark = [pytest.mark.slow, pytest.mark.torchax, pytest.mark.timeout(3600)]
+# The compiles run in the forecast's forked child; the torchax mark keeps these tests in the
+# torchax run, after the others (conftest.py), as the forecast's own tests are.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.torchax,
+    pytest.mark.timeout(3600),
+    pytest.mark.xdist_group("forecast-flops"),  # one worker: the tests share a module fixture
+]
 
 SMALL = {"layers": 2, "d": 512, "heads": 8, "kv_heads": 4, "hidden": 1536, "vocab": 8192}
 SEQ = 1024
