@@ -114,21 +114,24 @@ def outcome(depth: int, status: str = "compiled") -> CompileOutcome:
 
 
 def test_figures_extend_along_the_line_to_full_depth():
-    full = extrapolate_outcome(outcome(2), outcome(4), 2, 24)
+    full = extrapolate_outcome(outcome(2), outcome(4), (2, 4), 24)
     exact = outcome(24)
     for name in ("flops", "bytes_accessed", "transcendentals", "argument_bytes", "temp_bytes"):
         assert getattr(full, name) == pytest.approx(getattr(exact, name)), name
     assert full.memory_bytes == pytest.approx(exact.memory_bytes)
     assert full.optimal_seconds is None  # a negative compiler estimate is not extended
     assert full.status == "compiled"
+    from_none = extrapolate_outcome(outcome(0), outcome(1), (0, 1), 24)
+    for name in ("flops", "bytes_accessed", "temp_bytes"):
+        assert getattr(from_none, name) == pytest.approx(getattr(exact, name)), name
 
 
 def test_out_of_memory_at_either_depth_means_the_full_model_does_not_fit():
-    full = extrapolate_outcome(outcome(1), outcome(2, "oom"), 1, 32)
+    full = extrapolate_outcome(outcome(1), outcome(2, "oom"), (1, 2), 32)
     assert full.status == "oom" and full.flops is None
     shallow = outcome(1).memory_bytes
     assert full.required_bytes == pytest.approx(shallow + 31 * (1020 - shallow))
-    both = extrapolate_outcome(outcome(1, "oom"), outcome(2, "oom"), 1, 32)
+    both = extrapolate_outcome(outcome(1, "oom"), outcome(2, "oom"), (1, 2), 32)
     assert both.required_bytes == pytest.approx(1000 + 10 * 32)
     assert both.available_bytes == 1500
 

@@ -9,7 +9,14 @@ import time
 
 import pytest
 
-from gpu2tpu.forecasting.isolate import ChildDied, emit, in_child, run_in_child, run_streaming
+from gpu2tpu.forecasting.isolate import (
+    ChildDied,
+    emit,
+    in_child,
+    run_in_child,
+    run_streaming,
+    run_streaming_many,
+)
 
 
 class Local:
@@ -125,3 +132,52 @@ def test_idle_callback_ticks_while_the_child_works() -> None:
     ticks: list[float] = []
     run_streaming(time.sleep, (1.0,), on_idle=lambda: ticks.append(1.0), idle_seconds=0.1)
     assert len(ticks) >= 3
+
+
+def test_several_children_work_at_once_and_report_in_order(tmp_path) -> None:
+    """Each child waits until every child has started: they can only all finish if they
+    run at the same time. Events from all arrive; results come back in call order."""
+    seen: list[tuple] = []
+    flags = str(tmp_path)
+    calls = [(_together, (flags, i, 3)) for i in range(3)]
+    results = run_streaming_many(calls, on_event=seen.append)
+    assert [r[0] for r in results] == [0, 1, 2]
+    assert len({r[1] for r in results} | {os.getpid()}) == 4  # three children, not here
+    assert sorted(e[1] for e in seen) == [0, 1, 2]
+
+
+def _together(flags: str, index: int, count: int) -> tuple[int, int]:
+    open(os.path.join(flags, str(index)), "w").close()
+    deadline = time.monotonic() + 60
+    while len(os.listdir(flags)) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the other children never started")
+        time.sleep(0.01)
+    emit(("ready", index))
+    return index, os.getpid()
+
+
+def _sleeper(pid_file: str) -> None:
+    with open(pid_file + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(pid_file + ".tmp", pid_file)
+    time.sleep(60)
+
+
+def _fail_once_started(pid_file: str) -> None:
+    deadline = time.monotonic() + 60
+    while not os.path.exists(pid_file) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    raise ValueError("bad shape 3")
+
+
+def test_an_error_in_one_child_stops_the_others(tmp_path) -> None:
+    pid_file = str(tmp_path / "pid")
+    calls = [(_sleeper, (pid_file,)), (_fail_once_started, (pid_file,))]
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="bad shape 3"):
+        run_streaming_many(calls)
+    assert time.monotonic() - started < 30  # the sleeper did not run its minute
+    pid = int((tmp_path / "pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # killed and reaped

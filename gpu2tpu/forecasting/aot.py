@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
+    from .lowering import TraceRecord
     from .optimizers import OptimizerPlan
 
 EXTRA_INSTALL = "pip install 'gpu2tpu[forecast]'"
@@ -56,7 +57,9 @@ _DEVICELESS_TPU_ENV = {
     "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
 }
 CACHE_ENV = "GPU2TPU_CACHE_DIR"
-_CACHE_FORMAT = 1
+# 2: FLOPs and bytes include while-loop bodies as often as they run, and the program's
+# collectives and matmul FLOPs are read from the optimized HLO (hlo.py).
+_CACHE_FORMAT = 2
 
 
 class ForecastUnavailable(RuntimeError):
@@ -421,14 +424,22 @@ def split_batch(example_batch: Any) -> BatchLayout:
 
 @dataclass
 class TrainingStep:
-    """The model, loss and optimizer as one JAX function, ready to lower for any topology."""
+    """The model, loss and optimizer as one JAX function, ready to lower for any topology.
+
+    `attention` says how `F.scaled_dot_product_attention` is compiled ("flash": the Pallas
+    flash-attention kernel; "full": the reference formula), and activation checkpoints
+    become `jax.checkpoint` either way (`lowering.py`); `trace` records what the last
+    lowering did.
+    """
 
     model: torch.nn.Module
     loss_fn: Callable[[Any, Any], Any]
     plan: OptimizerPlan
     layout: BatchLayout
     dtype: torch.dtype | None = None
+    attention: str = "flash"
     missing_ops: list[str] = field(default_factory=list)
+    trace: TraceRecord | None = None  # what the last lowering did (lowering.py)
     _function: Any = None
     _names: dict[str, list[str]] = field(default_factory=dict)
 
@@ -586,7 +597,15 @@ class TrainingStep:
                 shardings(opt_state),
             ),
         )
-        with _traced_torch(self.model, self.missing_ops):
+        import torchax
+
+        from .lowering import TraceRecord, lowered_calls
+
+        self.trace = TraceRecord()
+        with (
+            _traced_torch(self.model, self.missing_ops),
+            lowered_calls(torchax.default_env(), mesh, self.attention, self.trace),
+        ):
             return jitted.lower(trainable, frozen, buffers, opt_state, batch_args)
 
 
@@ -728,6 +747,12 @@ class CompileOutcome:
     `status` is "compiled", "oom" (CompileTimeHbmOom: `required_bytes` and `available_bytes`
     come from the message) or "error". Sizes are bytes per device; `optimal_seconds` is the
     compiler's own estimate, kept as reported (it can be negative, i.e. invalid).
+    `flops` and `bytes_accessed` are `cost_analysis()`'s totals plus what it leaves out:
+    it counts a while loop's body once, and under FSDP libtpu computes the weight gradients
+    as windowed einsums (loops of partial matmuls and collective-permutes), so half of their
+    FLOPs went missing (docs/forecast.md, "FLOPs you can trust"). The raw totals stay in
+    `compiler_flops` and `compiler_bytes`; the HLO's matmul FLOPs, collectives (bytes each
+    device sends over ICI) and custom calls come from `hlo.summarize`.
     """
 
     status: str
@@ -747,6 +772,21 @@ class CompileOutcome:
     required_bytes: float | None = None
     available_bytes: float | None = None
     message: str = ""
+    # What the optimized HLO says (hlo.py), per device; None where it could not be read.
+    compiler_flops: float | None = None  # cost_analysis()'s figure: loop bodies counted once
+    compiler_bytes: float | None = None
+    matmul_flops: float | None = None
+    attention_flops: float | None = None
+    loop_flops: float | None = None
+    estimated_kernel_flops: float | None = None
+    ici_bytes: float | None = None
+    async_ici_bytes: float | None = None
+    collectives: dict[str, dict[str, float]] = field(default_factory=dict)
+    custom_calls: dict[str, float] = field(default_factory=dict)
+    # What the trace did (lowering.TraceRecord): not part of the cached figures.
+    attention_kind: str | None = None
+    attention_fallbacks: list[str] = field(default_factory=list)
+    remat_regions: int = 0
 
     @property
     def fits(self) -> bool:
@@ -888,16 +928,79 @@ def compile_lowered(
         hit.batch = batch
         hit.compile_seconds = time.perf_counter() - started
         return hit
-    with _jax_cache_off():
+    with _jax_cache_off(), tempfile.TemporaryDirectory(prefix="gpu2tpu-hlo-") as dump:
         try:
-            compiled = lowered.compile()
+            compiled = lowered.compile(compiler_options=_dump_options(dump))
         except Exception as exc:
             outcome = _failed_compile(exc, batch)
         else:
             outcome = _analysed(compiled, batch)
+            _add_program(outcome, _optimized_hlo(Path(dump)))
     outcome.compile_seconds = time.perf_counter() - started
     cache.put(key, outcome)
     return outcome
+
+
+def _dump_options(directory: str) -> dict[str, Any]:
+    """Have libtpu write the optimized HLO as text (`Compiled.as_text()` fails on libtpu
+    0.0.52's training steps: "async-update instruction should have 1 operands")."""
+    return {"xla_dump_to": directory, "xla_dump_hlo_as_text": True}
+
+
+def _optimized_hlo(directory: Path) -> str | None:
+    """The text of the program after libtpu's optimizations, from its dump, or None."""
+    found = sorted(directory.glob("*.after_optimizations.txt"), key=lambda p: p.stat().st_size)
+    if not found:
+        return None
+    try:
+        return found[-1].read_text(errors="replace")
+    except OSError:
+        return None
+
+
+def _add_program(outcome: CompileOutcome, text: str | None) -> None:
+    """Fill what the optimized HLO says, and add the loop bodies the cost analysis missed."""
+    from .hlo import summarize
+
+    outcome.compiler_flops, outcome.compiler_bytes = outcome.flops, outcome.bytes_accessed
+    if text is None:
+        outcome.message = "libtpu wrote no optimized HLO: collectives and loops not read"
+        return
+    program = summarize(text)
+    outcome.matmul_flops = program.matmul_flops
+    outcome.attention_flops = program.attention_flops
+    outcome.loop_flops = program.loop_flops
+    outcome.estimated_kernel_flops = program.estimated_kernel_flops
+    outcome.ici_bytes = program.ici_bytes
+    outcome.async_ici_bytes = program.async_ici_bytes
+    outcome.collectives = {k: asdict(v) for k, v in program.collectives.items()}
+    outcome.custom_calls = dict(program.custom_calls)
+    if outcome.flops is not None:
+        outcome.flops += program.loop_flops + program.kernel_flops
+    if outcome.bytes_accessed is not None:
+        outcome.bytes_accessed += program.loop_bytes
+
+
+def apply_trace(outcome: CompileOutcome, trace: TraceRecord | None) -> None:
+    """What the trace did, on the figures: attention kernels count the FLOPs they execute
+    (recorded while tracing) in place of the estimates the cost analysis took from them,
+    and the result says how attention ran and how many regions were rematerialised."""
+    if trace is None:
+        return
+    outcome.attention_kind = trace.attention_kind
+    outcome.attention_fallbacks = list(trace.full_reasons)
+    outcome.remat_regions = trace.remat_calls
+    if not trace.remat_supported:
+        outcome.message = (
+            "this torch's torch.utils.checkpoint could not be reached: checkpointed regions "
+            "were compiled without rematerialisation"
+        )
+    if not trace.kernel_flops or outcome.status != "compiled":
+        return
+    if outcome.flops is not None:
+        outcome.flops += trace.kernel_flops - (outcome.estimated_kernel_flops or 0.0)
+    for name in ("matmul_flops", "attention_flops"):
+        setattr(outcome, name, (getattr(outcome, name) or 0.0) + trace.kernel_flops)
 
 
 def _failed_compile(exc: Exception, batch: int) -> CompileOutcome:

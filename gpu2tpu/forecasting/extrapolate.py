@@ -48,11 +48,16 @@ class BlockStack:
 
     @property
     def shallow_depths(self) -> tuple[int, int]:
-        """The two depths to compile: one period and two."""
+        """The two depths to compile: one period and two.
+
+        Not none and one: the first block costs more memory than the next (the 8B Llama,
+        FSDP on v5p 2x2x2: +1.41 GB for the first, +0.97 GB for the second), so a line
+        from no block overstates a 32-block model's memory by a third (docs/forecast.md).
+        """
         return self.period, 2 * self.period
 
-    def describe(self) -> str:
-        k, k2 = self.shallow_depths
+    def describe(self, depths: tuple[int, int] | None = None) -> str:
+        k, k2 = depths or self.shallow_depths
         return f"{k} and {k2} of the {self.depth} blocks in `{self.path}`"
 
 
@@ -105,18 +110,57 @@ def with_depth(model: torch.nn.Module, stack: BlockStack, depth: int) -> torch.n
     return root
 
 
-def extrapolate_outcome(
-    shallow: CompileOutcome, deeper: CompileOutcome, shallow_depth: int, depth: int
-) -> CompileOutcome:
-    """The full-depth figures on the line through the compiles at k and 2k blocks.
+def with_checkpointed_blocks(model: torch.nn.Module, stack: BlockStack) -> torch.nn.Module:
+    """A copy of `model` whose stack's blocks each run under activation checkpointing.
 
-    Each figure f is f(k) + (depth / k - 1) * (f(2k) - f(k)). When either compile ran out
-    of memory, the full model does too (memory only grows with depth): the result is "oom"
-    with the extrapolated requirement and no FLOPs.
+    What a user would write to fit a large model (`checkpoint(block, x,
+    use_reentrant=False)` per block), without touching the model: the blocks on the stack
+    are shallow copies whose `forward` goes through `torch.utils.checkpoint.checkpoint`
+    (which the trace lowers to `jax.checkpoint`); parameters, buffers and their names are
+    the model's own.
+    """
+    parts = stack.path.split(".") if stack.path else []
+    if not parts:
+        raise ValueError("the model itself is the stack; wrap it in a module to checkpoint it")
+    root = _copy_module(model)
+    parent = root
+    for name in parts[:-1]:
+        child = _copy_module(parent._modules[name])
+        parent._modules[name] = child
+        parent = child
+    blocks = _copy_module(parent._modules[parts[-1]])
+    for name, block in list(blocks._modules.items()):
+        if block is None:
+            continue
+        clone = _copy_module(block)
+        clone.forward = _checkpointed(type(block).forward.__get__(clone))  # type: ignore[method-assign]
+        blocks._modules[name] = clone
+    parent._modules[parts[-1]] = blocks
+    return root
+
+
+def _checkpointed(forward: Any) -> Any:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    return run
+
+
+def extrapolate_outcome(
+    shallow: CompileOutcome, deeper: CompileOutcome, depths: tuple[int, int], depth: int
+) -> CompileOutcome:
+    """The full-depth figures on the line through the compiles at depths a < b.
+
+    Each figure f is f(a) + (depth - a) / (b - a) * (f(b) - f(a)). When either compile ran
+    out of memory, the full model does too (memory only grows with depth): the result is
+    "oom" with the extrapolated requirement and no FLOPs.
     """
     from .aot import CompileOutcome
 
-    periods = depth / shallow_depth - 1
+    low, high = depths
+    periods = (depth - low) / (high - low)
 
     def line(a: float | None, b: float | None) -> float | None:
         if a is None or b is None:
@@ -143,12 +187,24 @@ def extrapolate_outcome(
     optimal = None
     if (shallow.optimal_seconds or 0) > 0 and (deeper.optimal_seconds or 0) > 0:
         optimal = line(shallow.optimal_seconds, deeper.optimal_seconds)
+
+    def figure(name: str) -> float | None:
+        return line(getattr(shallow, name), getattr(deeper, name))
+
+    collectives = {
+        kind: {
+            key: line(shallow.collectives[kind].get(key, 0.0), value) or 0.0
+            for key, value in deeper.collectives[kind].items()
+        }
+        for kind in deeper.collectives
+        if kind in shallow.collectives
+    }
     return CompileOutcome(
         "compiled",
         shallow.batch,
-        flops=line(shallow.flops, deeper.flops),
-        bytes_accessed=line(shallow.bytes_accessed, deeper.bytes_accessed),
-        transcendentals=line(shallow.transcendentals, deeper.transcendentals),
+        flops=figure("flops"),
+        bytes_accessed=figure("bytes_accessed"),
+        transcendentals=figure("transcendentals"),
         optimal_seconds=optimal,
         argument_bytes=sizes("argument_bytes"),
         output_bytes=sizes("output_bytes"),
@@ -156,6 +212,18 @@ def extrapolate_outcome(
         temp_bytes=sizes("temp_bytes"),
         code_bytes=sizes("code_bytes"),
         available_bytes=available,
+        compiler_flops=figure("compiler_flops"),
+        compiler_bytes=figure("compiler_bytes"),
+        matmul_flops=figure("matmul_flops"),
+        attention_flops=figure("attention_flops"),
+        loop_flops=figure("loop_flops"),
+        ici_bytes=figure("ici_bytes"),
+        async_ici_bytes=figure("async_ici_bytes"),
+        collectives=collectives,
+        custom_calls=dict(deeper.custom_calls),
+        attention_kind=deeper.attention_kind,
+        attention_fallbacks=list(deeper.attention_fallbacks),
+        remat_regions=deeper.remat_regions,
     )
 
 

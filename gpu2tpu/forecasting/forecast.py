@@ -24,6 +24,7 @@ JAX at import time).
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 import warnings
@@ -42,6 +43,7 @@ from .aot import (
     ForecastUnavailable,
     Topology,
     TrainingStep,
+    apply_trace,
     compile_lowered,
     default_cache_dir,
     devices_per_chip,
@@ -59,9 +61,11 @@ from .extrapolate import (
     exceeds,
     extrapolate_outcome,
     find_block_stack,
+    with_checkpointed_blocks,
     with_depth,
 )
-from .isolate import can_fork, jax_started, run_streaming
+from .isolate import can_fork, jax_started, run_streaming, run_streaming_many
+from .lowering import ATTENTION_MODES
 from .optimizers import OptimizerPlan, UnsupportedOptimizer, plan_optimizer, to_optax
 from .progress import ForecastProgress, format_clock
 
@@ -89,7 +93,7 @@ DEFAULT_FORECAST_GPUS = ("a100-80gb", "h100")
 # Without a compiler figure for usable HBM, predict the largest batch against this share of it.
 _HBM_USABLE = 0.98
 # Bumped when what a cached target holds changes.
-_RESULT_FORMAT = 1
+_RESULT_FORMAT = 2  # 2: FLOPs count loop bodies as often as they run; collectives
 # Above this share of usable HBM XLA trims memory (GPT-2 small on v5e: 12 layers need 13.9 GB
 # where the line through 1-6 layers, exact there, says 15.6 GB): extrapolation overstates.
 _PRESSURE = 0.8
@@ -127,12 +131,19 @@ class TargetForecast:
     without a lowering, listed in `unsupported_ops`), "error" (`message` says why) or
     "interrupted" (Ctrl-C came first).
     FLOPs and bytes are for one step of the whole slice; memory is per chip, as libtpu
-    placed it: arguments + outputs - donated buffers + temporaries. `step_seconds` is the
-    roofline bound on the catalogue's peaks (100% of peak); `expected_seconds` the expected
-    step time (`pricing/utilisation.py`: the utilisation published runs reach), with its range
-    `expected_low`-`expected_high`; costs come from the expected time (`bound_cost_per_step`
-    is the bound's). `compiler_seconds` is libtpu's own estimate, kept only when it is valid
-    (it can be negative). `max_batch` is the largest batch found to fit, and
+    placed it: arguments + outputs - donated buffers + temporaries. FLOPs and bytes are the
+    compiler's cost analysis with while-loop bodies counted as often as they run
+    (`compiler_flops` keeps its raw figure); `matmul_flops` and `attention_flops` (matrix
+    products, and those traced from attention) come from the optimized HLO.
+    `collective_bytes_per_chip` is what one chip sends over ICI per step (the HLO's
+    all-gathers, reduce-scatters, all-reduces, permutes), `collective_seconds` that over the
+    chip's ICI bandwidth (all links, one direction). `step_seconds` is the roofline bound on
+    the catalogue's peaks (100% of peak), max(compute, HBM, ICI); `expected_seconds` the
+    expected step time (`pricing/utilisation.py`: the utilisation published runs reach), with
+    its range `expected_low`-`expected_high`; costs come from the expected time
+    (`bound_cost_per_step` is the bound's). `compiler_seconds` is libtpu's own estimate, kept
+    only when it is valid (it can be negative). `max_batch` is the largest batch found to
+    fit, and
     `max_batch_exact` says whether the next size up was shown not to fit (False: a lower bound,
     the search ran out of time or compiles); `search_compiles` and `search_seconds` are what
     the search cost, `search_method` how it ended ("line": the affine prediction confirmed;
@@ -183,6 +194,18 @@ class TargetForecast:
     sharding: str = "data"
     extrapolation: dict[str, Any] | None = None
     phases: dict[str, float] = field(default_factory=dict)
+    compiler_flops: float | None = None
+    matmul_flops: float | None = None
+    attention_flops: float | None = None
+    attention_kind: str | None = None
+    collective_bytes_per_chip: float | None = None
+    collective_async_bytes_per_chip: float | None = None
+    collectives: dict[str, dict[str, float]] = field(default_factory=dict)
+    collective_seconds: float | None = None
+    custom_calls: dict[str, float] = field(default_factory=dict)
+    attention_fallbacks: list[str] = field(default_factory=list)
+    remat_regions: int = 0
+    checkpointed: TargetForecast | None = None
 
     @property
     def label(self) -> str:
@@ -207,10 +230,30 @@ class TargetForecast:
 
     @property
     def bound(self) -> str | None:
-        """ "compute" or "memory": which roofline term sets the step time."""
+        """ "compute", "memory" or "interconnect": which term sets the roofline bound."""
         if self.compute_seconds is None or self.memory_seconds is None:
             return None
-        return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
+        terms = {"compute": self.compute_seconds, "memory": self.memory_seconds}
+        if self.collective_seconds is not None:
+            terms["interconnect"] = self.collective_seconds
+        return max(terms, key=lambda k: terms[k])
+
+    @property
+    def flops_per_chip(self) -> float | None:
+        """FLOPs one chip executes in one step (the slice's FLOPs over its chips)."""
+        return None if self.flops is None else self.flops / self.chips
+
+    @property
+    def bytes_per_chip(self) -> float | None:
+        """HBM bytes one chip reads and writes in one step."""
+        return None if self.bytes_accessed is None else self.bytes_accessed / self.chips
+
+    @property
+    def matmul_share(self) -> float | None:
+        """Matrix-product FLOPs (dot, convolution, attention kernels) over all FLOPs."""
+        if not self.matmul_flops or not self.flops:
+            return None
+        return min(1.0, self.matmul_flops / self.flops)
 
     def summary(self) -> str:
         """One line for progress output and notes."""
@@ -225,6 +268,7 @@ class TargetForecast:
         memory = f"{format_bytes(self.memory_per_chip)} of {format_bytes(self.capacity_per_chip)} per chip"
         if self.status == "does not fit":
             text = f"does not fit at batch {self.batch}: needs {memory}"
+            text += self.checkpointing_text()
         elif self.expected_seconds is not None:
             text = (
                 f"fits at batch {self.batch} ({memory}), expected "
@@ -248,18 +292,59 @@ class TargetForecast:
             text += f" (extrapolated from {k} and {k2} of {self.extrapolation['depth']} blocks)"
         return text
 
+    def checkpointing_text(self) -> str:
+        """What checkpointing every block would do for a step that does not fit."""
+        from ..views.format import format_bytes, format_seconds
+
+        variant = self.checkpointed
+        if variant is None:
+            return ""
+        if variant.status == "compiled":
+            expected = ""
+            if variant.expected_seconds is not None:
+                expected = (
+                    f"expected {format_seconds(variant.expected_seconds)}/step "
+                    f"({format_seconds(variant.expected_low)}–"
+                    f"{format_seconds(variant.expected_high)}), "
+                )
+            text = (
+                f"; with activation checkpointing per block it fits "
+                f"({format_bytes(variant.memory_per_chip)} per chip, {expected}roofline bound "
+                f"{format_seconds(variant.step_seconds)}/step)"
+            )
+        elif variant.status == "does not fit":
+            text = (
+                "; it does not fit with activation checkpointing per block either "
+                f"({format_bytes(variant.memory_per_chip)} per chip)"
+            )
+        else:
+            return f"; checkpointing every block could not be compiled ({variant.message})"
+        if variant.max_batch is not None:
+            text += f"; largest batch with checkpointing: {variant.max_batch}" + (
+                "" if variant.max_batch_exact else "+"
+            )
+        return text
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["bound"] = self.bound
         data["extrapolated"] = self.extrapolated
         data["memory_fraction"] = self.memory_fraction
+        data["flops_per_chip"] = self.flops_per_chip
+        data["bytes_per_chip"] = self.bytes_per_chip
+        data["matmul_share"] = self.matmul_share
+        if self.checkpointed is not None:
+            data["checkpointed"] = self.checkpointed.to_dict()
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TargetForecast:
         """The inverse of `to_dict` (derived entries are dropped)."""
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        fields = {k: v for k, v in data.items() if k in names}
+        if isinstance(fields.get("checkpointed"), Mapping):
+            fields["checkpointed"] = cls.from_dict(fields["checkpointed"])
+        return cls(**fields)
 
 
 @dataclass
@@ -558,7 +643,7 @@ def forecast(
     rest of the process, which would move the user's device-agnostic code onto torchax. The
     user's session stays as it was; the result comes back. `isolate=False` compiles here.
     Keyword `options`: `gpus`, `price`, `catalogue`, `cache`, `progress`, `sharding`,
-    `extrapolate` (see below).
+    `extrapolate`, `attention` (see below).
 
     `example_batch` is `(inputs, targets)`: the model is called as `model(inputs)` (a tuple
     is unpacked into positional arguments, a dict into keyword arguments) and the loss as
@@ -580,7 +665,10 @@ def forecast(
     it (a bisection takes over when they disagree), for at most `time_budget_s` seconds per
     target. `extrapolate` (None: automatic for stacks of 16 blocks or more; True; False)
     compiles a model with a stack of identical blocks at one and two periods of the stack
-    and extends FLOPs, bytes and memory linearly to the full depth. GPU rows in `gpus` are
+    and extends FLOPs, bytes and memory linearly to the full depth. `attention` ("flash",
+    default, or "full") says how `F.scaled_dot_product_attention` is compiled: as the
+    Pallas flash-attention kernel TPU training runs, or as the reference formula that holds
+    the scores; `torch.utils.checkpoint` regions become `jax.checkpoint` either way. GPU rows in `gpus` are
     rooflines on the FLOPs and bytes of the first compiled target (one with one device per
     chip first), for as many GPUs as that slice has chips. Figures are cached on disk
     (`cache`: True for the user cache directory, a path, or False), so the same forecast
@@ -629,6 +717,8 @@ class _Job:
     versions: dict[str, str]
     progress: bool | str
     keys: dict[str, str] = field(default_factory=dict)  # label -> quick cache key
+    attention: str = "flash"
+    remat_stack: BlockStack | None = None  # the blocks to checkpoint when a step does not fit
 
     @property
     def labels(self) -> list[str]:
@@ -655,6 +745,7 @@ def _prepare(
     progress: bool | str = True,
     sharding: str = "data",
     extrapolate: bool | None = None,
+    attention: str = "flash",
 ) -> _Job:
     import torch
 
@@ -664,6 +755,10 @@ def _prepare(
         raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}.")
     if sharding not in SHARDINGS:
         raise ValueError(f"sharding must be one of {', '.join(SHARDINGS)}, not {sharding!r}.")
+    if attention not in ATTENTION_MODES:
+        raise ValueError(
+            f"attention must be one of {', '.join(ATTENTION_MODES)}, not {attention!r}."
+        )
     catalogue = catalogue or HardwareCatalogue.load()
     torch_dtype = _torch_dtype(dtype)
     tpu_targets, gpu_targets = _split_targets(targets, chips, catalogue)
@@ -686,7 +781,8 @@ def _prepare(
     job = _Job(
         model, example_batch, loss_fn, plan, layout, torch_dtype, tpu_targets, gpu_targets,
         catalogue, price, tokens_per_step, batch_search, float(time_budget_s), sharding, stack,
-        cache_dir, versions, progress,
+        cache_dir, versions, progress, attention=attention,
+        remat_stack=stack if stack is not None else find_block_stack(model),
     )  # fmt: skip
     if cache_dir is not None:
         job.keys = _quick_keys(job)
@@ -704,6 +800,7 @@ def _quick_keys(job: _Job) -> dict[str, str]:
         "optimizer": (job.plan.rules, sorted(job.plan.labels.items())),
         "dtype": str(job.dtype),
         "sharding": job.sharding,
+        "attention": job.attention,
         "search": (
             job.batch_search,
             job.time_budget_s if job.batch_search else None,
@@ -760,7 +857,7 @@ def _run(job: _Job, in_child: bool, started: float) -> Forecast:
                 return
             results[label] = result
             partial.pop(label, None)
-            _price(result, chips[label], job.tokens_per_step, job.price)
+            _price_all(result, chips[label], job.tokens_per_step, job.price)
             display.finished(label, result.summary(), ok=result.status in _DONE_OK)
             key = job.keys.get(label)
             if key and result.status in ("compiled", "does not fit", "unsupported"):
@@ -769,13 +866,23 @@ def _run(job: _Job, in_child: bool, started: float) -> Forecast:
     chips = {_label(t): c for t, c in job.tpu_targets}
     with display.shown():
         for label, result in results.items():
-            _price(result, chips[label], job.tokens_per_step, job.price)
+            _price_all(result, chips[label], job.tokens_per_step, job.price)
             display.finished(label, result.summary() + " (cached)", ok=result.status in _DONE_OK)
         if missing:
             t0 = time.perf_counter()
             work = _Work(job, missing)
             try:
-                if in_child:
+                parts = _parallel_parts(missing, in_child)
+                if len(parts) > 1:
+                    calls = [(_compile_targets, (_Work(job, part), None)) for part in parts]
+                    returned = [
+                        r
+                        for done in run_streaming_many(
+                            calls, on_event=on_event, on_idle=display.tick
+                        )
+                        for r in done
+                    ]
+                elif in_child:
                     returned = run_streaming(
                         _compile_targets, (work, None), on_event=on_event, on_idle=display.tick
                     )
@@ -793,12 +900,31 @@ def _run(job: _Job, in_child: bool, started: float) -> Forecast:
         result = results.get(label)
         if result is None:
             result = _unfinished(partial.get(label), topology, chip, job)
-            _price(result, chip, job.tokens_per_step, job.price)
+            _price_all(result, chip, job.tokens_per_step, job.price)
         ordered.append(result)
     return _assemble(job, ordered, time.perf_counter() - started, phases, interrupted)
 
 
 _DONE_OK = ("compiled", "does not fit")
+
+
+def _parallel_parts(
+    targets: list[tuple[Topology, Chip]], in_child: bool
+) -> list[list[tuple[Topology, Chip]]]:
+    """Targets split over as many children as the CPUs allow: each compile is mostly one
+    thread of libtpu's back end, so two targets on two cores take the time of one.
+
+    `GPU2TPU_FORECAST_WORKERS` caps the children (1: one child for all, as before).
+    """
+    if not in_child or len(targets) < 2:
+        return [targets]
+    workers = min(len(targets), os.cpu_count() or 1)
+    cap = os.environ.get("GPU2TPU_FORECAST_WORKERS", "")
+    if cap.isdigit() and int(cap) > 0:
+        workers = min(workers, int(cap))
+    if workers < 2:
+        return [targets]
+    return [targets[i::workers] for i in range(workers)]
 
 
 def _interrupt_line(
@@ -893,6 +1019,7 @@ def _assemble(
             "it (an upper bound); extrapolate=False compiles the whole model for the compiler's "
             "own verdict."
         )
+    notes += _lowering_notes(results)
     if interrupted:
         notes.append("Interrupted (Ctrl-C): targets marked 'interrupted' were not forecast.")
     comparison = Comparison.from_rows(
@@ -921,6 +1048,46 @@ def _assemble(
         interrupted=interrupted,
         phases=phases,
     )
+
+
+def _lowering_notes(results: list[TargetForecast]) -> list[str]:
+    """Say how attention and checkpoints were compiled, so the figures say what they assume."""
+    notes = []
+    kinds = {t.attention_kind for t in results if t.attention_kind}
+    fallbacks = sorted({r for t in results for r in t.attention_fallbacks})
+    if kinds & {"flash", "mixed"}:
+        notes.append(
+            "Attention: F.scaled_dot_product_attention compiled as the Pallas flash-attention "
+            "kernel (jax.experimental.pallas.ops.tpu.flash_attention, the kernel PyTorch/XLA's "
+            "flash_attention runs): no score matrix held, FLOPs as the kernel executes them "
+            "(the backward recomputes the scores; a causal call skips the blocks above the "
+            "diagonal). attention='full' compiles the reference formula instead."
+            + (
+                f" Kept the reference formula for calls with {', '.join(fallbacks)}."
+                if fallbacks
+                else ""
+            )
+        )
+    elif "full" in kinds:
+        notes.append(
+            "Attention: the figures assume full attention, the (sequence x sequence) scores "
+            "computed and held"
+            + (f" ({', '.join(fallbacks)})" if fallbacks else "")
+            + "; a TPU run with a flash-attention kernel needs less memory."
+        )
+    regions = max((t.remat_regions for t in results), default=0)
+    if any(t.checkpointed is not None for t in results):
+        notes.append(
+            "Steps that do not fit were compiled again with every block of "
+            "the stack checkpointed (jax.checkpoint per block), as a large-model recipe would "
+            "train them; their figures are under `checkpointed`."
+        )
+    if regions:
+        notes.append(
+            f"Activation checkpointing: {regions} checkpointed region(s) compiled with "
+            "jax.checkpoint: their activations are recomputed in the backward pass, not kept."
+        )
+    return notes
 
 
 def _model_dtype(model: torch.nn.Module) -> Any:
@@ -973,22 +1140,36 @@ def _compile_targets(work: _Work, emit: Callable[[tuple], Any] | None) -> list[T
 class _Steps:
     """The training steps a forecast compiles: the model's, and its shallow copies."""
 
-    def __init__(self, job: _Job) -> None:
+    def __init__(self, job: _Job, model: torch.nn.Module | None = None) -> None:
         self.job = job
+        self.model = job.model if model is None else model
         self.loss_fn = job.loss_fn or default_loss
-        self.full = self._step(job.model, job.plan)
+        self.full = self._step(self.model, job.plan)
         self.stack = job.stack
+        self.depths = job.stack.shallow_depths if job.stack is not None else (1, 2)
         self.shallow: dict[int, tuple[TrainingStep, Any]] = {}
         self.fallback_note = ""
+        self._checkpointed: _Steps | None = None
+
+    def checkpointed(self) -> _Steps | None:
+        """The same steps with every block of the stack checkpointed, or None (no stack)."""
+        stack = self.job.remat_stack
+        if stack is None:
+            return None
+        if self._checkpointed is None:
+            self._checkpointed = _Steps(self.job, with_checkpointed_blocks(self.model, stack))
+        return self._checkpointed
 
     def _step(self, model: torch.nn.Module, plan: OptimizerPlan) -> tuple[TrainingStep, Any]:
-        step = TrainingStep(model, self.loss_fn, plan, self.job.layout, self.job.dtype)
+        step = TrainingStep(
+            model, self.loss_fn, plan, self.job.layout, self.job.dtype, self.job.attention
+        )
         return step, to_optax(plan)
 
     def at_depth(self, depth: int) -> tuple[TrainingStep, Any]:
         if depth not in self.shallow:
             assert self.stack is not None
-            model = with_depth(self.job.model, self.stack, depth)
+            model = with_depth(self.model, self.stack, depth)
             names = {n for n, _ in model.named_parameters()}
             plan = OptimizerPlan(
                 self.job.plan.rules,
@@ -1050,6 +1231,7 @@ def _forecast_target(
         if step.missing_ops:
             raise _Unsupported()
         outcome = compile_lowered(lowered, topology, size, cache)
+        apply_trace(outcome, step.trace)
         outcome.lower_seconds = lowered_s
         counts["compiles"] += 1
         counts["lower"] += lowered_s
@@ -1057,11 +1239,11 @@ def _forecast_target(
         counts["cached"] = counts["cached"] and outcome.cached
         return outcome
 
-    def compile_at(size: int, prefix: str = "") -> CompileOutcome:
+    def compile_with(steps: _Steps, size: int, prefix: str = "") -> CompileOutcome:
         stack = steps.stack
         if stack is None:
             return compile_step(*steps.full, size, f"{prefix}compiling")
-        k, k2 = stack.shallow_depths
+        k, k2 = steps.depths
         try:
             shallow = compile_step(
                 *steps.at_depth(k), size, f"{prefix}compiling {k} of {stack.depth} blocks"
@@ -1073,8 +1255,8 @@ def _forecast_target(
             raise
         except Exception as exc:  # the forward cannot run shallower: compile the whole model
             steps.give_up_extrapolating(f"{type(exc).__name__}: {exc}")
-            return compile_at(size, prefix)
-        outcome = extrapolate_outcome(shallow, deeper, k, stack.depth)
+            return compile_with(steps, size, prefix)
+        outcome = extrapolate_outcome(shallow, deeper, (k, k2), stack.depth)
         if outcome.status == "compiled" and exceeds(outcome, capacity):
             outcome = CompileOutcome(
                 "oom",
@@ -1085,10 +1267,16 @@ def _forecast_target(
                     f"extrapolated: needs {outcome.memory_bytes / 2**30:.2f} GiB per device, "
                     f"{capacity / 2**30:.2f} GiB usable"
                 ),
+                attention_kind=outcome.attention_kind,
+                attention_fallbacks=outcome.attention_fallbacks,
+                remat_regions=outcome.remat_regions,
             )
         outcome.compile_seconds = shallow.compile_seconds + deeper.compile_seconds
         outcome.cached = shallow.cached and deeper.cached
         return outcome
+
+    def compile_at(size: int, prefix: str = "") -> CompileOutcome:
+        return compile_with(steps, size, prefix)
 
     t0 = time.perf_counter()
     try:
@@ -1106,7 +1294,7 @@ def _forecast_target(
     result.phases.update(lower=counts["lower"], compile=counts["compile"])
     result.cached = counts["cached"]
     if steps.stack is not None:
-        result.extrapolation = describe_extrapolation(steps.stack, steps.stack.shallow_depths)
+        result.extrapolation = describe_extrapolation(steps.stack, steps.depths)
     if steps.fallback_note:
         result.message = steps.fallback_note
     if first.status == "error":
@@ -1118,7 +1306,58 @@ def _forecast_target(
         _search(
             job, result, first, compile_at, counts, capacity, len(devices), per_chip, label, emit
         )
+    checkpointed = steps.checkpointed()
+    traces = [steps.full[0], *(step for step, _ in steps.shallow.values())]
+    user_remat = any(step.trace is not None and step.trace.remat_calls for step in traces)
+    if first.status == "oom" and checkpointed is not None and not user_remat:
+        emit(("target", label, dataclasses.replace(result), False))
+        result.checkpointed = _checkpointed_target(
+            job, result, lambda size, prefix="": compile_with(checkpointed, size, prefix),
+            counts, capacity, len(devices), per_chip, label, emit,
+        )  # fmt: skip
     return result, True
+
+
+def _checkpointed_target(
+    job: _Job,
+    result: TargetForecast,
+    compile_at: Callable[..., CompileOutcome],
+    counts: dict[str, Any],
+    capacity: float,
+    devices: int,
+    per_chip: int,
+    label: str,
+    emit: Callable[[tuple], Any],
+) -> TargetForecast:
+    """A step that does not fit, compiled again with every block checkpointed (the stack's
+    blocks under `jax.checkpoint`): does it fit then, at what cost, and the largest batch
+    (`batch_search`)."""
+    variant = TargetForecast(
+        target=result.target,
+        name=result.name,
+        topology=result.topology,
+        chips=result.chips,
+        devices_per_chip=per_chip,
+        status="error",
+        batch=result.batch,
+        hbm_per_chip=result.hbm_per_chip,
+        available_per_chip=result.available_per_chip,
+        sharding=result.sharding,
+        extrapolation=result.extrapolation,
+    )
+    t0 = time.perf_counter()
+    outcome = _safe(lambda size: compile_at(size, "checkpointing every block: "), result.batch)
+    variant.compile_seconds = time.perf_counter() - t0
+    if outcome.status == "error":
+        variant.message = outcome.message
+        return variant
+    _fill_figures(variant, outcome, per_chip, devices)
+    if job.batch_search:
+        quiet = lambda event: None if event[0] == "target" else emit(event)  # noqa: E731
+        _search(
+            job, variant, outcome, compile_at, counts, capacity, devices, per_chip, label, quiet
+        )
+    return variant
 
 
 def _search(
@@ -1204,6 +1443,9 @@ def _fill_figures(
     if outcome.available_bytes:
         result.available_per_chip = outcome.available_bytes * per_chip
     result.memory_per_chip = _scale(outcome.memory_bytes, per_chip)
+    result.attention_kind = _attention_kind(outcome)
+    result.attention_fallbacks = list(outcome.attention_fallbacks)
+    result.remat_regions = outcome.remat_regions
     if outcome.status == "oom":
         result.status = "does not fit"
         result.fits = False
@@ -1219,8 +1461,49 @@ def _fill_figures(
     result.flops = _scale(outcome.flops, devices)
     result.bytes_accessed = _scale(outcome.bytes_accessed, devices)
     result.transcendentals = _scale(outcome.transcendentals, devices)
+    result.compiler_flops = _scale(outcome.compiler_flops, devices)
+    result.matmul_flops = _scale(outcome.matmul_flops, devices)
+    result.attention_flops = _scale(outcome.attention_flops, devices)
+    result.collective_bytes_per_chip = _scale(outcome.ici_bytes, per_chip)
+    result.collective_async_bytes_per_chip = _scale(outcome.async_ici_bytes, per_chip)
+    result.collectives = {
+        kind: {k: v * per_chip if k.endswith("bytes") else v for k, v in figures.items()}
+        for kind, figures in outcome.collectives.items()
+    }
+    result.custom_calls = dict(outcome.custom_calls)
     if outcome.optimal_seconds is not None and outcome.optimal_seconds > 0:
         result.compiler_seconds = outcome.optimal_seconds
+
+
+def _price_all(
+    result: TargetForecast, chip: Chip, tokens_per_step: float | None, price: str
+) -> None:
+    """Price a target and, for a step that does not fit, its checkpointed variant."""
+    _price(result, chip, tokens_per_step, price)
+    if result.checkpointed is not None:
+        _price(result.checkpointed, chip, tokens_per_step, price)
+
+
+def _attention_kind(outcome: CompileOutcome) -> str | None:
+    """How the compiled step runs attention: "flash" (the Pallas kernel: no score matrix
+    held, a causal call skips the blocks above the diagonal), "full" (the whole score
+    matrix, as the reference formula or an attention written out by hand), "mixed", or
+    None when the step has no attention."""
+    if outcome.attention_kind:
+        return outcome.attention_kind
+    return "full" if outcome.attention_flops else None
+
+
+def _collective_seconds(result: TargetForecast, chip: Chip) -> float | None:
+    """The time one chip's collectives need on ICI: bytes sent over the outgoing half of
+    the chip's bidirectional ICI bandwidth (every link busy, so a lower bound)."""
+    if result.status != "compiled" or result.collective_bytes_per_chip is None:
+        return None
+    if not result.collective_bytes_per_chip:
+        return 0.0
+    if not chip.ici_bandwidth:
+        return None
+    return result.collective_bytes_per_chip / (chip.ici_bandwidth / 2)
 
 
 def _price(result: TargetForecast, chip: Chip, tokens_per_step: float | None, price: str) -> None:
@@ -1230,6 +1513,7 @@ def _price(result: TargetForecast, chip: Chip, tokens_per_step: float | None, pr
     from ..pricing.utilisation import expected_step
 
     result.step_seconds = result.compute_seconds = result.memory_seconds = None
+    result.collective_seconds = None
     result.cost_per_step = result.cost_per_1m_tokens = result.bound_cost_per_step = None
     result.expected_seconds = result.expected_low = result.expected_high = None
     result.expected_utilisation = result.expected_limited_by = None
@@ -1245,7 +1529,10 @@ def _price(result: TargetForecast, chip: Chip, tokens_per_step: float | None, pr
     bytes_chip = max(0.0, result.bytes_accessed / result.chips)
     result.compute_seconds = flops_chip / chip.peak_bf16_flops
     result.memory_seconds = bytes_chip / chip.hbm_bandwidth
-    result.step_seconds = roofline_seconds(flops_chip, bytes_chip, chip)
+    result.collective_seconds = _collective_seconds(result, chip)
+    result.step_seconds = max(
+        roofline_seconds(flops_chip, bytes_chip, chip), result.collective_seconds or 0.0
+    )
     result.bound_cost_per_step = cost_per_step(result.step_seconds, chip, result.chips, price)
     expected = expected_step(_features(result, chip, result.chips, tokens_per_step), chip)
     seconds = result.step_seconds
@@ -1272,13 +1559,22 @@ def _features(
 
     attention = getattr(reference, "attention_flops", None)
     collective = getattr(reference, "collective_seconds", None)
+    flops = max(0.0, (reference.flops or 0.0) / chips)
+    attention_chip = None if attention is None else attention / chips
+    kind = getattr(reference, "attention_kind", None) or "full"
+    if kind in ("flash", "mixed") and attention_chip:
+        # The flash kernels run 9 products per block pair where the causal count has 6
+        # (their backward recomputes the scores): the model's FLOPs leave the third out.
+        flops -= attention_chip / 3
+        attention_chip -= attention_chip / 3
+        kind = "causal"
     return StepFeatures(
         chip=chip.key,
         chips=chips,
-        flops_per_chip=max(0.0, (reference.flops or 0.0) / chips),
+        flops_per_chip=flops,
         tokens_per_chip=tokens_per_step / chips if tokens_per_step else None,
-        attention_flops_per_chip=None if attention is None else attention / chips,
-        attention=getattr(reference, "attention_kind", None) or "full",
+        attention_flops_per_chip=attention_chip,
+        attention=kind,
         matmul_share=getattr(reference, "matmul_share", None),
         bytes_per_chip=max(0.0, (reference.bytes_accessed or 0.0) / chips),
         collective_seconds=collective if chip.key == reference.target else None,
@@ -1319,7 +1615,7 @@ def _tpu_row(
         note = (
             f"does not fit: needs {format_bytes(result.memory_per_chip)} per chip, "
             f"{format_bytes(result.capacity_per_chip)} usable"
-        )
+        ) + result.checkpointing_text()
     elif result.status != "compiled":
         note = result.summary()
     elif result.bound:

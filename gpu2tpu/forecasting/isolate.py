@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import io
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import sys
@@ -191,6 +192,80 @@ def run_streaming(
             value.add_note("in the forecast's child process:\n" + text.rstrip())
         raise value
     return value
+
+
+def run_streaming_many(
+    calls: list[tuple[Callable[..., Any], tuple]],
+    *,
+    on_event: Callable[[Any], None] | None = None,
+    on_idle: Callable[[], None] | None = None,
+    idle_seconds: float = 0.5,
+) -> list[Any]:
+    """Each `fn(*args)` in its own forked child, all at once; their results in order.
+
+    Events from every child reach `on_event` as they come (in the order they arrive). All
+    children are forked before any result is read, from this thread. The first error
+    (or Ctrl-C) kills the other children and is raised here, after the events received.
+    """
+    context = multiprocessing.get_context("fork")
+    started = []
+    for fn, args in calls:
+        receive, send = context.Pipe(duplex=False)
+        process = context.Process(target=_child, args=(send, fn, args, {}), daemon=True)
+        process.start()
+        send.close()
+        started.append((receive, process))
+    results: dict[int, Any] = {}
+    pending = {receive: i for i, (receive, _) in enumerate(started)}
+    failure: tuple[Any, str] | None = None
+    try:
+        while pending and failure is None:
+            ready = multiprocessing.connection.wait(list(pending), timeout=idle_seconds)
+            if not ready:
+                if on_idle is not None:
+                    on_idle()
+                continue
+            for receive in ready:
+                index = pending[receive]
+                try:
+                    status, value, text = receive.recv()  # type: ignore[union-attr]
+                except EOFError:
+                    code = started[index][1].exitcode
+                    failure = (
+                        ChildDied(
+                            "a forecast child process ended without a result (exit code "
+                            f"{code}); it may have run out of memory"
+                        ),
+                        "",
+                    )
+                    break
+                if status == "event":
+                    if on_event is not None:
+                        on_event(value)
+                    continue
+                del pending[receive]
+                if status == "error":
+                    failure = (value, text)
+                    break
+                results[index] = value
+    except BaseException:  # KeyboardInterrupt: stop every child now
+        for _, process in started:
+            _kill(process)
+        raise
+    finally:
+        for receive, process in started:
+            receive.close()
+            if failure is not None:
+                _kill(process)
+            else:
+                process.join()
+    if failure is not None:
+        value, text = failure
+        ours = type(value).__module__.startswith("gpu2tpu")
+        if text and not ours and not getattr(value, "__notes__", None):
+            value.add_note("in a forecast child process:\n" + text.rstrip())
+        raise value
+    return [results[i] for i in range(len(calls))]
 
 
 def _kill(process: Any) -> None:

@@ -24,6 +24,8 @@ DEFAULT_PATH = Path(__file__).with_name("hardware.toml")
 CHIP_KINDS = ("tpu", "gpu", "trainium", "cpu")
 PRICE_FIELDS = ("price_on_demand", "price_spot")
 QUANTITY_FIELDS = ("peak_bf16_flops", "hbm_bytes", "hbm_bandwidth")
+# Figures only some chips have (each with its own source when present).
+OPTIONAL_QUANTITY_FIELDS = ("ici_bandwidth",)
 # Fields a user may override, with what each one means (for error messages).
 OVERRIDE_FIELDS = {
     "price_on_demand": "a non-negative number of USD per chip-hour",
@@ -81,6 +83,8 @@ class Chip:
     `peak_bf16_flops` is dense BF16 FLOP/s (0.0 where no peak applies, as for the host CPU);
     `hbm_bytes` and `hbm_bandwidth` are bytes and bytes/s; prices are USD per chip-hour or
     None where no public price exists. `sources` maps each field to "source, date".
+    `ici_bandwidth` is a TPU's bidirectional inter-chip interconnect bandwidth per chip in
+    bytes/s, all its links together, as Google states it (None where no figure is published).
     """
 
     key: str
@@ -96,6 +100,7 @@ class Chip:
     as_of: str
     notes: str = ""
     aliases: tuple[str, ...] = field(default=(), compare=False)
+    ici_bandwidth: float | None = None
 
     def price(self, column: str = "on_demand") -> float | None:
         """The price per chip-hour in `column` ("on_demand" or "spot"), or None."""
@@ -122,6 +127,7 @@ class Chip:
             "sources": dict(self.sources),
             "as_of": self.as_of,
             "notes": self.notes,
+            "ici_bandwidth": self.ici_bandwidth,
         }
 
 
@@ -376,6 +382,17 @@ def _chip_from_table(key: str, table: Any, path: Path) -> Chip:
                 f"{where}.sources.{fld}: every figure (and every missing price) needs a "
                 f"'source, date' entry; got {text!r}."
             )
+    optional: dict[str, float | None] = {}
+    for fld in OPTIONAL_QUANTITY_FIELDS:
+        if fld not in table:
+            optional[fld] = None
+            continue
+        text = sources.get(fld)
+        if not isinstance(text, str) or source_date(text) is None:
+            raise CatalogueError(
+                f"{where}.sources.{fld}: every figure needs a 'source, date' entry; got {text!r}."
+            )
+        optional[fld] = parse_quantity(table[fld], where=f"{where}.{fld}")
     prices: dict[str, float | None] = {}
     for fld in PRICE_FIELDS:
         value = table.get(fld)
@@ -394,6 +411,7 @@ def _chip_from_table(key: str, table: Any, path: Path) -> Chip:
         as_of=str(table["as_of"]),
         notes=str(table.get("notes", "")),
         aliases=tuple(str(a) for a in table.get("aliases", ())),
+        ici_bandwidth=optional["ici_bandwidth"],
     )
 
 
