@@ -41,7 +41,7 @@ STAGES = 5
 PROFILE_CELLS = (
     "%load_ext gpu2tpu",
     "batch = next(iter(train_loader))  # one batch, reused by every profiled step",
-    """%%tpu --profile
+    """%%tpu --profile --full
 images, labels = batch[0].cuda(non_blocking=True), batch[1].cuda(non_blocking=True)
 optimizer.zero_grad(set_to_none=True)
 with torch.cuda.amp.autocast():
@@ -49,7 +49,7 @@ with torch.cuda.amp.autocast():
 scaler.scale(loss).backward()
 scaler.step(optimizer)
 scaler.update()""",
-    'from pathlib import Path\n\nPath("profile.json").write_text(_.to_json())',
+    'from pathlib import Path\n\nPath("profile.json").write_text(_tpu_profile.to_json())',
 )
 
 

@@ -194,6 +194,19 @@ def test_rules_doc_is_current() -> None:
     )
 
 
+def test_every_rule_code_and_name_is_taken_once() -> None:
+    """A code names one rule: `--ignore`, `noqa` and the docs' anchors depend on it."""
+    from collections import Counter
+
+    from gpu2tpu.rewrite.rules_doc import documented_rules
+
+    rules = documented_rules()
+    codes = Counter(r.code for r in rules)
+    names = Counter(r.name for r in rules)
+    assert [c for c, n in codes.items() if n > 1] == []
+    assert [c for c, n in names.items() if n > 1] == []
+
+
 def test_a_folder_named_explicitly_is_processed_even_if_excluded(tmp_path: Path) -> None:
     root = make_tree(tmp_path)
     (root / "pyproject.toml").write_text('[tool.gpu2tpu]\nexclude = ["pkg"]\n')

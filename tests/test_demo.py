@@ -107,7 +107,7 @@ def test_demo_runs_every_stage(tmp_path: Path) -> None:
     for name in EXAMPLES:
         assert (workdir / "migrated" / name).read_bytes() == (GOLDEN / name).read_bytes()
 
-    assert re.search(r"cell +\d+/\d+ %%tpu --profile +\d+\.\d s", text[3]), text[3]
+    assert re.search(r"cell +\d+/\d+ %%tpu --profile --full +\d+\.\d s", text[3]), text[3]
     assert "test accuracy" in text[3]
     executed = workdir / "image_classification.run.ipynb"
     nb = json.loads(executed.read_text(encoding="utf-8"))

@@ -892,14 +892,14 @@ def test_a_local_module_with_cuda_code_is_named_with_its_command(
         ip,
         "%%tpu --backend cpu\nimport plain_helpers_g2t\nfrom helper_functions_g2t import to_gpu\n",
     )
-    said = [line for line in cap.stderr.splitlines() if "G2T514" in line]
+    said = [line for line in cap.stderr.splitlines() if "G2T519" in line]
     assert said == [
         "gpu2tpu: line 3: `helper_functions_g2t.py` holds CUDA code (1 fixable) and runs as "
         "written: %%tpu and %tpu_auto rewrite cells, not the modules they import; "
-        "`gpu2tpu rewrite helper_functions_g2t.py` migrates it (then restart the kernel) (G2T514)"
+        "`gpu2tpu rewrite helper_functions_g2t.py` migrates it (then restart the kernel) (G2T519)"
     ]
     _, again = run(ip, "%%tpu --backend cpu\nimport helper_functions_g2t\n")
-    assert "G2T514" not in again.stderr  # named once a session
+    assert "G2T519" not in again.stderr  # named once a session
     for name in ("to_gpu", "plain_helpers_g2t", "helper_functions_g2t"):
         ip.user_ns.pop(name)
 

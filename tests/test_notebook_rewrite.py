@@ -763,7 +763,7 @@ def test_any_notebook_stays_valid_changes_only_sources_and_is_stable(
         assert result.new_text is text
 
 
-# -- local modules the notebook imports (G2T514) ---------------------------------------------------
+# -- local modules the notebook imports (G2T519) ---------------------------------------------------
 
 
 def test_a_local_module_with_cuda_code_is_named_with_the_command_that_migrates_it(
@@ -788,8 +788,8 @@ def test_a_local_module_with_cuda_code_is_named_with_the_command_that_migrates_i
     (tmp_path / "nb.ipynb").write_text(text, encoding="utf-8")
     found = local_module_findings(str(tmp_path / "nb.ipynb"), text, Options())
     assert [(f.cell_index, f.finding.line, f.finding.code) for f in found] == [
-        (0, 3, "G2T514"),
-        (1, 1, "G2T514"),
+        (0, 3, "G2T519"),
+        (1, 1, "G2T519"),
     ]
     first = found[0].finding
     assert first.message == (
@@ -799,12 +799,12 @@ def test_a_local_module_with_cuda_code_is_named_with_the_command_that_migrates_i
     assert first.hint == "gpu2tpu rewrite helper_functions.py"
     assert "`chapters/ch4.py` holds CUDA code" in found[1].finding.message
     assert (
-        local_module_findings(str(tmp_path / "nb.ipynb"), text, Options(ignore=("G2T514",))) == []
+        local_module_findings(str(tmp_path / "nb.ipynb"), text, Options(ignore=("G2T519",))) == []
     )
     # the CLI says it, and not when the same run rewrites the modules too
     run = {"cwd": tmp_path, "capsys": capsys, "monkeypatch": monkeypatch}
     code, alone = _gpu2tpu("check", "nb.ipynb", **run)
-    assert code == 1 and "nb.ipynb:cell 0:line 3:col 1: G2T514 `helper_functions.py` holds" in alone
+    assert code == 1 and "nb.ipynb:cell 0:line 3:col 1: G2T519 `helper_functions.py` holds" in alone
     code, together = _gpu2tpu("check", ".", **run)
-    assert "G2T514" not in together
+    assert "G2T519" not in together
     assert "helper_functions.py:4:12: G2T101" in together  # checked in the same run

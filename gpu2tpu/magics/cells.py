@@ -679,7 +679,7 @@ def problem_lines(rewrite: CellRewrite | None, offset: int = 0) -> list[str]:
 
 
 def local_module_lines(python: str, offset: int, said: set[tuple[str, int]]) -> list[str]:
-    """One line per local module the cell imports that holds CUDA code (G2T514, as `gpu2tpu
+    """One line per local module the cell imports that holds CUDA code (G2T519, as `gpu2tpu
     rewrite` reports it for a notebook), with the command that migrates it: `%%tpu` and
     `%tpu_auto` rewrite cells, not the modules they import. `python` is the cell as IPython
     runs it, `offset` the magic lines above it; `said` holds the modules already named this
@@ -717,7 +717,7 @@ def local_module_lines(python: str, offset: int, said: set[tuple[str, int]]) -> 
         out.append(
             f"gpu2tpu: line {line + offset}: {module.describe(shown)} and runs as written: "
             f"%%tpu and %tpu_auto rewrite cells, not the modules they import; "
-            f"`gpu2tpu rewrite {shown}` migrates it (then restart the kernel) (G2T514)"
+            f"`gpu2tpu rewrite {shown}` migrates it (then restart the kernel) (G2T519)"
         )
     return out
 

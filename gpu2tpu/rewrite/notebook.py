@@ -15,7 +15,7 @@ ids, metadata, key order, indent, escapes and the trailing newline stay byte for
 
 Notebook-only checks (IPython syntax and metadata that libcst never sees):
 G2T510 NVIDIA tools in shell escapes, G2T511 `CUDA_VISIBLE_DEVICES`, G2T512 installing a
-CUDA-only package, G2T513 a notebook that asks Colab or Kaggle for a GPU runtime, G2T514 a
+CUDA-only package, G2T513 a notebook that asks Colab or Kaggle for a GPU runtime, G2T519 a
 local module it imports that holds CUDA code (`local_module_findings` reads those files: the
 one check here that looks beyond the notebook's text).
 """
@@ -160,7 +160,7 @@ NOTEBOOK_RULES: dict[str, NotebookRule] = {
             """,
         ),
         NotebookRule(
-            "G2T514",
+            "G2T519",
             "local-module-with-cuda",
             Safety.REPORT,
             Severity.ERROR,
@@ -950,7 +950,7 @@ def _runtime_finding(
     )
 
 
-# -- local modules the notebook imports (G2T514) --------------------------------------------------
+# -- local modules the notebook imports (G2T519) --------------------------------------------------
 
 
 def imported_modules(python: str) -> list[tuple[str, int, int]]:
@@ -1027,10 +1027,10 @@ def module_with_cuda(path: Path, options: Options) -> LocalModule | None:
 def local_module_findings(
     notebook_path: str, text: str, options: Options, covered: Iterable[str] = ()
 ) -> list[CellFinding]:
-    """G2T514 for each module beside the notebook that a code cell imports and that holds
+    """G2T519 for each module beside the notebook that a code cell imports and that holds
     CUDA code, at the cell's import; none for modules inside `covered` (paths the same run
     rewrites)."""
-    if not options.enabled("G2T514"):
+    if not options.enabled("G2T519"):
         return []
     try:
         nb = _load(text)
@@ -1057,7 +1057,7 @@ def local_module_findings(
             shown = os.path.relpath(path, folder)
             finding = replace(
                 _finding(
-                    "G2T514",
+                    "G2T519",
                     line,
                     col,
                     f"{module.describe(shown)}, which rewriting the notebook leaves as it is: "
