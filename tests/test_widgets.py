@@ -281,10 +281,8 @@ def test_in_a_kernel_the_result_displays_as_a_widget_with_an_html_fallback(tmp_p
     # Before the result, at most the run's progress bar (shown once a run outlasts its delay).
     *before, result = outputs
     assert result.output_type == "execute_result"
-    assert all(
-        o.output_type == "display_data" and "application/vnd.jupyter.widget-view+json" in o.data
-        for o in before
-    ) and len(before) <= 1
+    assert len(before) <= 1
+    assert all("application/vnd.jupyter.widget-view+json" in o.data for o in before)
     data = result.data
     assert "application/vnd.jupyter.widget-view+json" in data
     assert 'class="g2t-table"' in data["text/html"] and "TPU v5e" in data["text/plain"]
