@@ -18,6 +18,8 @@ unexport PYTHONDONTWRITEBYTECODE
 # pytest-xdist workers for the parallel runs ("auto": one per core).
 JOBS ?= auto
 PYTEST := $(BIN)/python -m pytest -q
+# The slowest tests of each full run, printed at its end (where CI's time goes).
+DURATIONS ?= --durations=12
 
 $(DEPS_STAMP): $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,7 +60,7 @@ install-xla: $(XLA_SRC_STAMP)
 
 # Only the `xla` tests run here (the main run deselects them with -m "not xla").
 test-xla: install-xla
-	PJRT_DEVICE=CPU $(XLA_BIN)/python -m pytest -q -m xla -n $(JOBS) --dist loadgroup tests/xla
+	PJRT_DEVICE=CPU $(XLA_BIN)/python -m pytest -q -m xla -n $(JOBS) --dist loadgroup $(DURATIONS) tests/xla
 
 lock-xla:
 	rm -rf /tmp/gpu2tpu-lock-xla && $(PYTHON) -m venv /tmp/gpu2tpu-lock-xla
@@ -116,10 +118,10 @@ test-all: install lint browser-deps tpu-env corpus install-xla
 	@$(MAKE) --no-print-directory -j3 -O _test-all-main _test-all-torchax test-xla
 
 _test-all-main:
-	$(PYTEST) -m "not torchax" -n $(JOBS) --dist loadgroup
+	$(PYTEST) -m "not torchax" -n $(JOBS) --dist loadgroup $(DURATIONS)
 
 _test-all-torchax:
-	$(PYTEST) -m torchax -n $(JOBS) --dist loadgroup
+	$(PYTEST) -m torchax -n $(JOBS) --dist loadgroup $(DURATIONS)
 
 # A developer's inner loop (CONTRIBUTING.md): the codemod's tests that need no subprocess.
 test-fast: install
