@@ -46,7 +46,11 @@ def prefilter_tokens(options: Options) -> tuple[bytes, ...]:
 
 
 def rewrite_source(
-    text: str, options: Options | None = None, *, statement_level: bool = True
+    text: str,
+    options: Options | None = None,
+    *,
+    statement_level: bool = True,
+    prefilter: bool = True,
 ) -> Result:
     """Rewrite one module's text; raise `SourceError` when it does not parse.
 
@@ -61,15 +65,19 @@ def rewrite_source(
     module's start-up block), where it can be sure that this changes nothing
     (statements.py); `statement_level=False` parses the whole module, as the property tests
     do to prove that both give the same result.
+
+    `prefilter=False` runs every selected rule over every top-level statement, whether or not
+    the text holds one of the rule's `tokens`. Neither switch is a user option: they are the
+    reference paths `tests/test_fast_paths.py` compares the fast ones with.
     """
     options = options or Options()
     data = text.encode("utf-8", "surrogatepass")
-    selected = [r for r in rules_for(options) if any(t in data for t in r.tokens)]
+    selected = [r for r in rules_for(options) if not prefilter or any(t in data for t in r.tokens)]
     if not selected:
         return Result(text, (), (), options.device_name, False)
     shared = _SHARED.get()
     if shared is not None and shared.covers(selected):
-        parsed_for = [r for r in shared.rules if any(t in data for t in r.tokens)]
+        parsed_for = [r for r in shared.rules if not prefilter or any(t in data for t in r.tokens)]
     else:
         shared, parsed_for = None, selected
     level = statement_level and _statement_level(parsed_for, options)
@@ -80,7 +88,9 @@ def rewrite_source(
         prepared, names = _prepare(text, parsed_for, options, level)
         if shared is not None:
             shared.made[key] = prepared, names
-    attempt = functools.partial(_run_rules, statement_level=statement_level, names=names)
+    attempt = functools.partial(
+        _run_rules, statement_level=statement_level, prefilter=prefilter, names=names
+    )
     first = attempt(prepared, selected, options)
     if not options.fix or (first.text is text and first.problem is None):
         return first.result
@@ -171,6 +181,7 @@ def _run_rules(
     selected: list[type[Rule]],
     options: Options,
     statement_level: bool,
+    prefilter: bool = True,
     names: ModuleNames | None = None,
 ) -> net.Attempt:
     """One run of the rules over the parsed text, and the text their fixes make (`names`:
@@ -188,7 +199,7 @@ def _run_rules(
     ctx.index_statements()
     _module_imports(module, ctx)
     rules: list[Rule] = [rule(ctx) for rule in selected]
-    keep = _statements_to_visit(ctx, selected)
+    keep = _statements_to_visit(ctx, selected) if prefilter else None
     _Dispatch(ctx, rules, keep).walk(module)
     ctx.resolve_pending()
     ctx.decide_device_name()

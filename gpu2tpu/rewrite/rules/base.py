@@ -627,13 +627,53 @@ class RuleContext:
 class Rule(cst.BatchableCSTVisitor):
     """Base class of every rule; subclasses set the class attributes and visit nodes.
 
-    `tokens` are byte strings of which at least one must occur in a file for the rule to
-    possibly fire: the engine's prefilter skips files that contain none of any selected rule.
+    What a rule says about itself: `code` (G2Txxx), `name`, `safety`, `severity`, `message`
+    (`{call}` in it becomes the user's construct), `hint`, and the docstring with "Why:" and
+    "Example:" that `gpu2tpu rules` and docs/rules.md show. `min_torch` is the oldest torch
+    its fix runs on: with `--target-torch` older than that, the fix is held back and reported
+    (rewrite/torch_target.py).
+
+    Speed flags. The engine takes shortcuts that a rule must declare its way out of; each is
+    checked by tests/test_fast_paths.py, which runs every fixture and a sample of torch's
+    sources with the shortcuts on and off, so a fixture that needs a flag fails without it:
+
+    - `tokens` (default `(b"cuda",)`): byte strings one of which a text must hold for the rule
+      to run at all. The engine skips files with none of any selected rule's tokens without
+      reading them as Python, and the rule visits only the top-level statements that hold
+      one (or a name imported from a module whose name holds one). A rule that fires on
+      `float64` or `.item()` lists those; a rule with an empty tuple never runs.
+    - `whole_module`: the rule must see top-level statements without its tokens (module-wide
+      facts). Turns the statement-level parse and the token filter on statements off for every
+      text the rule runs on: it costs speed on every file, so prefer a token.
+    - `follows_names`: the rule follows the names its statements bind to every use in their
+      scope (an event's `start.record()` holds no token): the statement-level parse keeps each
+      top-level statement that names one of them.
+    - `follows_devices`: the rule follows device values into device arguments wherever those
+      are (analysis/values.py): the statements whose device argument an int written elsewhere
+      reaches are parsed and visited, token or not.
+    - `uses_flow`: the rule asks `ctx.flow` (loops, bindings, value kinds): the traversal then
+      runs the flow recorder before the rules, and flow answers are complete from
+      `leave_Module` on.
+    - `decides_last`: the rule decides from what the other rules found (a test is widened
+      only where all it guards is fixed): its `leave_Module` runs after every other rule's.
+
+    The walk. A rule inherits libcst's visitor class for its hook names, but the engine walks
+    the tree itself (`source._Dispatch`, one traversal for every rule; docs/architecture.md
+    says why), and someone who knows libcst's visitors should know where it differs:
+
+    - it calls `visit_<Node>(node)` on the way down and `leave_<Node>(original_node)` on the
+      way up, for `<Node>` a libcst node class, defined on the rule (not libcst's no-ops);
+    - the value a `visit_` method returns is ignored: children are always visited (libcst
+      skips them on False);
+    - libcst's attribute hooks (`visit_<Node>_<field>`, `leave_<Node>_<field>`) are never
+      called;
+    - children come in the order of the node's fields, which is the text's order for nearly
+      every node but not all: a function's or class's decorators come after its body;
+    - whitespace, commas, parentheses and operators are visited only when some rule of the
+      run has a hook for their type; top-level statements without a token are not visited.
     """
 
     METADATA_DEPENDENCIES = ()
-    # A rule that asks `ctx.flow` (loops, bindings, value kinds) says so: the engine then
-    # records the flow facts during its traversal.
     uses_flow: ClassVar[bool] = False
 
     code: ClassVar[str]
@@ -644,19 +684,9 @@ class Rule(cst.BatchableCSTVisitor):
     hint: ClassVar[str] = ""
     tokens: ClassVar[tuple[bytes, ...]] = (b"cuda",)
     min_torch: ClassVar[str] = "2.6"
-    # A rule that must see top-level statements without its tokens (module-wide facts) says so;
-    # otherwise only the top-level statements holding one of its tokens are visited.
     whole_module: ClassVar[bool] = False
-    # A rule that follows the names its statements bind to every use in their scope (an event's
-    # `record()` calls) says so: the statement-level parse keeps every top-level statement
-    # that names one of them, token or not.
     follows_names: ClassVar[bool] = False
-    # A rule that decides from what the other rules found (a test is widened only where all
-    # it guards is fixed) says so: its `leave_Module` runs after every other rule's.
     decides_last: ClassVar[bool] = False
-    # A rule that follows device values into device arguments wherever those are
-    # (analysis/values.py) says so: the statement-level parse keeps, and the traversal visits,
-    # the statements whose device argument an int written elsewhere reaches.
     follows_devices: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
