@@ -19,13 +19,13 @@ from IPython.core.inputtransformer2 import TransformerManager
 from gpu2tpu.rewrite.ipython_syntax import mask, split_lines
 from gpu2tpu.rewrite.model import Options, Safety
 from gpu2tpu.rewrite.notebook import (
-    NOTEBOOK_RULES,
     NotebookError,
     NotebookResult,
     local_module_findings,
     notebook_diff,
     rewrite_notebook,
 )
+from gpu2tpu.rewrite.rules.base import NotebookRule, all_rules, rules_for
 from gpu2tpu.rewrite.source import SourceError, rewrite_source
 
 SETUP = "import torch\nt = torch.zeros(2)"
@@ -556,8 +556,11 @@ def test_notebook_rules_follow_options_and_are_documented() -> None:
     assert {f.finding.code for f in rewrite(text).findings} == {"G2T510", "G2T511"}
     assert rewrite(text, ignore=("G2T51",)).findings == ()
     assert {f.finding.code for f in rewrite(text, select=("G2T511",)).findings} == {"G2T511"}
-    for rule in NOTEBOOK_RULES.values():
-        assert "Why:" in rule.doc and "Example:" in rule.doc
+    checks = [r for r in all_rules() if issubclass(r, NotebookRule)]
+    assert [r.code for r in checks] == ["G2T510", "G2T511", "G2T512", "G2T513", "G2T519"]
+    assert not any(issubclass(r, NotebookRule) for r in rules_for(Options()))  # no hooks to run
+    for rule in checks:
+        assert "Why:" in (rule.__doc__ or "") and "Example:" in (rule.__doc__ or "")
 
 
 # -- runtime metadata -------------------------------------------------------------------------

@@ -46,8 +46,8 @@ from .ipython_syntax import (
     split_cell_magic,
     split_lines,
 )
-from .model import CellFinding, Finding, Options, Result, Safety, Severity
-from .rules.base import DEVICE_NAMES
+from .model import CellFinding, Finding, Options, Result, Severity
+from .rules.base import DEVICE_NAMES, rule_by_code
 from .source import SourceError, prefilter_tokens, rewrite_source
 
 
@@ -83,100 +83,8 @@ def cell_label(index: int) -> str:
     return f"cell {index}"
 
 
-# -- the notebook-only rules ----------------------------------------------------------------
+# -- the notebook checks (G2T51x; rules/notebook_checks.py declares them) ----------------------
 
-
-@dataclass(frozen=True)
-class NotebookRule:
-    """A check on IPython syntax or notebook metadata, documented like a libcst rule."""
-
-    code: str
-    name: str
-    safety: Safety
-    severity: Severity
-    doc: str
-
-
-NOTEBOOK_RULES: dict[str, NotebookRule] = {
-    r.code: r
-    for r in (
-        NotebookRule(
-            "G2T510",
-            "nvidia-tool-command",
-            Safety.REPORT,
-            Severity.ERROR,
-            """`!nvidia-smi` (or `!nvcc`) runs an NVIDIA tool from a notebook.
-
-            Why: a TPU machine has no NVIDIA driver or CUDA toolkit, so the command fails.
-            `%tpu_info` (after `%load_ext gpu2tpu`) shows the TPU instead.
-
-            Example:
-                !nvidia-smi   ->  %tpu_info
-            """,
-        ),
-        NotebookRule(
-            "G2T511",
-            "cuda-visible-devices",
-            Safety.REPORT,
-            Severity.WARNING,
-            """`%env CUDA_VISIBLE_DEVICES=...` (or `!CUDA_VISIBLE_DEVICES=0 cmd`) picks GPUs.
-
-            Why: the variable only selects NVIDIA GPUs and does nothing on a TPU; on a TPU VM
-            `TPU_VISIBLE_CHIPS` (with `TPU_PROCESS_BOUNDS`) selects chips.
-
-            Example:
-                %env CUDA_VISIBLE_DEVICES=0  ->  drop it (or %env TPU_VISIBLE_CHIPS=0)
-            """,
-        ),
-        NotebookRule(
-            "G2T512",
-            "cuda-only-package",
-            Safety.REPORT,
-            Severity.ERROR,
-            """`!pip install` (or `%pip`, `%conda`) of a package that only works with CUDA.
-
-            Why: the wheel has no TPU build (flash-attn, bitsandbytes, apex, cupy-cuda12x,
-            nvidia-*, triton, pynvml, ...): the install fails or the import does nothing useful.
-            Each finding names the portable replacement.
-
-            Example:
-                !pip install flash-attn  ->  torch.nn.functional.scaled_dot_product_attention
-            """,
-        ),
-        NotebookRule(
-            "G2T513",
-            "gpu-runtime-metadata",
-            Safety.UNSAFE,
-            Severity.WARNING,
-            """The notebook's metadata asks Colab or Kaggle for a GPU runtime.
-
-            Why: opened there, the notebook starts on a GPU. The unsafe fix asks for a TPU
-            instead: Colab `"accelerator": "TPU"` with `"gpuType": "V5E1"` (v5e-1, what Colab
-            itself writes for its TPU runtime), Kaggle `"accelerator": "tpuV5e8"` with
-            `"isGpuEnabled": false`. Only those values change in the file.
-
-            Example:
-                "accelerator": "GPU", "gpuType": "T4"  ->  "accelerator": "TPU", "gpuType": "V5E1"
-            """,
-        ),
-        NotebookRule(
-            "G2T519",
-            "local-module-with-cuda",
-            Safety.REPORT,
-            Severity.ERROR,
-            """The notebook imports a local module (a `.py` file beside it) that holds CUDA code.
-
-            Why: rewriting the notebook does not rewrite the modules it imports, and neither
-            do `%%tpu` and `%tpu_auto`: `helper_functions.py` full of `torch.cuda` calls still
-            runs them. The finding names the module and the command that migrates it; it is
-            not reported when the same run rewrites the module too.
-
-            Example:
-                from helper_functions import train  ->  gpu2tpu rewrite helper_functions.py
-            """,
-        ),
-    )
-}
 
 COLAB_TPU = {"accelerator": "TPU", "gpuType": "V5E1"}
 COLAB_TPU_TYPES = frozenset({"V28", "V5E1", "V6E1"})
@@ -237,8 +145,20 @@ NOTEBOOK_TOKENS: tuple[bytes, ...] = (
 )
 
 
-def _finding(code: str, line: int, col: int, message: str, hint: str, **kw: object) -> Finding:
-    rule = NOTEBOOK_RULES[code]
+def _finding(
+    code: str,
+    line: int,
+    col: int,
+    message: str,
+    hint: str,
+    *,
+    fixed: bool = False,
+    fixable: bool = False,
+    before: str = "",
+    after: str = "",
+) -> Finding:
+    """A finding of one of the notebook checks (rules/notebook_checks.py declares them)."""
+    rule = rule_by_code(code)
     return Finding(
         code=code,
         name=rule.name,
@@ -248,7 +168,10 @@ def _finding(code: str, line: int, col: int, message: str, hint: str, **kw: obje
         hint=hint,
         safety=rule.safety,
         severity=rule.severity,
-        **kw,  # type: ignore[arg-type]
+        fixed=fixed,
+        fixable=fixable,
+        before=before,
+        after=after,
     )
 
 

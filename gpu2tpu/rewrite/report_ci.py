@@ -219,9 +219,9 @@ def render_sarif(
     info: RunInfo | None = None,
 ) -> str:
     """One SARIF 2.1.0 log with one run; `root` is the folder relative paths start from."""
-    from .rules_doc import documented_rules
+    from .rules.base import all_rules
 
-    docs: dict[str, object] = {d.code: d for d in documented_rules()}
+    docs: dict[str, object] = {d.code: d for d in all_rules()}
     rules: list[dict] = []
     index: dict[str, int] = {}
     results: list[dict] = []

@@ -285,9 +285,9 @@ def project_floor(folder: Path) -> Pin | None:
 @functools.lru_cache(maxsize=1)
 def rule_min_torch() -> dict[str, str]:
     """Rule code -> the torch its fix needs (`Rule.min_torch`; notebook checks: 2.6)."""
-    from .rules_doc import documented_rules
+    from .rules.base import all_rules
 
-    return {r.code: normalize(r.min_torch) for r in documented_rules()}
+    return {r.code: normalize(r.min_torch) for r in all_rules()}
 
 
 def rewrite_floor() -> str:

@@ -51,7 +51,8 @@ DEVICE_FUNCTIONS = ("accelerator_device", "accel_device", "torch_device")
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z0-9, ]+))?", re.IGNORECASE)
 
-REGISTRY: dict[str, type[Rule]] = {}
+# Every rule by code: the libcst rules (`Rule`) and the notebook checks (`NotebookRule`).
+REGISTRY: dict[str, type[BaseRule]] = {}
 
 
 def _compound_types() -> tuple[type, ...]:
@@ -624,14 +625,48 @@ class RuleContext:
         )
 
 
-class Rule(cst.BatchableCSTVisitor):
-    """Base class of every rule; subclasses set the class attributes and visit nodes.
+class BaseRule:
+    """What every rule declares, whatever it reads: its code, name, safety and documentation.
 
-    What a rule says about itself: `code` (G2Txxx), `name`, `safety`, `severity`, `message`
-    (`{call}` in it becomes the user's construct), `hint`, and the docstring with "Why:" and
-    "Example:" that `gpu2tpu rules` and docs/rules.md show. `min_torch` is the oldest torch
-    its fix runs on: with `--target-torch` older than that, the fix is held back and reported
+    Subclasses that set `code` register themselves in `REGISTRY`, which `gpu2tpu rules`,
+    docs/rules.md, `--select`/`--ignore` and `noqa` read: a code names one rule. `code`
+    (G2Txxx), `name`, `safety`, `severity`, `message` (`{call}` in it becomes the user's
+    construct), `hint`, and the docstring with "Why:" and "Example:" that `gpu2tpu rules` and
+    docs/rules.md show. `min_torch` is the oldest torch its fix runs on: with
+    `--target-torch` older than that, the fix is held back and reported
     (rewrite/torch_target.py).
+    """
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    safety: ClassVar[Safety]
+    severity: ClassVar[Severity] = Severity.ERROR
+    message: ClassVar[str]
+    hint: ClassVar[str] = ""
+    min_torch: ClassVar[str] = "2.6"
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "code" in cls.__dict__:
+            if cls.code in REGISTRY and REGISTRY[cls.code] is not cls:
+                raise ValueError(f"rule code {cls.code} is used twice")
+            REGISTRY[cls.code] = cls
+
+
+class NotebookRule(BaseRule):
+    """A check on a notebook's IPython syntax (`!nvidia-smi`, `%pip install`) or metadata.
+
+    It reads no Python, so it has no hooks: rewrite/notebook.py runs the checks and reports
+    under these codes (rules/notebook_checks.py declares them).
+    """
+
+    message: ClassVar[str] = ""
+
+
+class Rule(BaseRule, cst.BatchableCSTVisitor):
+    """A rule on Python text: it visits the libcst tree and reports, with or without a fix.
+
+    It declares what `BaseRule` says, and how the engine may take its shortcuts.
 
     Speed flags. The engine takes shortcuts that a rule must declare its way out of; each is
     checked by tests/test_fast_paths.py, which runs every fixture and a sample of torch's
@@ -675,26 +710,11 @@ class Rule(cst.BatchableCSTVisitor):
 
     METADATA_DEPENDENCIES = ()
     uses_flow: ClassVar[bool] = False
-
-    code: ClassVar[str]
-    name: ClassVar[str]
-    safety: ClassVar[Safety]
-    severity: ClassVar[Severity] = Severity.ERROR
-    message: ClassVar[str]
-    hint: ClassVar[str] = ""
     tokens: ClassVar[tuple[bytes, ...]] = (b"cuda",)
-    min_torch: ClassVar[str] = "2.6"
     whole_module: ClassVar[bool] = False
     follows_names: ClassVar[bool] = False
     decides_last: ClassVar[bool] = False
     follows_devices: ClassVar[bool] = False
-
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        if "code" in cls.__dict__:
-            if cls.code in REGISTRY and REGISTRY[cls.code] is not cls:
-                raise ValueError(f"rule code {cls.code} is used twice")
-            REGISTRY[cls.code] = cls
 
     def __init__(self, ctx: RuleContext) -> None:
         super().__init__()
@@ -821,12 +841,23 @@ def finalize(ctx: RuleContext) -> tuple[list[Finding], list[Finding]]:
 
 
 def rules_for(options: Options) -> list[type[Rule]]:
-    """The registered rules that `options` switch on, in code order."""
+    """The registered rules on Python text that `options` switch on, in code order."""
+    return [r for r in text_rules() if options.enabled(r.code)]
+
+
+def text_rules() -> list[type[Rule]]:
+    """Every rule on Python text (no notebook check), in code order."""
+    return [r for r in all_rules() if issubclass(r, Rule)]
+
+
+def rule_by_code(code: str) -> type[BaseRule]:
+    """The rule registered under `code` (KeyError for none)."""
     _load_rule_modules()
-    return [REGISTRY[c] for c in sorted(REGISTRY) if options.enabled(c)]
+    return REGISTRY[code]
 
 
-def all_rules() -> list[type[Rule]]:
+def all_rules() -> list[type[BaseRule]]:
+    """Every rule, the notebook checks included, in code order: what the docs list."""
     _load_rule_modules()
     return [REGISTRY[c] for c in sorted(REGISTRY)]
 
