@@ -99,6 +99,8 @@ def test_rule_modules_import_only_the_analysis_layer_and_the_base() -> None:
                     continue
                 if path.name == "base.py" and target == "..":
                     continue  # the registry loads the rule modules by package
+                if path.name == "base.py" and target == "..cst_internals":
+                    continue  # the framework places findings with libcst's layout
                 raise AssertionError(f"{path.name} imports {target}: only {sorted(allowed)}")
 
 

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     import torch
@@ -187,11 +187,11 @@ def _quiet_tpu_env() -> Iterator[None]:
     try:
         yield
     finally:
-        for key, value in saved.items():
-            if value is None:
+        for key, old in saved.items():
+            if old is None:
                 os.environ.pop(key, None)
             else:
-                os.environ[key] = value
+                os.environ[key] = old
 
 
 # -- topologies ---------------------------------------------------------------------------------
@@ -403,6 +403,7 @@ def split_batch(example_batch: Any) -> BatchLayout:
             "model(inputs) and the loss as loss_fn(output, targets)."
         )
     inputs, targets = example_batch
+    args: tuple[Any, ...]
     if isinstance(inputs, Mapping):
         args, kwargs = (), dict(inputs)
     elif isinstance(inputs, tuple | list):
@@ -800,7 +801,7 @@ class CompileOutcome:
         parts = (self.argument_bytes, self.output_bytes, self.alias_bytes, self.temp_bytes)
         if any(p is None for p in parts):
             return None
-        arg, out, alias, temp = parts  # type: ignore[misc]
+        arg, out, alias, temp = cast(tuple[int, int, int, int], parts)  # none is None (above)
         return float(arg + out - alias + temp)
 
     def to_dict(self) -> dict[str, Any]:

@@ -398,7 +398,8 @@ class Forecast(ComparisonExports):
         for t in self.targets:
             extra = ""
             if t.flops is not None:
-                extra = f" [{format_flops(t.flops)}, {t.bytes_accessed / 1e9:.3g} GB accessed]"
+                accessed = t.bytes_accessed / 1e9  # type: ignore[operator]  # set with flops
+                extra = f" [{format_flops(t.flops)}, {accessed:.3g} GB accessed]"
             d[t.label] = t.summary() + extra
         d["Method"] = (
             "compiled with libtpu for each topology on this CPU; the roofline bound is "
@@ -897,11 +898,11 @@ def _run(job: _Job, in_child: bool, started: float) -> Forecast:
     ordered = []
     for topology, chip in job.tpu_targets:
         label = _label(topology)
-        result = results.get(label)
-        if result is None:
-            result = _unfinished(partial.get(label), topology, chip, job)
-            _price_all(result, chip, job.tokens_per_step, job.price)
-        ordered.append(result)
+        done = results.get(label)
+        if done is None:
+            done = _unfinished(partial.get(label), topology, chip, job)
+            _price_all(done, chip, job.tokens_per_step, job.price)
+        ordered.append(done)
     return _assemble(job, ordered, time.perf_counter() - started, phases, interrupted)
 
 
@@ -1221,7 +1222,7 @@ def _forecast_target(
         )
         return result, True
     capacity = usable or chip.hbm_bytes / per_chip * _HBM_USABLE
-    counts = {"compiles": 0, "lower": 0.0, "compile": 0.0, "cached": True}
+    counts: dict[str, Any] = {"compiles": 0, "lower": 0.0, "compile": 0.0, "cached": True}
 
     def compile_step(step: TrainingStep, tx: Any, size: int, what: str) -> CompileOutcome:
         emit(("status", label, f"{what} at batch {size}"))
@@ -1264,7 +1265,7 @@ def _forecast_target(
                 required_bytes=outcome.memory_bytes,
                 available_bytes=capacity,
                 message=(
-                    f"extrapolated: needs {outcome.memory_bytes / 2**30:.2f} GiB per device, "
+                    f"extrapolated: needs {outcome.memory_bytes / 2**30:.2f} GiB per device, "  # type: ignore[operator]  # a compiled outcome has it
                     f"{capacity / 2**30:.2f} GiB usable"
                 ),
                 attention_kind=outcome.attention_kind,
@@ -1601,7 +1602,8 @@ def _reference(results: list[TargetForecast]) -> TargetForecast | None:
     """The compiled target whose FLOPs and bytes cost the GPU rows (one device per chip first)."""
     compiled = [r for r in results if r.step_seconds is not None]
     single = [r for r in compiled if r.devices_per_chip == 1]
-    return (single or compiled or [None])[0]
+    found = single or compiled
+    return found[0] if found else None
 
 
 def _tpu_row(

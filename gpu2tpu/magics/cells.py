@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType, ModuleType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -79,11 +79,10 @@ def line_map(old: Sequence[str], new: Sequence[str]) -> list[int]:
     out: list[int] = []
     following: int | None = None
     for j in range(len(new) - 1, -1, -1):  # unmapped lines take the next mapped line's
-        if mapped[j] is not None:
-            following = mapped[j]
-        out.append(
-            mapped[j] if mapped[j] is not None else (following if following is not None else -1)
-        )
+        here = mapped[j]
+        if here is not None:
+            following = here
+        out.append(here if here is not None else (following if following is not None else -1))
     out.reverse()
     previous = 0
     for j, i in enumerate(out):  # at the end: the last mapped line's
@@ -135,7 +134,7 @@ def _opcodes(old: Sequence[str], new: Sequence[str]) -> list[tuple[str, int, int
         if found is None:
             if len(old) - i > _RESYNC and len(new) - j > _RESYNC:
                 matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
-                return matcher.get_opcodes()
+                return cast(list[tuple[str, int, int, int, int]], matcher.get_opcodes())
             break
         a, b = found
         out.append(("replace" if a and b else ("insert" if b else "delete"), i, i + a, j, j + b))
@@ -552,9 +551,9 @@ def add_notes(
                 error.add_note(note)
     if backend is not None:
         source = innermost[0].rewritten if innermost is not None else None
-        note = backend.explain_failure(error, source)
-        if note and note not in notes:
-            error.add_note(note)
+        explained = backend.explain_failure(error, source)
+        if explained and explained not in notes:
+            error.add_note(explained)
 
 
 def diff_text(written: str, rewritten: str, label: str, backend: str) -> str:

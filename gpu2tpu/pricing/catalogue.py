@@ -345,7 +345,9 @@ class HardwareCatalogue:
             raise ValueError(f"chip kind must be one of {', '.join(CHIP_KINDS)}, not {kind!r}.")
         return [c for c in self._chips.values() if kind is None or c.kind == kind]
 
-    def prices_used(self, keys: list[str] | None = None, column: str = "on_demand") -> dict:
+    def prices_used(
+        self, keys: list[str] | None = None, column: str = "on_demand"
+    ) -> dict[str, Any]:
         """What a view must show about prices: the column, per-chip dates and any overrides."""
         chosen = [self.get(k) for k in keys] if keys is not None else list(self._chips.values())
         dates = {c.key: c.as_of for c in chosen}

@@ -510,7 +510,7 @@ class DryRunDetector(TorchDispatchMode):
 
     # -- the dispatch hook -----------------------------------------------------------------------
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         reads = self._reads
         if reads.quiet:

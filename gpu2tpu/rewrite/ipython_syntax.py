@@ -24,7 +24,10 @@ import ast
 import re
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from IPython.core.inputtransformer2 import TokenTransformBase
 
 
 class IPythonMissing(ValueError):
@@ -38,7 +41,7 @@ class _LazyInputTransformer:
 
     _module: ModuleType | None = None
 
-    def __getattr__(self, name: str) -> object:
+    def __getattr__(self, name: str) -> Any:
         if self._module is None:
             try:
                 from IPython.core import inputtransformer2
@@ -268,7 +271,7 @@ def _parses(code: str) -> bool:
 _TRANSFORMERS = ("MagicAssign", "SystemAssign", "EscapedCommand", "HelpEnd")
 
 
-def _next_escape(lines: list[str]) -> it2.TokenTransformBase | None:
+def _next_escape(lines: list[str]) -> TokenTransformBase | None:
     """IPython's next piece of special syntax in `lines`, in IPython's own order."""
     tokens = it2.make_tokens_by_line(lines)
     classes = [getattr(it2, name) for name in _TRANSFORMERS]
@@ -344,7 +347,7 @@ def mask(source: str, *, python_magics: bool = True) -> MaskedCell:
     return cell
 
 
-def _describe(found: it2.TokenTransformBase, rest: str) -> tuple[Kind, str, str]:
+def _describe(found: TokenTransformBase, rest: str) -> tuple[Kind, str, str]:
     """(kind, command, magic name) of one piece of syntax; `rest` starts at its escape."""
     if isinstance(found, it2.HelpEnd):
         return "help", rest.strip(), ""

@@ -31,8 +31,9 @@ import re
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from json.decoder import scanstring
+from json.decoder import scanstring  # type: ignore[attr-defined]  # there at run time; typeshed omits it
 from pathlib import Path
+from typing import Any
 
 from .analysis.names import variable_names
 from .ipython_syntax import (
@@ -377,7 +378,7 @@ def shell_body_findings(body: str, first_line: int) -> list[Finding]:
 # -- the notebook -----------------------------------------------------------------------------
 
 
-def _load(text: str) -> dict:
+def _load(text: str) -> dict[str, Any]:
     try:
         nb = json.loads(text)
     except json.JSONDecodeError as err:
@@ -403,18 +404,20 @@ def _load(text: str) -> dict:
     return nb
 
 
-def _language(nb: dict) -> str | None:
+def _language(nb: dict[str, Any]) -> str | None:
     meta = nb.get("metadata")
     if not isinstance(meta, dict):
         return None
     for key, field_name in (("language_info", "name"), ("kernelspec", "language")):
         section = meta.get(key)
-        if isinstance(section, dict) and isinstance(section.get(field_name), str):
-            return section[field_name]
+        if isinstance(section, dict):
+            value = section.get(field_name)
+            if isinstance(value, str):
+                return value
     return None
 
 
-def _source_text(cell: dict) -> str | None:
+def _source_text(cell: dict[str, Any]) -> str | None:
     source = cell.get("source")
     if isinstance(source, str):
         return source
@@ -447,7 +450,7 @@ class _CodeCell:
         return (line_ending(first[0]) if first else "") or "\n"
 
 
-def _prepare(index: int, cell: dict, *, facts: bool = True) -> _CodeCell:
+def _prepare(index: int, cell: dict[str, Any], *, facts: bool = True) -> _CodeCell:
     source = _source_text(cell)
     cell_id = cell.get("id") if isinstance(cell.get("id"), str) else None
     if source is None:
@@ -806,7 +809,7 @@ MetaPath = tuple[str, ...]
 
 
 def _metadata(
-    text: str, nb: dict, options: Options
+    text: str, nb: dict[str, Any], options: Options
 ) -> tuple[list[Finding], dict[MetaPath, object]]:
     """G2T513 findings, and the values the unsafe fix sets (only keys that exist change)."""
     meta = nb.get("metadata")
@@ -815,7 +818,8 @@ def _metadata(
     apply = options.fix and options.unsafe_fixes
     found: list[Finding] = []
     changes: dict[MetaPath, object] = {}
-    colab = meta.get("colab") if isinstance(meta.get("colab"), dict) else {}
+    colab_meta = meta.get("colab")
+    colab: dict[str, Any] = colab_meta if isinstance(colab_meta, dict) else {}
     accelerator = meta.get("accelerator")
     gpu_type = colab.get("gpuType")
     asks = accelerator.upper() if isinstance(accelerator, str) else ""
@@ -831,7 +835,8 @@ def _metadata(
             _runtime_finding(text, nb, "Colab", "Runtime > Change runtime type", fix, apply)
         )
         changes.update(fix if apply else {})
-    kaggle = meta.get("kaggle") if isinstance(meta.get("kaggle"), dict) else {}
+    kaggle_meta = meta.get("kaggle")
+    kaggle: dict[str, Any] = kaggle_meta if isinstance(kaggle_meta, dict) else {}
     k_acc = kaggle.get("accelerator")
     k_gpu = isinstance(k_acc, str) and k_acc.lower().startswith(("gpu", "nvidia"))
     if k_gpu or kaggle.get("isGpuEnabled") is True:
@@ -845,7 +850,7 @@ def _metadata(
     return found, changes
 
 
-def _get(nb: dict, path: MetaPath) -> object:
+def _get(nb: dict[str, Any], path: MetaPath) -> object:
     value: object = nb
     for key in path:
         value = value[key]  # type: ignore[index]
@@ -853,7 +858,12 @@ def _get(nb: dict, path: MetaPath) -> object:
 
 
 def _runtime_finding(
-    text: str, nb: dict, platform: str, where: str, fix: dict[MetaPath, object], apply: bool
+    text: str,
+    nb: dict[str, Any],
+    platform: str,
+    where: str,
+    fix: dict[MetaPath, object],
+    apply: bool,
 ) -> Finding:
     """One G2T513 finding, placed at the first metadata value its fix would change."""
     before = ", ".join(f"{p[-1]}: {json.dumps(_get(nb, p))}" for p in fix)
@@ -1062,7 +1072,7 @@ def _split_like(new: str, old: list[str]) -> list[str]:
     return _split_newlines(new)
 
 
-def _reproduces(text: str, nb: dict) -> tuple[int | None, bool, str] | None:
+def _reproduces(text: str, nb: dict[str, Any]) -> tuple[int | None, bool, str] | None:
     """(indent, ensure_ascii, tail) with which `json.dumps` gives back `text` exactly, if any."""
     hit = re.match(r"[{\[](?:\r?\n)( *)\S", text)
     indent = len(hit.group(1)) if hit else None
@@ -1083,7 +1093,9 @@ def _ensure_ascii(piece: str, text: str) -> bool:
     return text.isascii()
 
 
-def _render(text: str, nb: dict, new_sources: dict[int, str], meta: dict[MetaPath, object]) -> str:
+def _render(
+    text: str, nb: dict[str, Any], new_sources: dict[int, str], meta: dict[MetaPath, object]
+) -> str:
     """The file's new text: `nb` with the new sources and metadata values, in the file's layout.
 
     Raises `NotebookError` rather than return text that holds anything else.
@@ -1118,10 +1130,12 @@ def _same_json(text: str, value: object) -> bool:
         got = json.loads(text, parse_constant=constant)
     except json.JSONDecodeError:
         return False
-    return got == json.loads(json.dumps(value), parse_constant=constant)
+    return bool(got == json.loads(json.dumps(value), parse_constant=constant))
 
 
-def _splice(text: str, nb: dict, new_sources: dict[int, str], meta: dict[MetaPath, object]) -> str:
+def _splice(
+    text: str, nb: dict[str, Any], new_sources: dict[int, str], meta: dict[MetaPath, object]
+) -> str:
     """Replace only the changed values in the original text, formatted as their originals."""
     patterns: list[JsonPath] = list(meta)
     for index in new_sources:

@@ -196,11 +196,11 @@ def prepare(text: str, tokens: Iterable[str], planner: Planner | None = None) ->
             prepared.module = parse_module(prepared.text)
             return prepared
         except SourceError as err:
-            stmt = statements.innermost(err.line or 0)
-            if stmt is None or any(stmt is s for s, _ in held):
+            inner = statements.innermost(err.line or 0)
+            if inner is None or any(inner is s for s, _ in held):
                 raise
             rejected = err.reason.removeprefix("syntax error: ")
-            held.append((stmt, f"that libcst's parser rejects although it is Python ({rejected})"))
+            held.append((inner, f"that libcst's parser rejects although it is Python ({rejected})"))
             prepared.holds.clear()
             prepared.text = _hold(prepared, lines, statements, held, tokens)
     raise SourceError("too many statements libcst cannot parse")
@@ -272,8 +272,7 @@ def _hold(
     for index, (start, end, stmt, why) in enumerate(outer):
         original = text[start:end]
         if any(t in original for t in tokens):
-            line = statements.start(stmt)[0]
-            raise SourceError(f"a statement {why}", line)
+            raise SourceError(f"a statement {why}", statements.start(stmt)[0])
         indent = blocks.get(id(stmt)) if blocks else None
         if indent is not None:
             placeholder = _block_placeholder(f"{marker}{index}", original, indent)
@@ -305,7 +304,7 @@ def _chars(line: str, byte_col: int) -> int:
 def _placeholder(name: str, original: str) -> str:
     """`(name)` spanning the same lines as `original`, padded to its last line's length, so
     that every later line and column keeps its number."""
-    parts = _LINES.findall(original) or [original]
+    parts: list[str] = _LINES.findall(original) or [original]
     if len(parts) == 1:
         return f"({name}{' ' * max(0, len(original) - len(name) - 2)})"
     ends = [p[len(p.rstrip("\r\n")) :] for p in parts[:-1]]
@@ -398,11 +397,11 @@ class _Statements:
                     break
         return found
 
-    def _span(self, node: ast.AST) -> int:
+    def _span(self, node: ast.expr) -> int:
         """An upper bound of the characters a node spans."""
-        first, last = node.lineno, node.end_lineno or node.lineno  # type: ignore[attr-defined]
+        first, last = node.lineno, node.end_lineno or node.lineno
         if first == last:
-            return (node.end_col_offset or 0) - node.col_offset  # type: ignore[attr-defined]
+            return (node.end_col_offset or 0) - node.col_offset
         return sum(len(self.lines[i]) for i in range(first - 1, min(last, len(self.lines))))
 
     def innermost(self, line: int) -> ast.stmt | None:

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .interrupts import watching
 
@@ -47,7 +47,7 @@ class Interrupted(KeyboardInterrupt):
     """Ctrl-C during `run_isolated`: `results` holds what the workers answered (None for the
     items they did not finish)."""
 
-    def __init__(self, results: list) -> None:
+    def __init__(self, results: list[Any]) -> None:
         super().__init__("interrupted")
         self.results = results
 
@@ -82,7 +82,7 @@ def run_isolated(
     results: list[R | None] = [None] * len(items)
     todo: deque[int] = deque(range(len(items)))
     batch = max(1, min(16, len(items) // max(1, jobs * 8)))
-    workers: dict[object, _Worker[T]] = {}  # by connection and by process sentinel
+    workers: dict[Any, _Worker[T]] = {}  # by connection and by process sentinel, as wait() gives
 
     def start() -> None:
         mine, theirs = context.Pipe()
@@ -215,7 +215,7 @@ def _sigint_blocked():  # type: ignore[no-untyped-def]
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _context() -> multiprocessing.context.BaseContext:
+def _context() -> multiprocessing.context.ForkContext | multiprocessing.context.DefaultContext:
     """fork where it exists (workers start at once, with the parent's modules loaded)."""
     if sys.platform.startswith("linux"):
         return multiprocessing.get_context("fork")

@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import libcst as cst
 
@@ -30,7 +30,8 @@ from .analysis.values import ordinal_argument_lines
 from .model import Options, Result
 from .parsing import Prepared, SourceError, parse_module, prepare
 from .positions import source_span, statement_position
-from .rules.base import Rule, RuleContext, finalize, rules_for
+from .rules.base import Fix, Rule, RuleContext, _Pending, finalize, rules_for
+from .verify import Problem
 
 __all__ = ["SourceError", "one_parse", "parse_module", "prefilter_tokens", "rewrite_source"]
 
@@ -206,7 +207,7 @@ def _run_rules(
     if not ctx.fixes or not options.fix:
         _, findings = finalize(ctx)
         return net.Attempt(text, Result(text, (), tuple(findings), ctx.device_name_or_none()))
-    failed: list[tuple[object, Exception]] = []
+    failed: list[tuple[_Pending | None, Exception]] = []
     for key, entries in ctx.fixes.items():
         ctx.fixes[key] = [(_guarded(fix, pending, failed), pending) for fix, pending in entries]
     try:
@@ -225,7 +226,7 @@ def _run_rules(
         edits, findings = finalize(ctx)
         pending, cause = failed[0] if failed else (None, err)
         culprit = (pending.rule.code, pending.line, pending.col) if pending is not None else None
-        problem = net.Problem("fix-error", 0, detail=f"{type(cause).__name__}: {cause}")
+        problem = Problem("fix-error", 0, detail=f"{type(cause).__name__}: {cause}")
         result = Result(text, tuple(edits), tuple(findings), ctx.device_name_or_none())
         return net.Attempt(text, result, problem=problem, culprit=culprit)
     if text.endswith("\r") and not new_text.endswith(("\r", "\n")):
@@ -233,7 +234,7 @@ def _run_rules(
     edits, findings = finalize(ctx)
     if moved:
         result = Result(text, tuple(edits), tuple(findings), ctx.device_name_or_none())
-        return net.Attempt(text, result, problem=net.Problem("held", moved))
+        return net.Attempt(text, result, problem=Problem("held", moved))
     if new_text == text:
         return net.Attempt(text, Result(text, (), tuple(findings), ctx.device_name_or_none()))
     device_keys = frozenset(
@@ -340,10 +341,12 @@ def _binding_header(group: statements.Group, lines: list[str]) -> str | None:
     return "".join(lines[group.first - 1 : start - 1]) + indent + "pass\n"
 
 
-def _guarded(fix, pending, failed):  # type: ignore[no-untyped-def]
+def _guarded(
+    fix: Fix, pending: _Pending | None, failed: list[tuple[_Pending | None, Exception]]
+) -> Fix:
     """`fix`, recording which fix raised (the transformer's traceback does not say)."""
 
-    def run(node):  # type: ignore[no-untyped-def]
+    def run(node: cst.CSTNode) -> cst.CSTNode:
         try:
             return fix(node)
         except Exception as err:
@@ -417,8 +420,8 @@ class _Dispatch:
     def __init__(self, ctx: RuleContext, rules: list[Rule], keep: set[int] | None) -> None:
         self.ctx = ctx
         self.keep = keep
-        self.visit_fns: dict[str, list] = {}
-        self.leave_fns: dict[str, list] = {}
+        self.visit_fns: dict[str, list[Callable[[cst.CSTNode], object]]] = {}
+        self.leave_fns: dict[str, list[Callable[[cst.CSTNode], object]]] = {}
         visitors: list[object] = list(rules)
         if any(rule.uses_flow for rule in rules):
             visitors.insert(0, FlowRecorder(ctx))  # records before any rule visits a node
@@ -595,7 +598,7 @@ class _ApplyFixes(cst.CSTTransformer):
             for fix, pending in fixes:
                 # Names the fix spells (torch's) are chosen for where its finding is.
                 self.ctx.fix_site = pending.node if pending is not None else original_node
-                node = fix(node)
+                node = fix(cast(cst.CSTNode, node))  # a fixed node is never removed
                 if pending is not None and isinstance(node, cst.CSTNode):
                     pending.after.append(self.blank.code_for_node(node))
             self.ctx.fix_site = None
@@ -657,7 +660,7 @@ def _define_device(module: cst.Module, ctx: RuleContext) -> cst.Module:
         new.insert(0, cst.parse_statement("import torch\n"))
     if insert_at < len(body) and insert_at > 0 and ctx.device_defined:
         nxt = body[insert_at]
-        lines = list(nxt.leading_lines)  # type: ignore[union-attr]
+        lines = list(nxt.leading_lines)
         blank = 0
         while blank < len(lines) and lines[blank].comment is None:
             blank += 1
@@ -665,10 +668,10 @@ def _define_device(module: cst.Module, ctx: RuleContext) -> cst.Module:
             lines = [cst.EmptyLine()] * (2 - blank) + lines
         elif not lines:
             lines = [cst.EmptyLine()]
-        body[insert_at] = nxt.with_changes(leading_lines=lines)  # type: ignore[union-attr]
+        body[insert_at] = nxt.with_changes(leading_lines=lines)
     elif insert_at == 0 and body and ctx.device_defined:
         nxt = body[0]
-        body[0] = nxt.with_changes(leading_lines=[cst.EmptyLine(), *nxt.leading_lines])  # type: ignore[union-attr]
+        body[0] = nxt.with_changes(leading_lines=[cst.EmptyLine(), *nxt.leading_lines])
     return module.with_changes(body=[*body[:insert_at], *new, *body[insert_at:]])
 
 

@@ -244,7 +244,7 @@ def _following(ctx: RuleContext, stmt: cst.CSTNode) -> list[cst.CSTNode]:
     block = _parent(ctx, stmt)
     if not isinstance(block, cst.IndentedBlock | cst.Module):
         return []
-    body = list(block.body)
+    body: list[cst.CSTNode] = list(block.body)
     index = next((i for i, s in enumerate(body) if s is stmt), len(body))
     return body[index + 1 :]
 

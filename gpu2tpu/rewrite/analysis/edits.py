@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import libcst as cst
 
@@ -55,14 +55,14 @@ def as_positional(arg: cst.Arg) -> cst.Arg:
     return arg.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
 
 
-def prepend_arg(args: tuple[cst.Arg, ...] | list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+def prepend_arg(args: Sequence[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
     """`new` as the first argument, before `args`, keeping their own formatting."""
     if not args:
         return [new.with_changes(comma=cst.MaybeSentinel.DEFAULT)]
     return [new.with_changes(comma=comma()), *args]
 
 
-def append_arg(args: tuple[cst.Arg, ...] | list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+def append_arg(args: Sequence[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
     """`new` as the last argument; a trailing comma (a multi-line call) stays trailing."""
     args = list(args)
     if not args:
@@ -76,9 +76,7 @@ def append_arg(args: tuple[cst.Arg, ...] | list[cst.Arg], new: cst.Arg) -> list[
     return [*args[:-1], last.with_changes(comma=comma()), new]
 
 
-def insert_arg(
-    args: tuple[cst.Arg, ...] | list[cst.Arg], index: int, new: cst.Arg
-) -> list[cst.Arg]:
+def insert_arg(args: Sequence[cst.Arg], index: int, new: cst.Arg) -> list[cst.Arg]:
     """`new` at `index` among `args`, keeping their own formatting."""
     if index <= 0:
         return prepend_arg(args, new)
@@ -454,7 +452,7 @@ def indexed_device_string(
         ]
         return node.with_changes(func=func.with_changes(value=template), args=args)
     assert isinstance(node, cst.SimpleString)
-    index = node.evaluated_value.partition(":")[2]  # type: ignore[union-attr]
+    index = cast(str, node.evaluated_value).partition(":")[2]  # a device string, never bytes
     quote = node.quote
     prefix = node.prefix.replace("r", "").replace("R", "")
     return cst.FormattedString(

@@ -499,7 +499,7 @@ _SCOPE_OF_TYPE: dict[type, str] = {
 def head_of(node: cst.CSTNode) -> cst.CSTNode:
     """`a` for `a.b.c`; the node itself for anything else."""
     while type(node) is cst.Attribute:
-        node = node.value  # type: ignore[attr-defined]
+        node = node.value
     return node
 
 
@@ -522,7 +522,7 @@ def qualified_name(ctx: RuleContext, node: cst.CSTNode) -> str | None:
 
 def qualified(ctx: RuleContext, node: cst.CSTNode) -> str | None:
     """The imported qualified name `node` (or a call's function) refers to, if any (cached)."""
-    target = node.func if type(node) is cst.Call else node  # type: ignore[attr-defined]
+    target = node.func if type(node) is cst.Call else node
     head = head_of(target)
     if type(head) is not cst.Name:
         return None  # `x().mean`, `a[0].b`: not an imported name

@@ -14,7 +14,7 @@ import libcst as cst
 from .names import full_name, statements
 
 
-def is_import_line(stmt: cst.BaseStatement) -> bool:
+def is_import_line(stmt: cst.BaseStatement | cst.BaseSmallStatement) -> bool:
     """A line of imports, or a `try`/`if` block holding only import lines."""
     if isinstance(stmt, cst.SimpleStatementLine):
         return all(isinstance(s, cst.Import | cst.ImportFrom) for s in stmt.body)
@@ -100,11 +100,11 @@ def add_stdlib_import(module: cst.Module, name: str) -> cst.Module:
     new = cst.parse_statement(f"import {name}\n")
     if at == start and at < len(body):
         nxt = body[at]
-        new = new.with_changes(leading_lines=nxt.leading_lines)  # type: ignore[union-attr]
+        new = new.with_changes(leading_lines=nxt.leading_lines)
         if _is_stdlib_import(nxt):
-            body[at] = nxt.with_changes(leading_lines=[])  # type: ignore[union-attr]
-        elif not nxt.leading_lines:  # type: ignore[union-attr]
-            body[at] = nxt.with_changes(leading_lines=[cst.EmptyLine()])  # type: ignore[union-attr]
+            body[at] = nxt.with_changes(leading_lines=[])
+        elif not nxt.leading_lines:
+            body[at] = nxt.with_changes(leading_lines=[cst.EmptyLine()])
     return module.with_changes(body=[*body[:at], new, *body[at:]])
 
 
@@ -169,7 +169,7 @@ def sets_cuda_start_env(stmt: ast.AST) -> str | None:
         return None
     for node in ast.walk(stmt):
         if isinstance(node, ast.Constant) and node.value in CUDA_START_ENV:
-            return node.value  # type: ignore[return-value]
+            return node.value
     return None
 
 

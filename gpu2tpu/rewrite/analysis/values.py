@@ -264,10 +264,10 @@ class ModuleValues:
         elif isinstance(node, ast.MatchMapping) and node.rest:
             self._bind(scope, node.rest, _Binding("other", None, scope))
         if isinstance(node, ast.Try | _TRY_STAR):
-            self._walk_body(node.body, scope)  # type: ignore[attr-defined]
-            self._walk_all(node.handlers, scope)  # type: ignore[attr-defined]
-            self._walk_body(node.orelse, scope)  # type: ignore[attr-defined]
-            self._walk_body(node.finalbody, scope)  # type: ignore[attr-defined]
+            self._walk_body(node.body, scope)
+            self._walk_all(node.handlers, scope)
+            self._walk_body(node.orelse, scope)
+            self._walk_body(node.finalbody, scope)
             return
         for child in ast.iter_child_nodes(node):
             self._walk(child, scope)
@@ -328,7 +328,12 @@ class ModuleValues:
         scope.names.setdefault(name, []).append(binding)
 
     def _bind_target(
-        self, target: ast.AST, how: str, value: ast.AST | None, scope: _Scope, path: tuple = ()
+        self,
+        target: ast.AST,
+        how: str,
+        value: ast.AST | None,
+        scope: _Scope,
+        path: tuple[int, ...] = (),
     ) -> None:
         if isinstance(target, ast.Name):
             self._bind(scope, target.id, _Binding(how, value, scope, path))

@@ -73,7 +73,7 @@ class _CudaAmpName(Rule):
 
     api: ClassVar[tuple[str, ...]] = ()
     imported_names: ClassVar[frozenset[str]] = frozenset()
-    tokens = (b"cuda.amp", b"import amp")
+    tokens: ClassVar[tuple[bytes, ...]] = (b"cuda.amp", b"import amp")
 
     def __init__(self, ctx: RuleContext) -> None:
         super().__init__(ctx)

@@ -18,13 +18,12 @@ import ast
 import functools
 import keyword
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
-from libcst.metadata.position_provider import PositionProvidingCodegenState
+from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider
 
 from ..analysis import names
 from ..analysis.branches import in_compat_fallback
@@ -33,6 +32,7 @@ from ..analysis.literals import code_for, shorten
 from ..analysis.names import ModuleNames, enclosing_scopes, variable_names
 from ..analysis.placement import runs_as_script
 from ..analysis.torch_api import checks_available, float16_tests
+from ..cst_internals import layout
 from ..model import Finding, Options, Safety, Severity
 
 Fix = Callable[[cst.CSTNode], cst.CSTNode]
@@ -109,7 +109,7 @@ class RuleContext:
         self.source = source
         self.module = module
         # `tree`, `module_names`: made from `source` already by the caller (source.py).
-        self._tree: ast.Module | None | bool = tree
+        self._tree: ast.Module | None | Literal[False] = tree
         # Top-level statements libcst did not parse (nothing in them is rewritten; see
         # rewrite/statements.py): id of the placeholder in `module.body` -> a function that
         # parses the real statement on demand (for module-wide facts such as bindings).
@@ -143,7 +143,7 @@ class RuleContext:
         self._stmt_index: dict[int, int] = {}
         self._stmt_code: list[str] | None = None
         self._spans: list[tuple[int, int]] | bool | None = None
-        self._positions: dict[int, dict[cst.CSTNode, object]] = {}
+        self._positions: dict[int, Mapping[cst.CSTNode, CodeRange]] = {}
         self.fixes: dict[int, list[tuple[Fix, _Pending | None]]] = {}
         self.pending: list[_Pending] = []
         self._names: frozenset[str] | None = None
@@ -262,16 +262,11 @@ class RuleContext:
             self._stmt_lines = self._statement_first_lines()
         computed = self._positions.get(index)
         if computed is None:
-            provider = PositionProvider()
-            state = PositionProvidingCodegenState(
-                default_indent=self.module.default_indent,
-                default_newline=self.module.default_newline,
-                provider=provider,
+            computed = self._positions[index] = layout(
+                top, self.module.default_indent, self.module.default_newline, fast=False
             )
-            top._codegen(state)
-            computed = self._positions[index] = provider._computed
-        pos = computed[node]  # type: ignore[index]
-        return self._stmt_lines[index] + pos.start.line - 1, pos.start.column + 1  # type: ignore[attr-defined]
+        pos = computed[node]
+        return self._stmt_lines[index] + pos.start.line - 1, pos.start.column + 1
 
     def reach(self, node: cst.CSTNode) -> None:
         """Record the parents down to `node` when it is a part of the node being visited that
@@ -722,7 +717,7 @@ class Rule(BaseRule, cst.BatchableCSTVisitor):
 
     # -- helpers for subclasses ------------------------------------------------------------
 
-    def get_metadata(self, key, node, default=None):  # type: ignore[no-untyped-def,override]
+    def get_metadata(self, key, node, default=None):  # type: ignore[no-untyped-def]
         """Any libcst metadata, resolved lazily for the whole module on first use.
 
         Parents of visited nodes come from the traversal itself, at no cost.

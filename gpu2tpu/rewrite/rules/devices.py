@@ -8,6 +8,8 @@ widened to every accelerator.
 
 from __future__ import annotations
 
+from typing import Any
+
 import libcst as cst
 
 from ..analysis.branches import (
@@ -760,7 +762,8 @@ class CudaDeviceIdiom(Rule):
                 )
             loose = isinstance(expr, cst.BooleanOperation | cst.IfExp)
             if loose and getattr(updated, "lpar", None):
-                return expr.with_changes(lpar=updated.lpar, rpar=updated.rpar)
+                wrapped: Any = updated  # an expression in parentheses (tested just above)
+                return expr.with_changes(lpar=wrapped.lpar, rpar=wrapped.rpar)
             return parenthesized(expr, loose and parens)
 
         message = message or self.message.format(idiom=short(node, 60))

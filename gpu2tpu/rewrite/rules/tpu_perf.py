@@ -194,8 +194,10 @@ class TensorControlFlow(_PerfRule):
         assert isinstance(node, cst.If | cst.IfExp | cst.Assert | cst.While)
         if isinstance(node, cst.While):
             if self.syncs(node.test):
-                loop = Loop(node, self.ctx)
-                message = f"the test of {loop.describe()} reads a tensor value every iteration"
+                message = (
+                    f"the test of {Loop(node, self.ctx).describe()} reads a tensor value every "
+                    "iteration"
+                )
                 self.report(node, message)
             return
         loop = self.step_loop(node)
