@@ -315,8 +315,9 @@ def left_on_cuda(
     no fix covers, and a finding that stops the code on a TPU and that the rewrite leaves
     (`torch.cuda.manual_seed_all` without `--unsafe-fixes`). `exclude` is the test itself."""
     options = ctx.options
-    settled = [p for p in ctx.pending if p.settled(options)]
-    left = [p for p in ctx.pending if not p.settled(options) and p.node is not exclude]
+    reported = ctx.reports()
+    settled = [p for p in reported if p.settled(options)]
+    left = [p for p in reported if not p.settled(options) and p.node is not exclude]
     left = [p for p in left if p.rule.severity is Severity.ERROR]
     inside = {id(n) for n in regions}
     covered = {id(p.node) for p in settled}

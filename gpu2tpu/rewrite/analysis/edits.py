@@ -308,12 +308,7 @@ def merge_guards(
 
 def move_fix_to(rule: Rule, node: cst.CSTNode, target: cst.CSTNode) -> None:
     """Move the fix just registered at `node` to `target` (its finding stays at `node`)."""
-    fixes = rule.ctx.fixes
-    entries = fixes[id(node)]
-    entry = entries.pop()
-    if not entries:
-        del fixes[id(node)]
-    fixes.setdefault(id(target), []).append(entry)
+    rule.ctx.move_last_fix(node, target)
 
 
 def report_statement_fix(
@@ -342,11 +337,7 @@ def report_removal(
     """Report at `node` and, if the fix applies, remove the statement `line` from its block."""
     if not rule.report(node, message, fix=_unchanged):
         return False
-    fixes = rule.ctx.fixes
-    entries = fixes[id(node)]
-    entries.pop()
-    if not entries:
-        del fixes[id(node)]
+    rule.ctx.move_last_fix(node, None)
     remove_line(rule, line)
     return True
 
@@ -365,7 +356,7 @@ def remove_line(rule: Rule, line: cst.SimpleStatementLine) -> None:
     block = rule.parent(line)
     ctx = rule.ctx
     if not isinstance(block, cst.IndentedBlock | cst.Module):
-        ctx.fixes.setdefault(id(line), []).append((_removed, None))
+        ctx.add_fix(line, _removed)
         return
     code = code_for(line)
     index = next(i for i, stmt in enumerate(block.body) if stmt is line)
@@ -373,7 +364,7 @@ def remove_line(rule: Rule, line: cst.SimpleStatementLine) -> None:
     targets = ctx.removals.get(id(block))
     if targets is None:
         targets = ctx.removals[id(block)] = []
-        ctx.fixes.setdefault(id(block), []).append((partial(_remove_lines, targets), None))
+        ctx.add_fix(block, partial(_remove_lines, targets))
     targets.append((code, occurrence))
 
 

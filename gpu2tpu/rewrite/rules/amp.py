@@ -118,9 +118,7 @@ class _CudaAmpName(Rule):
         for imp in self.amp_imports:
             removable = self._removable_names(imp)
             if removable:
-                self.ctx.fixes.setdefault(id(imp), []).append(
-                    (drop_imported_names(removable), None)
-                )
+                self.ctx.add_fix(imp, drop_imported_names(removable))
 
     def _removable_names(self, imp: cst.ImportFrom) -> frozenset[str]:
         """Imported names whose every use in the text was rewritten.

@@ -15,6 +15,7 @@ this one, never another rule module.
 from __future__ import annotations
 
 import ast
+import dis
 import functools
 import keyword
 import re
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from ..analysis import names
 from ..analysis.branches import in_compat_fallback
@@ -406,6 +407,12 @@ class RuleContext:
                 else:
                     del self.fixes[key]
 
+    # -- what the rules have said so far: the rules' way to read and add to it ---------------
+    #
+    # `pending`, `fixes` and `claimed` are the engine's state: a rule adds to them through
+    # `Rule.report` or these methods, and reads them through `reports`, so that what it may
+    # change is in one place.
+
     def claim(self, node: cst.CSTNode) -> None:
         """Mark the nodes under `node` as handled by its fix, so no other rule reports them."""
         stack = list(node.children)
@@ -413,6 +420,43 @@ class RuleContext:
             child = stack.pop()
             self.claimed.add(id(child))
             stack.extend(child.children)
+
+    def claim_node(self, node: cst.CSTNode) -> None:
+        """Mark `node` itself as handled, so no other rule reports it."""
+        self.claimed.add(id(node))
+
+    def is_claimed(self, node: cst.CSTNode) -> bool:
+        """Whether a fix has claimed `node` (`claim`, `claim_node`)."""
+        return id(node) in self.claimed
+
+    def reports(self, start: int = 0) -> list[_Pending]:
+        """The findings and edits reported so far, in order, from the `start`-th on (a copy:
+        `report_count()` before a call and `reports(count)` after give what it reported)."""
+        return self.pending[start:]
+
+    def last_report(self) -> _Pending:
+        """The finding or edit reported last (to tie another part of its edit to it)."""
+        return self.pending[-1]
+
+    def report_count(self) -> int:
+        """How many findings and edits have been reported so far."""
+        return len(self.pending)
+
+    def add_fix(self, node: cst.CSTNode, fix: Fix, report: _Pending | None = None) -> None:
+        """Apply `fix` to `node` too: a fix with no finding of its own (an import it needs, a
+        line it removes), or, with `report`, one more part of that finding's edit (a `noqa`
+        on the finding's line then drops both)."""
+        self.fixes.setdefault(id(node), []).append((fix, report))
+
+    def move_last_fix(self, node: cst.CSTNode, target: cst.CSTNode | None) -> None:
+        """Move the fix just registered at `node` to `target` (None: drop it); its finding
+        stays at `node`."""
+        entries = self.fixes[id(node)]
+        entry = entries.pop()
+        if not entries:
+            del self.fixes[id(node)]
+        if target is not None:
+            self.fixes.setdefault(id(target), []).append(entry)
 
     @staticmethod
     def _noqa_lines(source: str) -> dict[int, frozenset[str] | None]:
@@ -701,6 +745,11 @@ class Rule(BaseRule, cst.BatchableCSTVisitor):
       every node but not all: a function's or class's decorators come after its body;
     - whitespace, commas, parentheses and operators are visited only when some rule of the
       run has a hook for their type; top-level statements without a token are not visited.
+
+    `check_hooks` refuses, when the class is defined, an attribute hook, a hook for no libcst
+    node and a `visit_` method that returns a value. A rule reads and adds to what the rules
+    found through `RuleContext` (`report`, `add_fix`, `claim`, `reports`), never by writing
+    the engine's lists.
     """
 
     METADATA_DEPENDENCIES = ()
@@ -711,21 +760,15 @@ class Rule(BaseRule, cst.BatchableCSTVisitor):
     decides_last: ClassVar[bool] = False
     follows_devices: ClassVar[bool] = False
 
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        check_hooks(cls)
+
     def __init__(self, ctx: RuleContext) -> None:
         super().__init__()
         self.ctx = ctx
 
     # -- helpers for subclasses ------------------------------------------------------------
-
-    def get_metadata(self, key, node, default=None):  # type: ignore[no-untyped-def]
-        """Any libcst metadata, resolved lazily for the whole module on first use.
-
-        Parents of visited nodes come from the traversal itself, at no cost.
-        """
-        if key is ParentNodeProvider and id(node) in self.ctx.parents:
-            return self.ctx.parents[id(node)]
-        mapping = self.ctx.lazy_metadata(key)
-        return mapping.get(node, default)  # type: ignore[attr-defined]
 
     def qualified_names(self, node: cst.CSTNode) -> set[str]:
         """Imported qualified names of a Name/Attribute/Call (aliases resolved)."""
@@ -810,6 +853,72 @@ class Rule(BaseRule, cst.BatchableCSTVisitor):
         if shadowed:
             return f"`{shadowed}` means something else here"
         return None
+
+
+_LOAD_CONST = dis.opmap["LOAD_CONST"]
+_RETURN_VALUE = dis.opmap["RETURN_VALUE"]
+_RETURN_CONST = dis.opmap.get("RETURN_CONST", -1)  # Python 3.12 and 3.13
+
+
+def check_hooks(rule: type[Rule]) -> None:
+    """Refuse, when the class is defined, a hook the engine's walk would never honour
+    (`Rule`'s docstring): libcst's attribute hooks (`visit_Call_func`), a name that is no
+    libcst node (`visit_Cal`), and a `visit_` method that returns a value, which libcst
+    reads as "skip the children" and the walk ignores. A rule that defined one would
+    silently never fire, or fire where its author meant it not to."""
+    for attr, fn in vars(rule).items():
+        prefix, _, node_type = attr.partition("_")
+        if prefix not in ("visit", "leave") or not node_type:
+            continue
+        where = f"{rule.__module__}.{rule.__qualname__}.{attr}"
+        head, _, field_name = node_type.partition("_")
+        if field_name and isinstance(getattr(cst, head, None), type):
+            raise TypeError(
+                f"{where}: libcst's attribute hooks are never called by the rules' walk; "
+                f"use visit_{head} and look at node.{field_name}"
+            )
+        if not isinstance(getattr(cst, node_type, None), type):
+            raise TypeError(f"{where}: `{node_type}` is not a libcst node, so it never fires")
+        if prefix == "visit" and callable(fn) and _returns_a_value(fn):
+            raise TypeError(
+                f"{where} returns a value: the rules' walk always visits the children (libcst "
+                "skips them on False); return None and test the parent where you needed that"
+            )
+
+
+def _returns_a_value(fn: Callable[..., object]) -> bool:
+    """Whether `fn` returns something other than None: its annotation says so, or its code
+    returns a constant (`return False`). Read from the bytecode, not by `dis`, which costs
+    tens of milliseconds for all the rules at every start."""
+    returns = getattr(fn, "__annotations__", {}).get("return", "None")
+    if returns not in ("None", None):
+        return True
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    raw, consts = code.co_code, code.co_consts
+    if len(consts) > 256:  # an argument may then need EXTENDED_ARG: let `dis` read it
+        previous = None
+        for ins in dis.get_instructions(fn):
+            if ins.opname == "RETURN_CONST" and ins.argval is not None:
+                return True
+            if ins.opname == "RETURN_VALUE" and previous is not None:
+                if previous.opname == "LOAD_CONST" and previous.argval is not None:
+                    return True
+            previous = ins
+        return False
+    for i in range(0, len(raw), 2):
+        op = raw[i]
+        if op == _RETURN_CONST and consts[raw[i + 1]] is not None:
+            return True
+        if (
+            op == _RETURN_VALUE
+            and i >= 2
+            and raw[i - 2] == _LOAD_CONST
+            and consts[raw[i - 1]] is not None
+        ):
+            return True
+    return False
 
 
 def finalize(ctx: RuleContext) -> tuple[list[Finding], list[Finding]]:

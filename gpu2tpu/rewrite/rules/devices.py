@@ -293,7 +293,7 @@ class CudaDeviceString(Rule):
         values = module_values(self.ctx)
         if values is None:
             return
-        taken = {id(p.node) for p in self.ctx.pending}
+        taken = {id(p.node) for p in self.ctx.reports()}
         for node in self.sources:
             if self._within(node, taken):
                 continue  # its own rule has it (`device = "cuda"`: G2T103; a default: G2T113)
@@ -328,7 +328,7 @@ class CudaDeviceString(Rule):
         """Whether `node` is, or is inside, something a rule has reported already."""
         current: cst.CSTNode | None = node
         while current is not None and not isinstance(current, cst.BaseStatement):
-            if id(current) in taken or id(current) in self.ctx.claimed:
+            if id(current) in taken or self.ctx.is_claimed(current):
                 return True
             current = self.parent(current)
         return False
@@ -821,7 +821,7 @@ class _CudaRuntimeCall(Rule):
         fixed = self.report(node, message, fix=fix, uses_device=guard_test == "device")
         if stmt is not None and fixed:
             # The guard belongs to the same edit: a noqa comment on the line drops both.
-            pending = ctx.pending[-1]
+            pending = ctx.last_report()
             on_cuda = guard_test == "device"
 
             def guard(updated: cst.CSTNode) -> cst.CSTNode:
@@ -834,7 +834,7 @@ class _CudaRuntimeCall(Rule):
                     )
                 return guarded_line(ctx, updated, updated.body[0], test)
 
-            ctx.fixes.setdefault(id(stmt), []).append((guard, pending))
+            ctx.add_fix(stmt, guard, pending)
 
     def guard_test(self, node: cst.Call) -> str | None:
         """Which guard the statement needs: "available" (any accelerator), "device" (CUDA
@@ -1118,11 +1118,10 @@ class CudaSetDevice(_CudaRuntimeCall):
         return super().guard_test(node)
 
     def rewrite(self, node: cst.Call) -> None:
-        before = len(self.ctx.pending)
+        before = self.ctx.report_count()
         super().rewrite(node)
-        pending = self.ctx.pending[before:]
-        if any(p.fixed and p.uses_device for p in pending):
-            self.ctx.claimed.add(id(node))  # G2T407's question is answered by the guard
+        if any(p.fixed and p.uses_device for p in self.ctx.reports(before)):
+            self.ctx.claim_node(node)  # G2T407's question is answered by the guard
 
 
 class CudaSynchronize(_CudaRuntimeCall):
@@ -1242,7 +1241,7 @@ class TensorIsCuda(Rule):
         # The CUDA tests this run widens (G2T104): what they guard is there on every device.
         widened = {
             ctx.position(p.node)
-            for p in ctx.pending
+            for p in ctx.reports()
             if p.rule.code == "G2T104" and p.settled(ctx.options)
         }
 

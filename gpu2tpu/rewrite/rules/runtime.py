@@ -177,9 +177,7 @@ class CudaEventTiming(Rule):
                 needs_import = True
         if needs_import and not self._time_imported(original_node):
             if self.ctx.options.insert_statements:
-                self.ctx.fixes.setdefault(id(original_node), []).append(
-                    (partial(add_stdlib_import, name="time"), None)
-                )
+                self.ctx.add_fix(original_node, partial(add_stdlib_import, name="time"))
             else:
                 self.ctx.required_imports.append("import time")
 
@@ -322,7 +320,7 @@ class CudaEventTiming(Rule):
                 )
                 return cst.FlattenSentinel([guarded_line(ctx, bare, sync), reading])  # type: ignore[return-value]
 
-            ctx.fixes.setdefault(id(line), []).append((record, None))
+            ctx.add_fix(line, record)
         for line in plan.syncs:
             remove_line(self, line)
         for call, other in plan.elapsed:
@@ -343,7 +341,7 @@ class CudaEventTiming(Rule):
                 )
                 return parenthesized(ms, p)
 
-            ctx.fixes.setdefault(id(call), []).append((elapsed, None))
+            ctx.add_fix(call, elapsed)
         return True
 
 
