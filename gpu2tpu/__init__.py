@@ -52,6 +52,12 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def __dir__() -> list[str]:
+    """The public names, for tab completion: the lazy ones are not in the module's namespace
+    until first used, so the default `dir()` would hide them."""
+    return sorted(__all__)
+
+
 def load_ipython_extension(ipython):
     """`%load_ext gpu2tpu`; without torch or ipywidgets, one line says what to install."""
     from ._extras import MissingExtraError, require

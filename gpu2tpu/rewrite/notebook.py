@@ -35,6 +35,7 @@ from json.decoder import scanstring  # type: ignore[attr-defined]  # there at ru
 from pathlib import Path
 from typing import Any
 
+from .analysis.lines import python_lines
 from .analysis.names import variable_names
 from .ipython_syntax import (
     PYTHON_CELL_MAGICS,
@@ -45,7 +46,6 @@ from .ipython_syntax import (
     line_ending,
     mask,
     split_cell_magic,
-    split_lines,
 )
 from .model import CellFinding, Finding, Options, Result, Severity
 from .rules.base import DEVICE_NAMES, rule_by_code
@@ -362,7 +362,7 @@ def escape_findings(escape: Escape, lines: list[str]) -> list[Finding]:
 def shell_body_findings(body: str, first_line: int) -> list[Finding]:
     """G2T510-512 for the body of a `%%bash`-style cell; `first_line` is its first line."""
     found: list[Finding] = []
-    lines = split_lines(body)
+    lines = python_lines(body)
     i = 0
     while i < len(lines):
         start = i
@@ -446,7 +446,7 @@ class _CodeCell:
 
     @property
     def newline(self) -> str:
-        first = split_lines(self.python or "")[:1]
+        first = python_lines(self.python or "")[:1]
         return (line_ending(first[0]) if first else "") or "\n"
 
 
@@ -477,7 +477,7 @@ def _prepare(index: int, cell: dict[str, Any], *, facts: bool = True) -> _CodeCe
     except MaskError as err:
         code.error = err.reason
         return code
-    lines = split_lines(body)
+    lines = python_lines(body)
     for escape in code.masked.escapes:
         for f in escape_findings(escape, lines):
             code.findings.append(replace(f, line=f.line + code.offset))

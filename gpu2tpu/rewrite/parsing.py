@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from .analysis.lines import python_lines
 from .statements import Group, Plan, groups
 
 # Weighted nesting levels a statement may have (libcst and the traversal fail near 320 at an
@@ -42,7 +43,6 @@ _ELEMENT = 2.4
 _SLICE = 3.3
 _BLOCK = 2.0  # a nested block: the statement, its indented block
 
-_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 _ERROR_AT = re.compile(r"error at (\d+):(\d+):?")
 
 
@@ -171,7 +171,7 @@ def prepare(text: str, tokens: Iterable[str], planner: Planner | None = None) ->
     except ValueError as err:  # NUL bytes
         raise SourceError(f"not Python source: {err}") from None
     prepared = Prepared(text, tree, text)
-    lines = _LINES.findall(text)
+    lines = python_lines(text)
     statements = _Statements(tree, lines)
     if planner is not None:
         # Only the statements libcst is to parse are measured for depth: a deep one among
@@ -304,7 +304,7 @@ def _chars(line: str, byte_col: int) -> int:
 def _placeholder(name: str, original: str) -> str:
     """`(name)` spanning the same lines as `original`, padded to its last line's length, so
     that every later line and column keeps its number."""
-    parts: list[str] = _LINES.findall(original) or [original]
+    parts: list[str] = python_lines(original) or [original]
     if len(parts) == 1:
         return f"({name}{' ' * max(0, len(original) - len(name) - 2)})"
     ends = [p[len(p.rstrip("\r\n")) :] for p in parts[:-1]]
@@ -315,7 +315,7 @@ def _placeholder(name: str, original: str) -> str:
 def _block_placeholder(name: str, original: str, indent: str) -> str:
     """`if name:` with an indented `pass`, spanning the same lines as `original` (a compound
     statement of two lines or more)."""
-    parts = _LINES.findall(original)
+    parts = python_lines(original)
     ends = [p[len(p.rstrip("\r\n")) :] for p in parts[:-1]]
     last = f"{indent}pass"
     last += " " * max(0, len(parts[-1]) - len(last))

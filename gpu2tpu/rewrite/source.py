@@ -15,7 +15,6 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import ClassVar, cast
 
@@ -24,6 +23,7 @@ import libcst as cst
 from . import net, statements
 from .analysis.edits import merge_guards
 from .analysis.flow import FlowRecorder
+from .analysis.lines import python_lines
 from .analysis.names import ModuleNames, caller_names
 from .analysis.placement import device_line_after, device_line_blocked, leading_imports_end
 from .analysis.values import ordinal_argument_lines
@@ -34,8 +34,6 @@ from .rules.base import Fix, Rule, RuleContext, _Pending, finalize, rules_for
 from .verify import Problem
 
 __all__ = ["SourceError", "one_parse", "parse_module", "prefilter_tokens", "rewrite_source"]
-
-_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # Python's line ends only
 
 
 def prefilter_tokens(options: Options) -> tuple[bytes, ...]:
@@ -279,7 +277,7 @@ def _spliced(
     spans = ctx.statement_spans()
     if spans is None:
         return None
-    lines = _LINES.findall(ctx.source)
+    lines = python_lines(ctx.source)
     starts = [
         first - len(stmt.leading_lines) for (first, _), stmt in zip(spans, module.body, strict=True)
     ]
@@ -313,7 +311,7 @@ def _unparsed(prepared: Prepared, module: cst.Module) -> dict[int, Callable[[], 
     """For each placeholder of a statement held out of libcst's parse that binds a name, a
     function that parses the statement as written (`RuleContext.real_statement`)."""
     held = {id(group.stmts[0]) for group in prepared.skipped or ()}
-    lines = _LINES.findall(prepared.text)
+    lines = python_lines(prepared.text)
     found: dict[int, Callable[[], cst.BaseStatement]] = {}
     for group, stmt in zip(statements.groups(prepared.tree), module.body, strict=True):
         if id(group.stmts[0]) not in held:

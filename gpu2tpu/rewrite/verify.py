@@ -23,6 +23,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import cast
 
+from .analysis.lines import python_lines
+
 # Names every module has without binding them, and those a class body has.
 _MODULE_NAMES = frozenset(
     {"__name__", "__file__", "__doc__", "__spec__", "__loader__", "__package__", "__path__",
@@ -374,15 +376,6 @@ def _names(target: ast.expr) -> Iterator[str]:
 
 
 # -- where in the original a problem of the new text comes from ---------------------------------
-
-
-_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
-
-
-def python_lines(text: str) -> list[str]:
-    """The lines of `text` as Python numbers them (`str.splitlines` also splits at form feeds
-    and other separators Python's line numbers do not count)."""
-    return _LINES.findall(text)
 
 
 def original_lines(old: str, new: str, line: int) -> tuple[int, int] | None:

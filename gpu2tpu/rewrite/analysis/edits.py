@@ -101,27 +101,9 @@ def positional_args(call: cst.Call) -> list[cst.Arg]:
     return [a for a in call.args if a.keyword is None and not a.star]
 
 
-def keyword_args(call: cst.Call) -> dict[str, cst.BaseExpression]:
-    """The call's keyword arguments, by name."""
-    return {a.keyword.value: a.value for a in call.args if a.keyword is not None}
-
-
 def unpacks(call: cst.Call) -> bool:
     """Whether the call passes `*args` or `**kwargs` (its bindings are unknown)."""
     return any(a.star for a in call.args)
-
-
-def without_args(call: cst.Call, *, drop_positional: bool, drop: frozenset[str]) -> list[cst.Arg]:
-    """The call's arguments less the positional ones (if asked) and the keywords in `drop`."""
-    kept = [
-        a
-        for a in call.args
-        if not (a.keyword is None and a.star == "" and drop_positional)
-        and not (a.keyword is not None and a.keyword.value in drop)
-    ]
-    if kept:
-        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    return kept
 
 
 # -- expressions ----------------------------------------------------------------------------

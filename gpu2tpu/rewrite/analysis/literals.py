@@ -92,10 +92,6 @@ def is_false(node: cst.CSTNode | None) -> bool:
     return is_name(node, "False")
 
 
-def is_true(node: cst.CSTNode | None) -> bool:
-    return is_name(node, "True")
-
-
 def last_segment(node: cst.CSTNode) -> str | None:
     """`model` for `model`, `self.model` and `a.b.model`; None for anything else."""
     if isinstance(node, cst.Name):

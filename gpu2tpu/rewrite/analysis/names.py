@@ -161,7 +161,7 @@ class ModuleNames:
                     continue
                 for deco in stmt.decorator_list:
                     target = deco.func if isinstance(deco, ast.Call) else deco
-                    dotted = _ast_dotted(target)
+                    dotted = ast_dotted_name(target)
                     head = dotted.split(".")[0]
                     full = self.module_imports.get(head, head) + dotted[len(head) :]
                     if full.split(".")[0] == "triton":
@@ -209,11 +209,6 @@ class ModuleNames:
             self._index(child, inner)
 
     # -- answers ------------------------------------------------------------------------------
-
-    @property
-    def scoped(self) -> bool:
-        """Whether scopes are known (`symtable` accepted the text)."""
-        return self._top is not None
 
     def bound_at_module(self, name: str) -> bool:
         """Whether the module binds `name` otherwise than by an import."""
@@ -423,7 +418,8 @@ def _binding_targets(stmt: ast.AST) -> list[ast.AST]:
     return found
 
 
-def _ast_dotted(node: ast.AST) -> str:
+def ast_dotted_name(node: ast.AST) -> str:
+    """`a.b.c` for the `ast` of a dotted name; "" for anything else (a call, a subscript)."""
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
@@ -539,11 +535,6 @@ def matches(ctx: RuleContext, node: cst.CSTNode, *names: str) -> str | None:
     """The one of `names` that `node` (or a call's function) refers to, if any."""
     name = qualified(ctx, node)
     return name if name in names else None
-
-
-def refers_to_torch(ctx: RuleContext, node: cst.CSTNode) -> bool:
-    """Whether `node` is a name for the torch module itself where it is used."""
-    return isinstance(node, cst.Name) and qualified(ctx, node) == "torch"
 
 
 def is_reference_end(ctx: RuleContext, node: cst.CSTNode) -> bool:

@@ -11,7 +11,7 @@ import sys
 
 import libcst as cst
 
-from .names import full_name, statements
+from .names import ast_dotted_name, full_name, statements
 
 
 def is_import_line(stmt: cst.BaseStatement | cst.BaseSmallStatement) -> bool:
@@ -120,19 +120,8 @@ _SYS_PATH_CALLS = frozenset({"insert", "append", "extend", "remove"})
 _WARNINGS_CALLS = frozenset({"filterwarnings", "simplefilter", "resetwarnings"})
 
 
-def _dotted(node: ast.AST) -> str:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
-
-
 def _is_environ(node: ast.AST) -> bool:
-    return _dotted(node) in ("os.environ", "environ")
+    return ast_dotted_name(node) in ("os.environ", "environ")
 
 
 def sets_environment(stmt: ast.AST) -> bool:
@@ -143,22 +132,22 @@ def sets_environment(stmt: ast.AST) -> bool:
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
         func = stmt.value.func
         if isinstance(func, ast.Attribute) and func.attr in _ENV_CALLS:
-            return _is_environ(func.value) or _dotted(func) == "os.putenv"
+            return _is_environ(func.value) or ast_dotted_name(func) == "os.putenv"
     return False
 
 
 def _edits_sys_path(stmt: ast.AST) -> bool:
     if isinstance(stmt, ast.Assign | ast.AugAssign):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-        return any(_dotted(t) == "sys.path" for t in targets)
+        return any(ast_dotted_name(t) == "sys.path" for t in targets)
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
         func = stmt.value.func
         if isinstance(func, ast.Attribute):
-            if func.attr in _SYS_PATH_CALLS and _dotted(func.value) == "sys.path":
+            if func.attr in _SYS_PATH_CALLS and ast_dotted_name(func.value) == "sys.path":
                 return True
-            if func.attr in _WARNINGS_CALLS and _dotted(func.value) == "warnings":
+            if func.attr in _WARNINGS_CALLS and ast_dotted_name(func.value) == "warnings":
                 return True
-            if _dotted(func) == "site.addsitedir":
+            if ast_dotted_name(func) == "site.addsitedir":
                 return True
     return False
 

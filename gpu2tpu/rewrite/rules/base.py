@@ -29,6 +29,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from ..analysis import names
 from ..analysis.branches import in_compat_fallback
 from ..analysis.flow import FlowFacts
+from ..analysis.lines import python_lines
 from ..analysis.literals import code_for, shorten
 from ..analysis.names import ModuleNames, enclosing_scopes, variable_names
 from ..analysis.placement import runs_as_script
@@ -65,7 +66,6 @@ def _compound_types() -> tuple[type, ...]:
 
 
 _COMPOUND = _compound_types()
-_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
 
 @dataclass
@@ -379,7 +379,7 @@ class RuleContext:
         if self._stmt_code is None:
             spans = self._statement_spans()
             if spans is not None:
-                lines = _LINES.findall(self.source)  # Python's line ends only, not \f or \x85
+                lines = python_lines(self.source)  # Python's line ends only, not \f or \x85
                 self._stmt_code = ["".join(lines[a - 1 : b]) for a, b in spans]
             else:
                 self._stmt_code = [self.module.code_for_node(s) for s in self.module.body]
