@@ -295,7 +295,7 @@ def topology_for(target: str, chips: int = 1) -> Topology:
         shape = _power_of_two_shape(chips, family.dims)
     bounds = tuple(min(s, b) for s, b in zip((*shape, 1, 1)[:3], family.host_bounds, strict=True))
     name = f"{family.prefix}:{'x'.join(str(s) for s in shape)}"
-    return Topology(key, name, shape, family.chip_config, bounds)  # type: ignore[arg-type]
+    return Topology(key, name, shape, family.chip_config, bounds)  # type: ignore[arg-type]  # three bounds: zip over three
 
 
 @cache

@@ -271,7 +271,7 @@ class AutoMode:
                     show_user_frames(error, shell)
             return original(exc_tuple, *args, **kwargs)
 
-        showtraceback.gpu2tpu_original = original  # type: ignore[attr-defined]
+        showtraceback.gpu2tpu_original = original  # type: ignore[attr-defined]  # kept on the wrapper, for unload to restore
         self._showtraceback = showtraceback
         self.shell.showtraceback = showtraceback
 

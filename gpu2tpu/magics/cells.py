@@ -248,23 +248,23 @@ def remap_positions(
             if lineno is None:
                 continue
             py_start = lineno - shift
-            py_end = (node.end_lineno or lineno) - shift  # type: ignore[attr-defined]
+            py_end = (node.end_lineno or lineno) - shift  # type: ignore[attr-defined]  # a node of Python's tree with a position
             if to_cell is not None:
                 start = lines[min(max(py_start, 1), last) - 1]
-                node.lineno = start  # type: ignore[attr-defined]
-                node.end_lineno = max(lines[min(max(py_end, 1), last) - 1], start)  # type: ignore[attr-defined]
+                node.lineno = start  # type: ignore[attr-defined]  # a node of Python's tree with a position
+                node.end_lineno = max(lines[min(max(py_end, 1), last) - 1], start)  # type: ignore[attr-defined]  # a node of Python's tree with a position
             start_cols = columns.get(py_start)
             end_cols = columns.get(py_end)
             if start_cols is not None:
-                node.col_offset = start_cols[0]  # type: ignore[attr-defined]
-            if end_cols is not None and node.end_col_offset is not None:  # type: ignore[attr-defined]
-                node.end_col_offset = end_cols[1]  # type: ignore[attr-defined]
+                node.col_offset = start_cols[0]  # type: ignore[attr-defined]  # a node of Python's tree with a position
+            if end_cols is not None and node.end_col_offset is not None:  # type: ignore[attr-defined]  # a node of Python's tree with a position
+                node.end_col_offset = end_cols[1]  # type: ignore[attr-defined]  # a node of Python's tree with a position
             if (
-                node.end_col_offset is not None  # type: ignore[attr-defined]
-                and node.end_lineno == node.lineno  # type: ignore[attr-defined]
-                and node.end_col_offset < node.col_offset  # type: ignore[attr-defined]
+                node.end_col_offset is not None  # type: ignore[attr-defined]  # a node of Python's tree with a position
+                and node.end_lineno == node.lineno  # type: ignore[attr-defined]  # a node of Python's tree with a position
+                and node.end_col_offset < node.col_offset  # type: ignore[attr-defined]  # a node of Python's tree with a position
             ):
-                node.end_col_offset = node.col_offset  # type: ignore[attr-defined]
+                node.end_col_offset = node.col_offset  # type: ignore[attr-defined]  # a node of Python's tree with a position
 
 
 # -- syntax errors that look like IPython's own ----------------------------------------------------
@@ -603,7 +603,7 @@ def show_user_frames(error: BaseException, shell: InteractiveShell) -> None:
         return formatter.structured_traceback(type(error), error, full, tb_offset=1)
 
     with contextlib.suppress(AttributeError, TypeError):  # a type that takes no attributes
-        error._render_traceback_ = render  # type: ignore[attr-defined]
+        error._render_traceback_ = render  # type: ignore[attr-defined]  # IPython reads _render_traceback_ off the exception
 
 
 def user_frames(tb: TracebackType | None, shell: Any) -> tuple[TracebackType | None, list[str]]:

@@ -13,7 +13,7 @@ import json
 import math
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
@@ -333,7 +333,7 @@ class HardwareCatalogue:
     def __contains__(self, key_or_name: object) -> bool:
         return isinstance(key_or_name, str) and self.find(key_or_name) is not None
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Chip]:
         return iter(self._chips.values())
 
     def __len__(self) -> int:

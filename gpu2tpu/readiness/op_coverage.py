@@ -941,7 +941,7 @@ def coverage_of_run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Covera
         with recorder:
             result = fn(*args, **kwargs)
     except BaseException as err:
-        err.op_coverage_report = _report(recorder, filename)  # type: ignore[attr-defined]
+        err.op_coverage_report = _report(recorder, filename)  # type: ignore[attr-defined]  # the report rides on the user's exception
         raise
     report = _report(recorder, filename)
     report.result = result

@@ -197,7 +197,7 @@ def _pass_file_names_through(stream: TextIO) -> None:
     if getattr(stream, "errors", None) != "strict":
         return
     with contextlib.suppress(AttributeError, ValueError, OSError):
-        stream.reconfigure(errors="surrogateescape")  # type: ignore[attr-defined]
+        stream.reconfigure(errors="surrogateescape")  # type: ignore[attr-defined]  # a standard stream: TextIOWrapper has it
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

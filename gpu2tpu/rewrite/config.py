@@ -156,7 +156,7 @@ def parse_section(raw: object, where: str) -> ToolSection:
             problems.append(f"{where}: [tool.gpu2tpu] {key} = {shown(value)}: {bad}")
     if problems:
         raise ConfigError(problems)
-    return ToolSection(**values)  # type: ignore[arg-type]
+    return ToolSection(**values)  # type: ignore[arg-type]  # each value checked against SCHEMA above
 
 
 def read_section(path: Path, where: str | None = None) -> ToolSection | None:

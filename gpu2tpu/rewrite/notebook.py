@@ -853,7 +853,7 @@ def _metadata(
 def _get(nb: dict[str, Any], path: MetaPath) -> object:
     value: object = nb
     for key in path:
-        value = value[key]  # type: ignore[index]
+        value = value[key]  # type: ignore[index]  # a path found in the notebook's JSON: dicts along it
     return value
 
 
@@ -1032,23 +1032,23 @@ def _spans(text: str, patterns: list[JsonPath]) -> dict[JsonPath, tuple[int, int
         return any(len(p) > len(path) and _matches(path, p[: len(path)]) for p in patterns)
 
     def walk(i: int, path: JsonPath) -> int:
-        i = _WS.match(text, i).end()  # type: ignore[union-attr]
+        i = _WS.match(text, i).end()  # type: ignore[union-attr]  # the pattern matches the empty string too
         start, ch = i, text[i : i + 1]
         if ch in ("{", "[") and descend(path):
             close = "}" if ch == "{" else "]"
-            i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+            i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]  # the pattern matches the empty string too
             n = 0
             while text[i] != close:
                 if ch == "{":
                     key, i = scanstring(text, i + 1)
-                    i = _WS.match(text, i).end()  # type: ignore[union-attr]
+                    i = _WS.match(text, i).end()  # type: ignore[union-attr]  # the pattern matches the empty string too
                     i = walk(i + 1, (*path, key))  # skips the ':'
                 else:
                     i = walk(i, (*path, n))
                 n += 1
-                i = _WS.match(text, i).end()  # type: ignore[union-attr]
+                i = _WS.match(text, i).end()  # type: ignore[union-attr]  # the pattern matches the empty string too
                 if text[i] == ",":
-                    i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+                    i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]  # the pattern matches the empty string too
             end = i + 1
         else:
             _, end = _DECODER.raw_decode(text, i)
@@ -1107,7 +1107,7 @@ def _render(
         cell["source"] = new if isinstance(old, str) else _split_like(new, old)
     for path, value in meta.items():
         parent = _get(nb, path[:-1])
-        parent[path[-1]] = value  # type: ignore[index]
+        parent[path[-1]] = value  # type: ignore[index]  # a path found in the notebook's JSON: dicts along it
     if layout is not None:
         indent, ensure_ascii, tail = layout
         out = json.dumps(nb, indent=indent, ensure_ascii=ensure_ascii) + tail

@@ -475,8 +475,8 @@ def _string_pieces(node: ast.AST, lines: list[str]) -> int:
     """How many literals an implicit concatenation (`"a" "b"`) joins; libcst nests each."""
     if isinstance(node, ast.Constant) and not isinstance(node.value, str | bytes):
         return 1
-    first, last = node.lineno, node.end_lineno or node.lineno  # type: ignore[attr-defined]
-    start, end = node.col_offset, node.end_col_offset or 0  # type: ignore[attr-defined]
+    first, last = node.lineno, node.end_lineno or node.lineno  # type: ignore[attr-defined]  # a node of Python's tree with a position
+    start, end = node.col_offset, node.end_col_offset or 0  # type: ignore[attr-defined]  # a node of Python's tree with a position
     if first == last and end - start < DEPTH_LIMIT // 2:
         return 1  # too short to join more pieces than the limit cares about
     if first == last:

@@ -152,11 +152,11 @@ def _ast_block(
     # `owner_ast` is the compound statement matched with `owner` (`_CST_FOR_AST`): it has the
     # field the libcst node has
     if via is owner and getattr(owner, "body", None) is block:
-        return cast("list[ast.stmt]", owner_ast.body)  # type: ignore[attr-defined]
+        return cast("list[ast.stmt]", owner_ast.body)  # type: ignore[attr-defined]  # the matched compound statement has the field
     if isinstance(via, cst.Else) and getattr(owner, "orelse", None) is via:
-        return cast("list[ast.stmt]", owner_ast.orelse)  # type: ignore[attr-defined]
+        return cast("list[ast.stmt]", owner_ast.orelse)  # type: ignore[attr-defined]  # the matched compound statement has the field
     if isinstance(via, cst.Finally) and getattr(owner, "finalbody", None) is via:
-        return cast("list[ast.stmt]", owner_ast.finalbody)  # type: ignore[attr-defined]
+        return cast("list[ast.stmt]", owner_ast.finalbody)  # type: ignore[attr-defined]  # the matched compound statement has the field
     if isinstance(via, cst.ExceptHandler):
         handlers = list(getattr(owner, "handlers", ()))
         index = next((k for k, h in enumerate(handlers) if h is via), None)

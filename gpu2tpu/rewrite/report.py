@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TextIO
 
 from .engine import FileOutcome, Mode, RunReport, Status
 from .model import CellFinding, Finding, Severity
@@ -374,7 +374,7 @@ def summary_text(report: RunReport, info: RunInfo | None = None) -> list[str]:
     return lines
 
 
-def print_summary(report: RunReport, stream, info: RunInfo | None = None) -> None:  # type: ignore[no-untyped-def]
+def print_summary(report: RunReport, stream: TextIO, info: RunInfo | None = None) -> None:
     """Print the summary with rich on a terminal, plain text elsewhere; one line per fact."""
     lines = summary_text(report, info)
     if stream.isatty():

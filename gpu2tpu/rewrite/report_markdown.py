@@ -67,7 +67,7 @@ def source_lines() -> SourceLines:
             return None
         try:
             if cell is None:
-                return lines[line - 1]  # type: ignore[return-value]
+                return lines[line - 1]  # type: ignore[return-value]  # a .py file's lines are strings
             return lines[cell][line - 1]
         except (IndexError, TypeError):
             return None

@@ -293,7 +293,7 @@ def _spliced(
         if i is None:
             piece = new_module.code_for_node(stmt)
             if ctx.source is prepared.original:
-                piece = prepared.restore_within(piece)  # type: ignore[assignment]
+                piece = prepared.restore_within(piece)  # type: ignore[assignment]  # None is tested on the next line
                 if piece is None:
                     return None
             pieces.append(piece)
@@ -575,18 +575,21 @@ class _ApplyFixes(cst.CSTTransformer):
         self.new_top: dict[int, object] = ctx.rewritten_statements
         self.wanted = _fix_paths(ctx)
 
-    def on_visit(self, node):  # type: ignore[no-untyped-def]
+    def on_visit(self, node: cst.CSTNode) -> bool:
         # A subtree without a fix is kept as it is: libcst rebuilds every node it passes,
         # which costs more than the parse (its leave still runs, for `new_top`).
         return self.wanted is None or id(node) in self.wanted
 
-    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
+    def on_leave(  # type: ignore[override]  # returns what the fixes make, not libcst's narrower union
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+    ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
         fixes = self.fixes.get(id(original_node))
         if isinstance(updated_node, cst.IndentedBlock | cst.Module) and updated_node is not (
             original_node
         ):
             # Guards that fixes wrote next to each other become one (edits.merge_guards).
-            merged = merge_guards(updated_node.body, original_node.body)
+            original = cast("cst.IndentedBlock | cst.Module", original_node)  # same type
+            merged = merge_guards(updated_node.body, original.body)
             if merged is not None:
                 updated_node = updated_node.with_changes(body=merged)
         if fixes is None:

@@ -330,10 +330,10 @@ def rewrite_for_target(rewrite: Callable[[str, Options], R], text: str, options:
         second = rewrite(text, dataclasses.replace(options, select=tuple(held), fix=False))
     extra = [
         _held(item, held, options)
-        for item in second.findings  # type: ignore[attr-defined]
+        for item in second.findings  # type: ignore[attr-defined]  # a Result or a NotebookResult: both have findings
     ]
-    merged = sorted([*first.findings, *extra], key=_order)  # type: ignore[attr-defined]
-    return dataclasses.replace(first, findings=tuple(merged))  # type: ignore[type-var]
+    merged = sorted([*first.findings, *extra], key=_order)  # type: ignore[attr-defined]  # a Result or a NotebookResult: both have findings
+    return dataclasses.replace(first, findings=tuple(merged))  # type: ignore[type-var]  # a Result or a NotebookResult: both are dataclasses
 
 
 def _order(item: Finding | CellFinding) -> tuple[int, int, int, str]:

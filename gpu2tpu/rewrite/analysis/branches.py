@@ -329,7 +329,7 @@ def left_on_cuda(
             return f"`{ctx.source_of(p.node)}` ({p.rule.code})"
     if not blocks:
         return None
-    spans = [(b[0].lineno, b[-1].end_lineno or b[-1].lineno) for b in blocks if b]  # type: ignore[attr-defined]
+    spans = [(b[0].lineno, b[-1].end_lineno or b[-1].lineno) for b in blocks if b]  # type: ignore[attr-defined]  # a node of Python's tree with a position
     spots = [(ctx.position(p.node), len(ctx.source_of(p.node))) for p in settled]
     resolve = ctx.names.module_binding
     kernels = ctx.names.triton_kernels

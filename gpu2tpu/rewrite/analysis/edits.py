@@ -273,12 +273,12 @@ def merge_guards(
             if inner and stmt.leading_lines:
                 first = inner[0]
                 inner[0] = first.with_changes(
-                    leading_lines=[*stmt.leading_lines, *first.leading_lines]  # type: ignore[attr-defined]
+                    leading_lines=[*stmt.leading_lines, *first.leading_lines]  # type: ignore[attr-defined]  # statements of a block have leading_lines
                 )
             joined = list(previous.body.body)
             for line in inner:
                 if _is_synchronize(line) and joined and _is_synchronize(joined[-1]):
-                    if not line.leading_lines:  # type: ignore[attr-defined]
+                    if not line.leading_lines:  # type: ignore[attr-defined]  # statements of a block have leading_lines
                         continue
                 joined.append(line)
             out[-1] = previous.with_changes(body=previous.body.with_changes(body=joined))
@@ -351,7 +351,7 @@ def remove_line(rule: Rule, line: cst.SimpleStatementLine) -> None:
 
 
 def _removed(updated: cst.CSTNode) -> cst.CSTNode:
-    return cst.RemovalSentinel.REMOVE  # type: ignore[return-value]
+    return cst.RemovalSentinel.REMOVE  # type: ignore[return-value]  # libcst's transformer takes the sentinel for a node
 
 
 def _remove_lines(targets: list[tuple[str, int]], updated: cst.CSTNode) -> cst.CSTNode:
@@ -366,10 +366,10 @@ def _remove_lines(targets: list[tuple[str, int]], updated: cst.CSTNode) -> cst.C
         occurrence = seen[code]
         seen[code] += 1
         if (code, occurrence) in wanted:
-            carry.extend(stmt.leading_lines)  # type: ignore[attr-defined]
+            carry.extend(stmt.leading_lines)  # type: ignore[attr-defined]  # statements of a block have leading_lines
             continue
         if carry:
-            own = list(stmt.leading_lines)  # type: ignore[attr-defined]
+            own = list(stmt.leading_lines)  # type: ignore[attr-defined]  # statements of a block have leading_lines
             comments = [ln for ln in carry if ln.comment is not None]
             stmt = stmt.with_changes(leading_lines=[*comments, *own] if own else carry)
             carry = []
@@ -390,7 +390,7 @@ def drop_imported_names(names: frozenset[str]) -> Fix:
             return updated
         kept = [a for a in updated.names if (a.evaluated_alias or a.evaluated_name) not in names]
         if not kept:
-            return cst.RemovalSentinel.REMOVE  # type: ignore[return-value]
+            return cst.RemovalSentinel.REMOVE  # type: ignore[return-value]  # libcst's transformer takes the sentinel for a node
         if not isinstance(updated.names[-1].comma, cst.Comma) or not updated.rpar:
             kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return updated.with_changes(names=kept)

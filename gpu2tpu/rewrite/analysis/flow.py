@@ -421,7 +421,7 @@ class FlowFacts:
             in_for = isinstance(parent, cst.For) and child is parent.body
             in_while = isinstance(parent, cst.While) and child in (parent.body, parent.test)
             if in_for or in_while:
-                yield parent  # type: ignore[misc]
+                yield parent  # type: ignore[misc]  # a For or a While, tested above
 
     def training_loop(self, node: cst.CSTNode) -> Loop | None:
         """The innermost training loop that runs `node` every iteration, if any.
@@ -594,7 +594,7 @@ class FlowFacts:
                 exit_if = isinstance(s, cst.If) and s.orelse is None and _exits(s.body)
                 if exit_if and self.is_rank_test(cast(cst.If, s).test):
                     exits.append((i, s))
-            self._exits[key] = exits  # type: ignore[assignment]
+            self._exits[key] = exits  # type: ignore[assignment]  # the If statements found above
         if not self._exits[key]:
             return None
         index = next((i for i, s in enumerate(block.body) if s is stmt), -1)

@@ -142,7 +142,7 @@ def cuda_format_call(node: cst.CSTNode) -> cst.Call | None:
     """`"cuda:{}".format(i)`: a device string built with `str.format`."""
     if not (isinstance(node, cst.Call) and attribute_named(node.func, "format")):
         return None
-    receiver = node.func.value  # type: ignore[attr-defined]
+    receiver = node.func.value  # type: ignore[attr-defined]  # func is an Attribute, matched above
     value = string_value(receiver)
     if not isinstance(receiver, cst.SimpleString) or value not in ("cuda:{}", "cuda:{0}"):
         return None

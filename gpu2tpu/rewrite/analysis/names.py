@@ -277,7 +277,7 @@ class ModuleNames:
         if self._top is None:
             return self.imports.get(name, "torch" if name == "torch" else None)
         path = tuple(
-            n.name.value  # type: ignore[attr-defined]
+            n.name.value  # type: ignore[attr-defined]  # a def or class scope: it has a name
             for kind, n in reversed(scopes)
             if kind in ("def", "class")
         )
@@ -320,7 +320,7 @@ class ModuleNames:
         """A name bound to torch itself by an import in one of `scopes` (`import torch as th`
         in the enclosing function) that means torch there; None if there is none."""
         path = tuple(
-            n.name.value  # type: ignore[attr-defined]
+            n.name.value  # type: ignore[attr-defined]  # a def or class scope: it has a name
             for kind, n in reversed(scopes)
             if kind in ("def", "class")
         )
@@ -345,7 +345,7 @@ class ModuleNames:
         if self._top is None:
             return False
         path = tuple(
-            n.name.value  # type: ignore[attr-defined]
+            n.name.value  # type: ignore[attr-defined]  # a def or class scope: it has a name
             for kind, n in reversed(scopes)
             if kind in ("def", "class")
         )
@@ -475,7 +475,7 @@ def enclosing_scopes(ctx: RuleContext, node: cst.CSTNode) -> list[tuple[str, cst
     child = node
     while parent is not None:
         kind = _SCOPE_OF_TYPE.get(type(parent))
-        if kind == "comp" or (kind is not None and child is parent.body):  # type: ignore[attr-defined]
+        if kind == "comp" or (kind is not None and child is parent.body):  # type: ignore[attr-defined]  # a scope's node (def, class, lambda) has a body
             scopes.append((kind, parent))
         child, parent = parent, parents.get(id(parent))
     return scopes

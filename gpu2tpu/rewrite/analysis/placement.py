@@ -230,7 +230,7 @@ def device_line_blocked(tree: ast.Module | None, source: str) -> str | None:
             name = sets_cuda_start_env(stmt)
             if name is None:
                 continue
-            line = stmt.lineno  # type: ignore[attr-defined]
+            line = stmt.lineno  # type: ignore[attr-defined]  # a node of Python's tree with a position
             where = f"in `{path[-1]}()`" if path else "in a block"
             return (
                 f"`{name}` is set {where} at line {line}, after a module-level device line "

@@ -288,7 +288,7 @@ class ModuleValues:
         return True
 
     def _walk_all(self, nodes: object, scope: _Scope) -> None:
-        for node in nodes:  # type: ignore[attr-defined]
+        for node in nodes:  # type: ignore[attr-defined]  # a list of Python's nodes
             self._walk(node, scope)
 
     def _walk_target(self, target: ast.AST, scope: _Scope) -> None:
@@ -402,7 +402,7 @@ class ModuleValues:
             for value, scope, use in self._sinks:
                 for source in self._sources(value, scope, ints=use.what != "`device_type=`"):
                     node = self._nodes[source]
-                    key = (node.lineno, self._column(node))  # type: ignore[attr-defined]
+                    key = (node.lineno, self._column(node))  # type: ignore[attr-defined]  # a node of Python's tree with a position
                     self._reached.setdefault(key, []).append(use)
         return self._reached.get((line, column), [])
 
@@ -426,7 +426,7 @@ class ModuleValues:
         or tuple of them."""
         listed = isinstance(value, ast.Subscript)
         if listed:
-            value = value.value  # type: ignore[attr-defined]
+            value = value.value  # type: ignore[attr-defined]  # a Subscript, tested above
         if not isinstance(value, ast.Name):
             return False
         bindings = self._lookup(value.id, scope) or []
@@ -457,8 +457,8 @@ class ModuleValues:
         return frozenset(found)
 
     def _column(self, node: ast.AST) -> int:
-        text = self._lines[node.lineno - 1]  # type: ignore[attr-defined]
-        return len(text[: node.col_offset].decode("utf-8", "surrogatepass")) + 1  # type: ignore[attr-defined]
+        text = self._lines[node.lineno - 1]  # type: ignore[attr-defined]  # a node of Python's tree with a position
+        return len(text[: node.col_offset].decode("utf-8", "surrogatepass")) + 1  # type: ignore[attr-defined]  # a node of Python's tree with a position
 
     def _sources(
         self, expr: ast.AST, scope: _Scope, *, ints: bool, depth: int = 0
@@ -641,7 +641,7 @@ class ModuleValues:
         guarded = [
             b
             for b in bindings
-            if any(not widened(g.lineno, self._column(g)) for g in b.guards)  # type: ignore[attr-defined]
+            if any(not widened(g.lineno, self._column(g)) for g in b.guards)  # type: ignore[attr-defined]  # a node of Python's tree with a position
         ]
         if not guarded:
             return None
@@ -655,8 +655,8 @@ class ModuleValues:
         found = None
         for function in self._functions.values():
             node = function.node
-            if node.lineno <= line <= (node.end_lineno or 0):  # type: ignore[attr-defined]
-                if found is None or node.lineno >= found.node.lineno:  # type: ignore[attr-defined]
+            if node.lineno <= line <= (node.end_lineno or 0):  # type: ignore[attr-defined]  # a node of Python's tree with a position
+                if found is None or node.lineno >= found.node.lineno:  # type: ignore[attr-defined]  # a node of Python's tree with a position
                     found = function
         return found
 

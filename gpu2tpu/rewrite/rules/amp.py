@@ -644,7 +644,7 @@ class HalfMethod(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if node.args or not attribute_named(node.func, "half"):
             return
-        value = node.func.value  # type: ignore[attr-defined]
+        value = node.func.value  # type: ignore[attr-defined]  # func is an Attribute, matched above
         if isinstance(value, cst.Name | cst.Attribute) and qualified(self.ctx, value):
             return  # `<module>.half()` is not the tensor method
 

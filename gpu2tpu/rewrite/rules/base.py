@@ -257,7 +257,7 @@ class RuleContext:
             top = parent
         index = self._stmt_index.get(id(top))
         if index is None:
-            pos = self.lazy_metadata(PositionProvider)[node]  # type: ignore[index]
+            pos = self.lazy_metadata(PositionProvider)[node]  # type: ignore[index]  # the provider's mapping, typed object by lazy_metadata
             return pos.start.line, pos.start.column + 1
         if self._stmt_lines is None:
             self._stmt_lines = self._statement_first_lines()
@@ -351,7 +351,7 @@ class RuleContext:
                 self._spans = False
                 return None
             self._spans = spans
-        return self._spans  # type: ignore[return-value]
+        return self._spans  # type: ignore[return-value]  # a list here: False and None returned above
 
     def real_statement(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
         """A top-level statement of `module.body` as written (parsed now if libcst was given

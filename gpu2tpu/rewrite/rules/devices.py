@@ -54,9 +54,9 @@ from ..analysis.literals import (
 )
 from ..analysis.names import defines_attribute, is_store
 from ..analysis.ranks import device_index_names, spawn_counts
-from ..analysis.values import module_values
+from ..analysis.values import DeviceUse, module_values
 from ..model import Safety, Severity
-from .base import Rule
+from .base import Rule, RuleContext
 
 DEVICE_KWARGS = frozenset({"device", "map_location", "output_device"})
 # Calls that skip tests on a condition (pytest, unittest).
@@ -107,7 +107,7 @@ class CudaMethod(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if not is_call_to_attr(node, "cuda"):
             return
-        receiver = node.func.value  # type: ignore[attr-defined]
+        receiver = node.func.value  # type: ignore[attr-defined]  # func is an Attribute, matched above
         if isinstance(receiver, cst.Name | cst.Attribute) and self.qualified_names(receiver):
             return  # `<imported module or class>.cuda(...)`, not a tensor or module method
         message = self.message.format(call=self.short(node, 50))
@@ -235,7 +235,7 @@ class CudaDeviceString(Rule):
     )
     follows_devices = True  # `net.to(gpu_ids[0])` holds no token
 
-    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, ctx: RuleContext) -> None:
         super().__init__(ctx)
         # CUDA values written outside a device argument, and device arguments that are not
         # literals: where they go is decided once the traversal is done (analysis/values.py).
@@ -319,7 +319,7 @@ class CudaDeviceString(Rule):
             self.report(
                 value,
                 message,
-                fix=self.ctx.indexed_device,  # type: ignore[arg-type]
+                fix=self.ctx.indexed_device,  # type: ignore[arg-type]  # takes the ordinal node, returns a Call: a Fix
                 hint="use `torch.device(device.type, i)` (`cuda:i` on CUDA)",
                 uses_device=True,
             )
@@ -333,7 +333,7 @@ class CudaDeviceString(Rule):
             current = self.parent(current)
         return False
 
-    def _flow(self, literal: cst.CSTNode, uses: list) -> None:  # type: ignore[type-arg]
+    def _flow(self, literal: cst.CSTNode, uses: list[DeviceUse]) -> None:
         """A CUDA device value that reaches a device argument through a variable, an item,
         an attribute, a default or a return: it becomes the module's device type as a
         string, as the original was one (`"cuda"` on CUDA), keeping an index."""
@@ -607,7 +607,7 @@ class CudaDeviceIdiom(Rule):
     message = "`{idiom}` knows only CUDA and the CPU"
     hint = "use `torch.accelerator.current_accelerator(check_available=True)`"
 
-    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, ctx: RuleContext) -> None:
         super().__init__(ctx)
         self.depth = 0
 
@@ -877,7 +877,7 @@ class CudaIsAvailable(_CudaRuntimeCall):
     accel_name = "accelerator.is_available"
     decides_last = True  # what it guards is decided by the other rules first
 
-    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, ctx: RuleContext) -> None:
         super().__init__(ctx)
         self.candidates: list[cst.Call] = []
 
@@ -1002,7 +1002,7 @@ class CudaIsAvailable(_CudaRuntimeCall):
 
     def _device_value(self, value: cst.BaseExpression) -> bool:
         if _is_torch_device_call(self, value):
-            args = value.args  # type: ignore[attr-defined]
+            args = value.args  # type: ignore[attr-defined]  # a Call: _is_torch_device_call said so
             return len(args) == 1 and string_value(args[0].value) is not None
         return string_value(value) is not None
 
@@ -1173,7 +1173,7 @@ class TensorIsCuda(Rule):
     tokens = (b"is_cuda",)
     decides_last = True  # what its branch runs is decided by the other rules first
 
-    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, ctx: RuleContext) -> None:
         super().__init__(ctx)
         self.candidates: list[tuple[cst.Attribute, bool]] = []
 
@@ -1394,7 +1394,7 @@ class PinMemory(Rule):
         parent = self.parent(node)
         if isinstance(parent, cst.IfExp) and parent.body is node or self._guarded(node):
             return  # already guarded
-        receiver = node.func.value  # type: ignore[attr-defined]
+        receiver = node.func.value  # type: ignore[attr-defined]  # func is an Attribute, matched above
         if not isinstance(receiver, cst.Name | cst.Attribute):
             self.report(node)
             return

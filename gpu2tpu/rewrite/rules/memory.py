@@ -96,7 +96,7 @@ class _AcceleratorMemoryCall(Rule):
 
         if accelerator_known(ctx, node):
             # a branch around the call has found an accelerator: no guard, no fallback
-            self.report(node, message, fix=accelerator_call, uses_device=uses_device)  # type: ignore[arg-type]
+            self.report(node, message, fix=accelerator_call, uses_device=uses_device)  # type: ignore[arg-type]  # a fix of Calls only: it is reported at a Call
             return
         line = sole_statement(self, node)
         if line is not None and fallback == "None":

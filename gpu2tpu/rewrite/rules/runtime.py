@@ -318,7 +318,7 @@ class CudaEventTiming(Rule):
                     body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=now())],
                     trailing_whitespace=updated.trailing_whitespace,
                 )
-                return cst.FlattenSentinel([guarded_line(ctx, bare, sync), reading])  # type: ignore[return-value]
+                return cst.FlattenSentinel([guarded_line(ctx, bare, sync), reading])  # type: ignore[return-value]  # the transformer splices the lines where this one was
 
             ctx.add_fix(line, record)
         for line in plan.syncs:
@@ -390,10 +390,10 @@ class CudaStream(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if not attribute_named(node.func, "wait_stream", "record_stream"):
             return
-        value = node.func.value  # type: ignore[attr-defined]
+        value = node.func.value  # type: ignore[attr-defined]  # func is an Attribute, matched above
         if isinstance(value, cst.Name | cst.Attribute) and qualified(self.ctx, value):
             return
-        self.report(node, self.message.format(value=f".{node.func.attr.value}()"))  # type: ignore[attr-defined]
+        self.report(node, self.message.format(value=f".{node.func.attr.value}()"))  # type: ignore[attr-defined]  # func is an Attribute, matched above
 
 
 class CudaNvtxRange(Rule):
@@ -562,8 +562,8 @@ class CudaDeviceProperties(Rule):
             elif DISPLAY_FALLBACK[name] is None:
                 other = ctx.device_type()
             else:
-                other = cst.parse_expression(DISPLAY_FALLBACK[name])  # type: ignore[arg-type]
-            expr = cst.IfExp(test=on_cuda, body=updated, orelse=other)  # type: ignore[arg-type]
+                other = cst.parse_expression(DISPLAY_FALLBACK[name])  # type: ignore[arg-type]  # not None on this branch
+            expr = cst.IfExp(test=on_cuda, body=updated, orelse=other)  # type: ignore[arg-type]  # the fixed node is an expression (a call)
             return parenthesized(expr, parens)
 
         hint = (
