@@ -55,7 +55,8 @@ def test_a_visit_annotated_to_return_bool_is_refused() -> None:
         return True
 
     with pytest.raises(TypeError, match="returns a value"):
-        _define(visit_Call=visit_Call)
+        _define(visit_Call=visit_Call, code="G2T998")
+    assert "G2T998" not in REGISTRY  # refused before it registered
 
 
 def test_plain_hooks_are_accepted_and_registered_by_code(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -761,8 +761,8 @@ class Rule(BaseRule, cst.BatchableCSTVisitor):
     follows_devices: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
+        check_hooks(cls)  # before it registers: a refused rule leaves no code behind
         super().__init_subclass__(**kwargs)
-        check_hooks(cls)
 
     def __init__(self, ctx: RuleContext) -> None:
         super().__init__()
