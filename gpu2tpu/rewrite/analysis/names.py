@@ -537,6 +537,11 @@ def matches(ctx: RuleContext, node: cst.CSTNode, *names: str) -> str | None:
     return name if name in names else None
 
 
+def is_torch_device_call(ctx: RuleContext, node: cst.CSTNode) -> bool:
+    """`torch.device(...)`, through whatever name torch has where it is called."""
+    return isinstance(node, cst.Call) and bool(matches(ctx, node, "torch.device"))
+
+
 def is_reference_end(ctx: RuleContext, node: cst.CSTNode) -> bool:
     """True for the whole of a dotted name that is read: not a prefix of a longer one (`a.b` in
     `a.b.c`), not an attribute's own name (`b` in `a.b`), not a keyword, parameter, definition
