@@ -52,7 +52,13 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]
+def __dir__() -> list[str]:
+    """The public names, for tab completion: the lazy ones are not in the module's namespace
+    until first used, so the default `dir()` would hide them."""
+    return sorted(__all__)
+
+
+def load_ipython_extension(ipython):
     """`%load_ext gpu2tpu`; without torch or ipywidgets, one line says what to install."""
     from ._extras import MissingExtraError, require
 
@@ -67,7 +73,7 @@ def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]
     load(ipython)
 
 
-def unload_ipython_extension(ipython):  # type: ignore[no-untyped-def]
+def unload_ipython_extension(ipython):
     """`%unload_ext gpu2tpu`: removes every hook the extension added."""
     from .magics import unload_ipython_extension as unload
 

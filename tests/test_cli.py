@@ -198,9 +198,9 @@ def test_every_rule_code_and_name_is_taken_once() -> None:
     """A code names one rule: `--ignore`, `noqa` and the docs' anchors depend on it."""
     from collections import Counter
 
-    from gpu2tpu.rewrite.rules_doc import documented_rules
+    from gpu2tpu.rewrite.rules.base import all_rules
 
-    rules = documented_rules()
+    rules = all_rules()
     codes = Counter(r.code for r in rules)
     names = Counter(r.name for r in rules)
     assert [c for c, n in codes.items() if n > 1] == []

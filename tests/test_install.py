@@ -21,6 +21,7 @@ import shlex
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,12 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     [built] = out.glob("gpu2tpu-*.whl")
     return built
+
+
+def test_the_wheel_ships_py_typed(wheel: Path) -> None:
+    """PEP 561: without the marker, a user's type checker ignores gpu2tpu's annotations."""
+    with zipfile.ZipFile(wheel) as built:
+        assert "gpu2tpu/py.typed" in built.namelist()
 
 
 def _run(cmd: list[str], cwd: Path, timeout: int = 1800) -> subprocess.CompletedProcess:

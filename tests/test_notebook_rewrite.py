@@ -16,16 +16,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from IPython.core.inputtransformer2 import TransformerManager
 
-from gpu2tpu.rewrite.ipython_syntax import mask, split_lines
+from gpu2tpu.rewrite.analysis.lines import python_lines
+from gpu2tpu.rewrite.ipython_syntax import mask
 from gpu2tpu.rewrite.model import Options, Safety
 from gpu2tpu.rewrite.notebook import (
-    NOTEBOOK_RULES,
     NotebookError,
     NotebookResult,
     local_module_findings,
     notebook_diff,
     rewrite_notebook,
 )
+from gpu2tpu.rewrite.rules.base import NotebookRule, all_rules, rules_for
 from gpu2tpu.rewrite.source import SourceError, rewrite_source
 
 SETUP = "import torch\nt = torch.zeros(2)"
@@ -301,8 +302,8 @@ def test_ipython_syntax_is_kept_and_the_python_around_it_rewritten(case: str) ->
     assert not result.cell_errors
     new = code_sources(result.new_text)[1]
     assert "t.cuda()" not in new and "x.cuda()" not in new
-    expected = [line.replace(".cuda()", ".to(device)") for line in split_lines(src)]
-    got = split_lines(new)
+    expected = [line.replace(".cuda()", ".to(device)") for line in python_lines(src)]
+    got = python_lines(new)
     assert subsequence(expected, got), f"{case}: IPython lines changed:\n{new}"
     assert len(got) > len(expected), "the device definition is missing"
     ast.parse(TransformerManager().transform_cell(new))  # still valid IPython
@@ -349,7 +350,7 @@ def test_mask_and_unmask_are_exact_and_line_for_line() -> None:
     src = src.replace("\n", "\r\n", 3)
     masked = mask(src)
     cst.parse_module(masked.text)
-    assert len(split_lines(masked.text)) == len(split_lines(src))
+    assert len(python_lines(masked.text)) == len(python_lines(src))
     assert masked.unmask(masked.text) == src
     kinds = {e.kind for e in masked.escapes}
     assert kinds == {"line_magic", "shell", "shell_capture", "help", "autocall"}
@@ -556,8 +557,11 @@ def test_notebook_rules_follow_options_and_are_documented() -> None:
     assert {f.finding.code for f in rewrite(text).findings} == {"G2T510", "G2T511"}
     assert rewrite(text, ignore=("G2T51",)).findings == ()
     assert {f.finding.code for f in rewrite(text, select=("G2T511",)).findings} == {"G2T511"}
-    for rule in NOTEBOOK_RULES.values():
-        assert "Why:" in rule.doc and "Example:" in rule.doc
+    checks = [r for r in all_rules() if issubclass(r, NotebookRule)]
+    assert [r.code for r in checks] == ["G2T510", "G2T511", "G2T512", "G2T513", "G2T519"]
+    assert not any(issubclass(r, NotebookRule) for r in rules_for(Options()))  # no hooks to run
+    for rule in checks:
+        assert "Why:" in (rule.__doc__ or "") and "Example:" in (rule.__doc__ or "")
 
 
 # -- runtime metadata -------------------------------------------------------------------------

@@ -32,6 +32,17 @@ def test_the_top_level_names() -> None:
         assert getattr(gpu2tpu, name) is not None
 
 
+def test_tab_completion_shows_the_public_names_before_they_load() -> None:
+    """IPython completes `gpu2tpu.<tab>` from `dir()`; the lazy names are not in the module's
+    namespace until first used, so a fresh interpreter checks it (this one loaded them)."""
+    code = "import gpu2tpu, sys; print(' '.join(dir(gpu2tpu))); print('torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    assert out[0].split() == sorted(gpu2tpu.__all__)
+    assert out[1] == "False"  # listing the names imports nothing
+
+
 @pytest.mark.parametrize(
     ("name", "parameters"),
     [

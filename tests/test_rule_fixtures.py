@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpu2tpu.rewrite.model import Options
-from gpu2tpu.rewrite.rules.base import all_rules
+from gpu2tpu.rewrite.rules.base import Rule, all_rules
 from gpu2tpu.rewrite.source import rewrite_source
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rules"
@@ -69,10 +69,13 @@ def test_fixture(case: Path) -> None:
 def test_every_rule_has_a_fixture_and_docs() -> None:
     codes_with_fixture = {p.name.split("_")[0] for p in CASES}
     for rule in all_rules():
-        assert rule.code in codes_with_fixture, f"{rule.code} has no fixture"
+        # the notebook checks (no Python to visit) are tested in test_notebook_rewrite.py
+        if issubclass(rule, Rule):
+            assert rule.code in codes_with_fixture, f"{rule.code} has no fixture"
+            assert rule.message, f"{rule.code} has no message"
         doc = rule.__doc__ or ""
         assert "Why:" in doc and "Example:" in doc, f"{rule.code} docs lack Why/Example"
-        assert rule.name and rule.message
+        assert rule.name
 
 
 def test_fixtures_import_nothing_from_gpu2tpu() -> None:
@@ -96,6 +99,8 @@ def test_rule_modules_import_only_the_analysis_layer_and_the_base() -> None:
                     continue
                 if path.name == "base.py" and target == "..":
                     continue  # the registry loads the rule modules by package
+                if path.name == "base.py" and target == "..cst_internals":
+                    continue  # the framework places findings with libcst's layout
                 raise AssertionError(f"{path.name} imports {target}: only {sorted(allowed)}")
 
 

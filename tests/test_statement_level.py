@@ -383,10 +383,11 @@ def test_a_held_definition_binds_as_the_whole_would(path: Path) -> None:
     whole statement."""
     import libcst as cst
 
-    from gpu2tpu.rewrite.source import _LINES, _binding_header
+    from gpu2tpu.rewrite.analysis.lines import python_lines
+    from gpu2tpu.rewrite.source import _binding_header
 
     text = path.read_text(encoding="utf-8")
-    lines = _LINES.findall(text)
+    lines = python_lines(text)
     blank = cst.Module([])
     compared = 0
     for group in statements.groups(ast.parse(text)):

@@ -435,7 +435,7 @@ def accelerator_answers(
                 patched.append((module, name, real))
                 setattr(module, name, _routed(real, ours))
     patched.append((accel, "synchronize", accel.synchronize))
-    accel.synchronize = accel_synchronize  # type: ignore[assignment]
+    accel.synchronize = accel_synchronize
     try:
         yield
     finally:

@@ -129,11 +129,11 @@ class XLABackend(Backend):
         real_inference_mode = torch.inference_mode
         with super().activate() as dev:
             handle = register_optimizer_step_post_hook(step_boundary)
-            torch.inference_mode = _inference_as_no_grad(real_inference_mode)  # type: ignore[misc,assignment]
+            torch.inference_mode = _inference_as_no_grad(real_inference_mode)
             try:
                 yield dev
             finally:
-                torch.inference_mode = real_inference_mode  # type: ignore[misc]
+                torch.inference_mode = real_inference_mode
                 handle.remove()
 
     def memory(self) -> MemoryInfo | None:

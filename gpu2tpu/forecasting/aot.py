@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     import torch
@@ -187,11 +187,11 @@ def _quiet_tpu_env() -> Iterator[None]:
     try:
         yield
     finally:
-        for key, value in saved.items():
-            if value is None:
+        for key, old in saved.items():
+            if old is None:
                 os.environ.pop(key, None)
             else:
-                os.environ[key] = value
+                os.environ[key] = old
 
 
 # -- topologies ---------------------------------------------------------------------------------
@@ -295,7 +295,7 @@ def topology_for(target: str, chips: int = 1) -> Topology:
         shape = _power_of_two_shape(chips, family.dims)
     bounds = tuple(min(s, b) for s, b in zip((*shape, 1, 1)[:3], family.host_bounds, strict=True))
     name = f"{family.prefix}:{'x'.join(str(s) for s in shape)}"
-    return Topology(key, name, shape, family.chip_config, bounds)  # type: ignore[arg-type]
+    return Topology(key, name, shape, family.chip_config, bounds)  # type: ignore[arg-type]  # three bounds: zip over three
 
 
 @cache
@@ -403,6 +403,7 @@ def split_batch(example_batch: Any) -> BatchLayout:
             "model(inputs) and the loss as loss_fn(output, targets)."
         )
     inputs, targets = example_batch
+    args: tuple[Any, ...]
     if isinstance(inputs, Mapping):
         args, kwargs = (), dict(inputs)
     elif isinstance(inputs, tuple | list):
@@ -800,7 +801,7 @@ class CompileOutcome:
         parts = (self.argument_bytes, self.output_bytes, self.alias_bytes, self.temp_bytes)
         if any(p is None for p in parts):
             return None
-        arg, out, alias, temp = parts  # type: ignore[misc]
+        arg, out, alias, temp = cast(tuple[int, int, int, int], parts)  # none is None (above)
         return float(arg + out - alias + temp)
 
     def to_dict(self) -> dict[str, Any]:

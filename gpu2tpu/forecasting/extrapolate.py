@@ -133,7 +133,7 @@ def with_checkpointed_blocks(model: torch.nn.Module, stack: BlockStack) -> torch
         if block is None:
             continue
         clone = _copy_module(block)
-        clone.forward = _checkpointed(type(block).forward.__get__(clone))  # type: ignore[method-assign]
+        clone.forward = _checkpointed(type(block).forward.__get__(clone))
         blocks._modules[name] = clone
     parent._modules[parts[-1]] = blocks
     return root
@@ -242,7 +242,7 @@ def _copy_module(module: torch.nn.Module) -> torch.nn.Module:
     return clone
 
 
-def _structure(block: torch.nn.Module) -> tuple:
+def _structure(block: torch.nn.Module) -> tuple[object, ...]:
     """What makes two blocks the same program: module types, settings shown by extra_repr,
     and parameter and buffer names, shapes, dtypes (and whether they train)."""
     modules = tuple(
@@ -257,9 +257,9 @@ def _structure(block: torch.nn.Module) -> tuple:
     return modules, params, buffers
 
 
-def _settings(block: torch.nn.Module) -> tuple:
+def _settings(block: torch.nn.Module) -> tuple[tuple[str, object], ...]:
     """Plain attributes of the block and its submodules (is_sliding, window, layer_idx...)."""
-    items = []
+    items: list[tuple[str, object]] = []
     for name, module in block.named_modules():
         for key, value in sorted(vars(module).items()):
             if key.startswith("_") or key == "training" or not isinstance(value, _PLAIN):
@@ -268,7 +268,7 @@ def _settings(block: torch.nn.Module) -> tuple:
     return tuple(items)
 
 
-def _period(settings: list[tuple]) -> int | None:
+def _period(settings: list[tuple[tuple[str, object], ...]]) -> int | None:
     """The smallest p with settings[i] == settings[i + p], ignoring per-block indices.
 
     A setting whose value differs in every block is an index, not a pattern; None when the

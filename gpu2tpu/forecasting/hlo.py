@@ -338,6 +338,7 @@ def trip_count(
     if start is None or not step:
         return None
     span = limit - start
+    trips: float | None
     if direction_text == "LT":
         trips = math.ceil(span / step)
     elif direction_text == "LE":

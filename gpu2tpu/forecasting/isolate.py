@@ -220,15 +220,16 @@ def run_streaming_many(
     failure: tuple[Any, str] | None = None
     try:
         while pending and failure is None:
-            ready = multiprocessing.connection.wait(list(pending), timeout=idle_seconds)
+            # the pipes' receiving ends, as given (wait() is typed for sockets and ints too)
+            ready: list[Any] = multiprocessing.connection.wait(list(pending), timeout=idle_seconds)
             if not ready:
                 if on_idle is not None:
                     on_idle()
                 continue
-            for receive in ready:
-                index = pending[receive]
+            for conn in ready:
+                index = pending[conn]
                 try:
-                    status, value, text = receive.recv()  # type: ignore[union-attr]
+                    status, value, text = conn.recv()
                 except EOFError:
                     code = started[index][1].exitcode
                     failure = (
@@ -243,7 +244,7 @@ def run_streaming_many(
                     if on_event is not None:
                         on_event(value)
                     continue
-                del pending[receive]
+                del pending[conn]
                 if status == "error":
                     failure = (value, text)
                     break

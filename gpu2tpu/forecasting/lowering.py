@@ -130,7 +130,7 @@ def _checkpoints_as_remat(env: Any, record: TraceRecord) -> Iterator[None]:
         record.remat_calls += 1
         return _rematerialised(env, function, args, kwargs)
 
-    inner.__dynamo_disable = remat  # type: ignore[attr-defined]
+    inner.__dynamo_disable = remat
     try:
         yield
     finally:

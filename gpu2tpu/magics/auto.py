@@ -23,7 +23,7 @@ import re
 import sys
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .cells import (
     PreparedCell,
@@ -169,7 +169,7 @@ class AutoMode:
         self._pending = _Pending(number, text, result)  # its problems are said when it runs
         return result.new_source.splitlines(keepends=True)
 
-    rewrite_lines.has_side_effects = True  # type: ignore[attr-defined]  (check_complete skips it)
+    rewrite_lines.has_side_effects = True  # type: ignore[attr-defined]  # IPython reads it: check_complete skips it
 
     def capture_python(self, lines: list[str]) -> list[str]:
         """IPython post-transformer: remember the Python the cell became (it runs as is)."""
@@ -196,7 +196,9 @@ class AutoMode:
             to_cell = cell_map(pending.written, rewritten, pending.python, top)
             if to_cell is None:
                 ast.increment_lineno(tree, top)
-            remap_positions(tree, to_cell, pending.python.splitlines(), raw.splitlines(), top)
+            remap_positions(
+                cast(ast.Module, tree), to_cell, pending.python.splitlines(), raw.splitlines(), top
+            )
             linecache.cache[filename] = (len(raw), None, raw.splitlines(keepends=True), filename)
         say(replace_stale_devices(shell.user_ns, pending.python, self.backend))
         self.runner.remember(
@@ -269,9 +271,9 @@ class AutoMode:
                     show_user_frames(error, shell)
             return original(exc_tuple, *args, **kwargs)
 
-        showtraceback.gpu2tpu_original = original  # type: ignore[attr-defined]
+        showtraceback.gpu2tpu_original = original  # type: ignore[attr-defined]  # kept on the wrapper, for unload to restore
         self._showtraceback = showtraceback
-        self.shell.showtraceback = showtraceback  # type: ignore[method-assign]
+        self.shell.showtraceback = showtraceback
 
     def _unwrap_showtraceback(self) -> None:
         wrapper, self._showtraceback = self._showtraceback, None

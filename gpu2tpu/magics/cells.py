@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType, ModuleType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -79,11 +79,10 @@ def line_map(old: Sequence[str], new: Sequence[str]) -> list[int]:
     out: list[int] = []
     following: int | None = None
     for j in range(len(new) - 1, -1, -1):  # unmapped lines take the next mapped line's
-        if mapped[j] is not None:
-            following = mapped[j]
-        out.append(
-            mapped[j] if mapped[j] is not None else (following if following is not None else -1)
-        )
+        here = mapped[j]
+        if here is not None:
+            following = here
+        out.append(here if here is not None else (following if following is not None else -1))
     out.reverse()
     previous = 0
     for j, i in enumerate(out):  # at the end: the last mapped line's
@@ -135,7 +134,7 @@ def _opcodes(old: Sequence[str], new: Sequence[str]) -> list[tuple[str, int, int
         if found is None:
             if len(old) - i > _RESYNC and len(new) - j > _RESYNC:
                 matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
-                return matcher.get_opcodes()
+                return cast(list[tuple[str, int, int, int, int]], matcher.get_opcodes())
             break
         a, b = found
         out.append(("replace" if a and b else ("insert" if b else "delete"), i, i + a, j, j + b))
@@ -249,23 +248,23 @@ def remap_positions(
             if lineno is None:
                 continue
             py_start = lineno - shift
-            py_end = (node.end_lineno or lineno) - shift  # type: ignore[attr-defined]
+            py_end = (node.end_lineno or lineno) - shift  # type: ignore[attr-defined]  # a node of Python's tree with a position
             if to_cell is not None:
                 start = lines[min(max(py_start, 1), last) - 1]
-                node.lineno = start  # type: ignore[attr-defined]
-                node.end_lineno = max(lines[min(max(py_end, 1), last) - 1], start)  # type: ignore[attr-defined]
+                node.lineno = start  # type: ignore[attr-defined]  # a node of Python's tree with a position
+                node.end_lineno = max(lines[min(max(py_end, 1), last) - 1], start)  # type: ignore[attr-defined]  # a node of Python's tree with a position
             start_cols = columns.get(py_start)
             end_cols = columns.get(py_end)
             if start_cols is not None:
-                node.col_offset = start_cols[0]  # type: ignore[attr-defined]
-            if end_cols is not None and node.end_col_offset is not None:  # type: ignore[attr-defined]
-                node.end_col_offset = end_cols[1]  # type: ignore[attr-defined]
+                node.col_offset = start_cols[0]  # type: ignore[attr-defined]  # a node of Python's tree with a position
+            if end_cols is not None and node.end_col_offset is not None:  # type: ignore[attr-defined]  # a node of Python's tree with a position
+                node.end_col_offset = end_cols[1]  # type: ignore[attr-defined]  # a node of Python's tree with a position
             if (
-                node.end_col_offset is not None  # type: ignore[attr-defined]
-                and node.end_lineno == node.lineno  # type: ignore[attr-defined]
-                and node.end_col_offset < node.col_offset  # type: ignore[attr-defined]
+                node.end_col_offset is not None  # type: ignore[attr-defined]  # a node of Python's tree with a position
+                and node.end_lineno == node.lineno  # type: ignore[attr-defined]  # a node of Python's tree with a position
+                and node.end_col_offset < node.col_offset  # type: ignore[attr-defined]  # a node of Python's tree with a position
             ):
-                node.end_col_offset = node.col_offset  # type: ignore[attr-defined]
+                node.end_col_offset = node.col_offset  # type: ignore[attr-defined]  # a node of Python's tree with a position
 
 
 # -- syntax errors that look like IPython's own ----------------------------------------------------
@@ -552,9 +551,9 @@ def add_notes(
                 error.add_note(note)
     if backend is not None:
         source = innermost[0].rewritten if innermost is not None else None
-        note = backend.explain_failure(error, source)
-        if note and note not in notes:
-            error.add_note(note)
+        explained = backend.explain_failure(error, source)
+        if explained and explained not in notes:
+            error.add_note(explained)
 
 
 def diff_text(written: str, rewritten: str, label: str, backend: str) -> str:
@@ -604,7 +603,7 @@ def show_user_frames(error: BaseException, shell: InteractiveShell) -> None:
         return formatter.structured_traceback(type(error), error, full, tb_offset=1)
 
     with contextlib.suppress(AttributeError, TypeError):  # a type that takes no attributes
-        error._render_traceback_ = render  # type: ignore[attr-defined]
+        error._render_traceback_ = render  # type: ignore[attr-defined]  # IPython reads _render_traceback_ off the exception
 
 
 def user_frames(tb: TracebackType | None, shell: Any) -> tuple[TracebackType | None, list[str]]:

@@ -15,7 +15,7 @@ import ast
 import functools
 import sys
 from collections.abc import Callable
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from IPython.core import magic_arguments
@@ -525,15 +525,15 @@ class TPUMagics(Magics):
         run()  # the cell runs once; the forecast reads what it left in the namespace
         namespace = self.shell.user_ns
         self._check_forecast_optimizer(prepared, namespace)
-        result = forecast_cell(
+        predicted = forecast_cell(
             namespace,
             targets=list(plan.forecast),
             backend=backend,
             source=prepared.rewritten,
             **plan.forecast_options,
         )
-        self.forecasts.remember(namespace.get("model"), result, prepared.number)
-        return result
+        self.forecasts.remember(namespace.get("model"), predicted, prepared.number)
+        return predicted
 
     def _say_forecast_inputs(self, prepared: PreparedCell) -> None:
         """The forecast reads `model`, `batch` and, if they exist, `optimizer`, `loss_fn`,
@@ -710,7 +710,7 @@ def _cell_magic_depth() -> int:
 
     target = InteractiveShell.run_cell_magic.__code__
     depth = 0
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code is target:
             depth += 1

@@ -66,7 +66,7 @@ def _make_traffic_mode(reads: HostReads) -> Any:
             super().__init__()
             self.bytes = 0
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             reads.op_read(op_info(func), args, kwargs)
@@ -83,7 +83,7 @@ def _make_sync_mode(reads: HostReads) -> Any:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class SyncMode(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             reads.op_read(op_info(func), args, kwargs)
@@ -144,7 +144,7 @@ class StepCounter:
             raise
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:  # type: ignore[no-untyped-def]
+    def __exit__(self, exc_type, exc, tb) -> None:
         if self._done:
             return
         self._done = True
@@ -205,7 +205,7 @@ class HostSyncCounter:
             raise
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:  # type: ignore[no-untyped-def]
+    def __exit__(self, exc_type, exc, tb) -> None:
         try:
             self._mode.__exit__(exc_type, exc, tb)
         finally:

@@ -675,7 +675,7 @@ def cost_run(record: RunRecord, costing: Costing, context: RunContext) -> Profil
         "efficiency": efficiency,
         "measured_device": chip.key,
     }
-    common = {
+    common: dict[str, Any] = {
         "token_budget": costing.token_budget,
         "price": costing.price,
         "samples_per_step": costing.samples_per_step,

@@ -19,7 +19,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .records import (
     DEFAULT_TARGETS,
@@ -523,7 +523,7 @@ class Profiler:
         except Exception as exc:  # counting is best-effort
             self._notes.append(f"FLOPs were not counted ({type(exc).__name__}: {exc}).")
 
-    def __exit__(self, exc_type, exc, tb) -> bool:  # type: ignore[no-untyped-def]
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         self._active = False
         if self._counter is not None:
             counter, self._counter = self._counter, None

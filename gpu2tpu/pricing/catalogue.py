@@ -13,7 +13,7 @@ import json
 import math
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
@@ -333,7 +333,7 @@ class HardwareCatalogue:
     def __contains__(self, key_or_name: object) -> bool:
         return isinstance(key_or_name, str) and self.find(key_or_name) is not None
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Chip]:
         return iter(self._chips.values())
 
     def __len__(self) -> int:
@@ -345,7 +345,9 @@ class HardwareCatalogue:
             raise ValueError(f"chip kind must be one of {', '.join(CHIP_KINDS)}, not {kind!r}.")
         return [c for c in self._chips.values() if kind is None or c.kind == kind]
 
-    def prices_used(self, keys: list[str] | None = None, column: str = "on_demand") -> dict:
+    def prices_used(
+        self, keys: list[str] | None = None, column: str = "on_demand"
+    ) -> dict[str, Any]:
         """What a view must show about prices: the column, per-chip dates and any overrides."""
         chosen = [self.get(k) for k in keys] if keys is not None else list(self._chips.values())
         dates = {c.key: c.as_of for c in chosen}

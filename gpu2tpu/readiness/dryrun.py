@@ -510,7 +510,7 @@ class DryRunDetector(TorchDispatchMode):
 
     # -- the dispatch hook -----------------------------------------------------------------------
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         reads = self._reads
         if reads.quiet:
@@ -854,7 +854,7 @@ def dry_run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> DryRunReport:
         with detector:
             result = fn(*args, **kwargs)
     except BaseException as err:
-        err.dry_run_report = detector.report(err)  # type: ignore[attr-defined]
+        err.dry_run_report = detector.report(err)  # type: ignore[attr-defined]  # the report rides on the user's exception
         raise
     report = detector.report()
     report.result = result

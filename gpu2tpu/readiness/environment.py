@@ -189,7 +189,7 @@ def _count(directory: Path, pattern: str) -> int:
 
 def _gpu_names(root: Path) -> list[str]:
     """Models from /proc/driver/nvidia/gpus/*/information ('Model: NVIDIA H100 80GB HBM3')."""
-    names = []
+    names: list[str] = []
     gpus = root / "proc" / "driver" / "nvidia" / "gpus"
     try:
         entries = sorted(gpus.iterdir())

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
@@ -587,7 +588,8 @@ class TorchXLATable:
         from ..backends.base import package_version
 
         has = torch._C._dispatch_has_kernel_for_dispatch_key
-        lowered, missing = set(), set()
+        lowered: set[str] = set()
+        missing: set[str] = set()
         for name in torch._C._dispatch_get_all_op_names():
             if not name.startswith("aten::"):
                 continue
@@ -671,7 +673,7 @@ class TorchXLATable:
 def shipped_torch_xla_table(path: Path = TORCH_XLA_TABLE) -> TorchXLATable:
     """The PyTorch/XLA table shipped with gpu2tpu (generated from torch_xla's dispatcher)."""
     if "torch_xla" in _CACHE:
-        return _CACHE["torch_xla"]  # type: ignore[return-value]
+        return _CACHE["torch_xla"]
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as err:
@@ -680,7 +682,7 @@ def shipped_torch_xla_table(path: Path = TORCH_XLA_TABLE) -> TorchXLATable:
             "scripts/regenerate_op_table.py --torch-xla"
         ) from err
     table = TorchXLATable.from_dict(data)
-    _CACHE["torch_xla"] = table  # type: ignore[assignment]
+    _CACHE["torch_xla"] = table
     return table
 
 
@@ -897,14 +899,14 @@ class OpRecorder(TorchDispatchMode):
         return self.in_backward - self.in_forward
 
     def _user_line(self) -> int | None:
-        frame = sys._getframe(2)
+        frame: FrameType | None = sys._getframe(2)
         while frame is not None:
             if frame.f_code.co_filename in self.filenames:
                 return frame.f_lineno
             frame = frame.f_back
         return None
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = self._names.get(func)
         if name is None:
             name = self._names[func] = _overload_name(func)
@@ -939,7 +941,7 @@ def coverage_of_run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Covera
         with recorder:
             result = fn(*args, **kwargs)
     except BaseException as err:
-        err.op_coverage_report = _report(recorder, filename)  # type: ignore[attr-defined]
+        err.op_coverage_report = _report(recorder, filename)  # type: ignore[attr-defined]  # the report rides on the user's exception
         raise
     report = _report(recorder, filename)
     report.result = result

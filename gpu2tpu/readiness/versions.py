@@ -201,7 +201,7 @@ def read_installed(
             name=canonicalize_name(meta["Name"] or name),
             version=dist.version,
             requires=tuple(dist.requires or ()),
-            requires_python=meta.get("Requires-Python"),
+            requires_python=meta.get("Requires-Python"),  # type: ignore[attr-defined]  # an email Message at run time; typeshed lists only a protocol
         )
     return found
 

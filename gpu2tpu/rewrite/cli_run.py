@@ -9,7 +9,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from .config import ConfigError, Overrides, ProjectConfigs, unknown_codes
 from .discovery import SOURCE_SUFFIXES, is_force_excluded
@@ -24,6 +24,10 @@ from .report import (
     print_summary,
 )
 from .report_output import render_report, write_report
+
+if TYPE_CHECKING:
+    from .model import Result
+    from .notebook import NotebookResult
 
 
 class UsageError(ValueError):
@@ -193,7 +197,7 @@ def _pass_file_names_through(stream: TextIO) -> None:
     if getattr(stream, "errors", None) != "strict":
         return
     with contextlib.suppress(AttributeError, ValueError, OSError):
-        stream.reconfigure(errors="surrogateescape")  # type: ignore[attr-defined]
+        stream.reconfigure(errors="surrogateescape")  # type: ignore[attr-defined]  # a standard stream: TextIOWrapper has it
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -332,6 +336,7 @@ def _stdin_outcome(
     if mode is Mode.CHECK:
         options = dataclasses.replace(options, fix=False)
     notebook = name.endswith(".ipynb")
+    result: Result | NotebookResult
     try:
         if notebook:
             from .notebook import NotebookError, notebook_diff, rewrite_notebook

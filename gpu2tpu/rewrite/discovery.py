@@ -186,7 +186,7 @@ class _Ignore:
     any: re.Pattern[str]
 
     @classmethod
-    def of(cls, base: str, patterns: list) -> _Ignore | None:  # type: ignore[type-arg]
+    def of(cls, base: str, patterns: list[Any]) -> _Ignore | None:  # pathspec's pattern objects
         from pathspec import GitIgnoreSpec
 
         regexes = [

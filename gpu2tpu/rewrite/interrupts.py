@@ -58,7 +58,7 @@ class Flag:
             return
         with contextlib.suppress(ValueError):
             signal.set_wakeup_fd(self._wakeup)
-            signal.signal(signal.SIGINT, self._previous)  # type: ignore[arg-type]
+            signal.signal(signal.SIGINT, self._previous)  # type: ignore[arg-type]  # what signal.getsignal gave: a handler Python set
         for sock in self._sockets:
             sock.close()
         self._sockets = None

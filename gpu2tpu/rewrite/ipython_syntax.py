@@ -24,7 +24,12 @@ import ast
 import re
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from .analysis.lines import python_lines
+
+if TYPE_CHECKING:
+    from IPython.core.inputtransformer2 import TokenTransformBase
 
 
 class IPythonMissing(ValueError):
@@ -38,7 +43,7 @@ class _LazyInputTransformer:
 
     _module: ModuleType | None = None
 
-    def __getattr__(self, name: str) -> object:
+    def __getattr__(self, name: str) -> Any:
         if self._module is None:
             try:
                 from IPython.core import inputtransformer2
@@ -73,7 +78,6 @@ _NEWLINE = re.compile(r"\r\n|\r|\n")
 # Every piece of IPython syntax holds one of these: `%` (magics), `!` (shell), `?` (help),
 # or starts a line with an autocall escape (`/`, `,`, `;`). A cell without any is Python.
 _SPECIAL = re.compile(r"[%!?]|^[ \t]*[/,;]", re.MULTILINE)
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
 
 class MaskError(ValueError):
@@ -83,15 +87,6 @@ class MaskError(ValueError):
         super().__init__(reason)
         self.reason = reason
         self.line = line
-
-
-def split_lines(text: str) -> list[str]:
-    """Physical lines with their endings, split only where Python's tokenizer splits.
-
-    `str.splitlines` also splits at form feeds and other separators that Python treats as
-    whitespace inside a line, which would break the one-line-in, one-line-out mapping.
-    """
-    return _LINE.findall(text)
 
 
 def line_ending(line: str) -> str:
@@ -117,7 +112,7 @@ class CellMagic:
 
 def split_cell_magic(source: str) -> CellMagic | None:
     """The cell magic of a cell, if it has one (IPython's rule: the first non-blank line)."""
-    lines = split_lines(source)
+    lines = python_lines(source)
     i = next((n for n, line in enumerate(lines) if line.strip()), None)
     if i is None:
         return None
@@ -179,7 +174,7 @@ class MaskedCell:
         token = re.compile(re.escape(self.token_prefix) + r"(\d+)")
         out: list[str] = []
         seen: set[int] = set()
-        for line in split_lines(new_text):
+        for line in python_lines(new_text):
             hit = token.search(line)
             if hit is None:
                 out.append(line)
@@ -268,7 +263,7 @@ def _parses(code: str) -> bool:
 _TRANSFORMERS = ("MagicAssign", "SystemAssign", "EscapedCommand", "HelpEnd")
 
 
-def _next_escape(lines: list[str]) -> it2.TokenTransformBase | None:
+def _next_escape(lines: list[str]) -> TokenTransformBase | None:
     """IPython's next piece of special syntax in `lines`, in IPython's own order."""
     tokens = it2.make_tokens_by_line(lines)
     classes = [getattr(it2, name) for name in _TRANSFORMERS]
@@ -291,7 +286,7 @@ def mask(source: str, *, python_magics: bool = True) -> MaskedCell:
     prefix = _token_prefix(source)
     if _SPECIAL.search(source) is None:  # plain Python: nothing for IPython's tokenizer to find
         return MaskedCell(source, source, (), prefix)
-    original = split_lines(source)
+    original = python_lines(source)
     # IPython's finders expect "\n" (Jupyter sends nothing else); CRLF is put back at the end
     work = [_body(line) + ("\n" if line_ending(line) else "") for line in original]
     cell = MaskedCell(source, source, (), prefix)
@@ -344,7 +339,7 @@ def mask(source: str, *, python_magics: bool = True) -> MaskedCell:
     return cell
 
 
-def _describe(found: it2.TokenTransformBase, rest: str) -> tuple[Kind, str, str]:
+def _describe(found: TokenTransformBase, rest: str) -> tuple[Kind, str, str]:
     """(kind, command, magic name) of one piece of syntax; `rest` starts at its escape."""
     if isinstance(found, it2.HelpEnd):
         return "help", rest.strip(), ""

@@ -21,8 +21,9 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
+from .analysis.lines import python_lines
 from .model import Finding, Result
-from .verify import Facts, Problem, facts, new_problems, original_lines, python_lines
+from .verify import Facts, Problem, facts, new_problems, original_lines
 
 MAX_TRIES = 12  # reruns of the rules after a failed check, at most
 REFINE_UNITS = 4  # withheld together, each is tried again on its own when there are this few

@@ -31,9 +31,11 @@ import re
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from json.decoder import scanstring
+from json.decoder import scanstring  # type: ignore[attr-defined]  # there at run time; typeshed omits it
 from pathlib import Path
+from typing import Any
 
+from .analysis.lines import python_lines
 from .analysis.names import variable_names
 from .ipython_syntax import (
     PYTHON_CELL_MAGICS,
@@ -44,10 +46,9 @@ from .ipython_syntax import (
     line_ending,
     mask,
     split_cell_magic,
-    split_lines,
 )
-from .model import CellFinding, Finding, Options, Result, Safety, Severity
-from .rules.base import DEVICE_NAMES
+from .model import CellFinding, Finding, Options, Result, Severity
+from .rules.base import DEVICE_NAMES, rule_by_code
 from .source import SourceError, prefilter_tokens, rewrite_source
 
 
@@ -83,100 +84,8 @@ def cell_label(index: int) -> str:
     return f"cell {index}"
 
 
-# -- the notebook-only rules ----------------------------------------------------------------
+# -- the notebook checks (G2T51x; rules/notebook_checks.py declares them) ----------------------
 
-
-@dataclass(frozen=True)
-class NotebookRule:
-    """A check on IPython syntax or notebook metadata, documented like a libcst rule."""
-
-    code: str
-    name: str
-    safety: Safety
-    severity: Severity
-    doc: str
-
-
-NOTEBOOK_RULES: dict[str, NotebookRule] = {
-    r.code: r
-    for r in (
-        NotebookRule(
-            "G2T510",
-            "nvidia-tool-command",
-            Safety.REPORT,
-            Severity.ERROR,
-            """`!nvidia-smi` (or `!nvcc`) runs an NVIDIA tool from a notebook.
-
-            Why: a TPU machine has no NVIDIA driver or CUDA toolkit, so the command fails.
-            `%tpu_info` (after `%load_ext gpu2tpu`) shows the TPU instead.
-
-            Example:
-                !nvidia-smi   ->  %tpu_info
-            """,
-        ),
-        NotebookRule(
-            "G2T511",
-            "cuda-visible-devices",
-            Safety.REPORT,
-            Severity.WARNING,
-            """`%env CUDA_VISIBLE_DEVICES=...` (or `!CUDA_VISIBLE_DEVICES=0 cmd`) picks GPUs.
-
-            Why: the variable only selects NVIDIA GPUs and does nothing on a TPU; on a TPU VM
-            `TPU_VISIBLE_CHIPS` (with `TPU_PROCESS_BOUNDS`) selects chips.
-
-            Example:
-                %env CUDA_VISIBLE_DEVICES=0  ->  drop it (or %env TPU_VISIBLE_CHIPS=0)
-            """,
-        ),
-        NotebookRule(
-            "G2T512",
-            "cuda-only-package",
-            Safety.REPORT,
-            Severity.ERROR,
-            """`!pip install` (or `%pip`, `%conda`) of a package that only works with CUDA.
-
-            Why: the wheel has no TPU build (flash-attn, bitsandbytes, apex, cupy-cuda12x,
-            nvidia-*, triton, pynvml, ...): the install fails or the import does nothing useful.
-            Each finding names the portable replacement.
-
-            Example:
-                !pip install flash-attn  ->  torch.nn.functional.scaled_dot_product_attention
-            """,
-        ),
-        NotebookRule(
-            "G2T513",
-            "gpu-runtime-metadata",
-            Safety.UNSAFE,
-            Severity.WARNING,
-            """The notebook's metadata asks Colab or Kaggle for a GPU runtime.
-
-            Why: opened there, the notebook starts on a GPU. The unsafe fix asks for a TPU
-            instead: Colab `"accelerator": "TPU"` with `"gpuType": "V5E1"` (v5e-1, what Colab
-            itself writes for its TPU runtime), Kaggle `"accelerator": "tpuV5e8"` with
-            `"isGpuEnabled": false`. Only those values change in the file.
-
-            Example:
-                "accelerator": "GPU", "gpuType": "T4"  ->  "accelerator": "TPU", "gpuType": "V5E1"
-            """,
-        ),
-        NotebookRule(
-            "G2T519",
-            "local-module-with-cuda",
-            Safety.REPORT,
-            Severity.ERROR,
-            """The notebook imports a local module (a `.py` file beside it) that holds CUDA code.
-
-            Why: rewriting the notebook does not rewrite the modules it imports, and neither
-            do `%%tpu` and `%tpu_auto`: `helper_functions.py` full of `torch.cuda` calls still
-            runs them. The finding names the module and the command that migrates it; it is
-            not reported when the same run rewrites the module too.
-
-            Example:
-                from helper_functions import train  ->  gpu2tpu rewrite helper_functions.py
-            """,
-        ),
-    )
-}
 
 COLAB_TPU = {"accelerator": "TPU", "gpuType": "V5E1"}
 COLAB_TPU_TYPES = frozenset({"V28", "V5E1", "V6E1"})
@@ -237,8 +146,20 @@ NOTEBOOK_TOKENS: tuple[bytes, ...] = (
 )
 
 
-def _finding(code: str, line: int, col: int, message: str, hint: str, **kw: object) -> Finding:
-    rule = NOTEBOOK_RULES[code]
+def _finding(
+    code: str,
+    line: int,
+    col: int,
+    message: str,
+    hint: str,
+    *,
+    fixed: bool = False,
+    fixable: bool = False,
+    before: str = "",
+    after: str = "",
+) -> Finding:
+    """A finding of one of the notebook checks (rules/notebook_checks.py declares them)."""
+    rule = rule_by_code(code)
     return Finding(
         code=code,
         name=rule.name,
@@ -248,7 +169,10 @@ def _finding(code: str, line: int, col: int, message: str, hint: str, **kw: obje
         hint=hint,
         safety=rule.safety,
         severity=rule.severity,
-        **kw,  # type: ignore[arg-type]
+        fixed=fixed,
+        fixable=fixable,
+        before=before,
+        after=after,
     )
 
 
@@ -438,7 +362,7 @@ def escape_findings(escape: Escape, lines: list[str]) -> list[Finding]:
 def shell_body_findings(body: str, first_line: int) -> list[Finding]:
     """G2T510-512 for the body of a `%%bash`-style cell; `first_line` is its first line."""
     found: list[Finding] = []
-    lines = split_lines(body)
+    lines = python_lines(body)
     i = 0
     while i < len(lines):
         start = i
@@ -454,7 +378,7 @@ def shell_body_findings(body: str, first_line: int) -> list[Finding]:
 # -- the notebook -----------------------------------------------------------------------------
 
 
-def _load(text: str) -> dict:
+def _load(text: str) -> dict[str, Any]:
     try:
         nb = json.loads(text)
     except json.JSONDecodeError as err:
@@ -480,18 +404,20 @@ def _load(text: str) -> dict:
     return nb
 
 
-def _language(nb: dict) -> str | None:
+def _language(nb: dict[str, Any]) -> str | None:
     meta = nb.get("metadata")
     if not isinstance(meta, dict):
         return None
     for key, field_name in (("language_info", "name"), ("kernelspec", "language")):
         section = meta.get(key)
-        if isinstance(section, dict) and isinstance(section.get(field_name), str):
-            return section[field_name]
+        if isinstance(section, dict):
+            value = section.get(field_name)
+            if isinstance(value, str):
+                return value
     return None
 
 
-def _source_text(cell: dict) -> str | None:
+def _source_text(cell: dict[str, Any]) -> str | None:
     source = cell.get("source")
     if isinstance(source, str):
         return source
@@ -520,11 +446,11 @@ class _CodeCell:
 
     @property
     def newline(self) -> str:
-        first = split_lines(self.python or "")[:1]
+        first = python_lines(self.python or "")[:1]
         return (line_ending(first[0]) if first else "") or "\n"
 
 
-def _prepare(index: int, cell: dict, *, facts: bool = True) -> _CodeCell:
+def _prepare(index: int, cell: dict[str, Any], *, facts: bool = True) -> _CodeCell:
     source = _source_text(cell)
     cell_id = cell.get("id") if isinstance(cell.get("id"), str) else None
     if source is None:
@@ -551,7 +477,7 @@ def _prepare(index: int, cell: dict, *, facts: bool = True) -> _CodeCell:
     except MaskError as err:
         code.error = err.reason
         return code
-    lines = split_lines(body)
+    lines = python_lines(body)
     for escape in code.masked.escapes:
         for f in escape_findings(escape, lines):
             code.findings.append(replace(f, line=f.line + code.offset))
@@ -883,7 +809,7 @@ MetaPath = tuple[str, ...]
 
 
 def _metadata(
-    text: str, nb: dict, options: Options
+    text: str, nb: dict[str, Any], options: Options
 ) -> tuple[list[Finding], dict[MetaPath, object]]:
     """G2T513 findings, and the values the unsafe fix sets (only keys that exist change)."""
     meta = nb.get("metadata")
@@ -892,7 +818,8 @@ def _metadata(
     apply = options.fix and options.unsafe_fixes
     found: list[Finding] = []
     changes: dict[MetaPath, object] = {}
-    colab = meta.get("colab") if isinstance(meta.get("colab"), dict) else {}
+    colab_meta = meta.get("colab")
+    colab: dict[str, Any] = colab_meta if isinstance(colab_meta, dict) else {}
     accelerator = meta.get("accelerator")
     gpu_type = colab.get("gpuType")
     asks = accelerator.upper() if isinstance(accelerator, str) else ""
@@ -908,7 +835,8 @@ def _metadata(
             _runtime_finding(text, nb, "Colab", "Runtime > Change runtime type", fix, apply)
         )
         changes.update(fix if apply else {})
-    kaggle = meta.get("kaggle") if isinstance(meta.get("kaggle"), dict) else {}
+    kaggle_meta = meta.get("kaggle")
+    kaggle: dict[str, Any] = kaggle_meta if isinstance(kaggle_meta, dict) else {}
     k_acc = kaggle.get("accelerator")
     k_gpu = isinstance(k_acc, str) and k_acc.lower().startswith(("gpu", "nvidia"))
     if k_gpu or kaggle.get("isGpuEnabled") is True:
@@ -922,15 +850,20 @@ def _metadata(
     return found, changes
 
 
-def _get(nb: dict, path: MetaPath) -> object:
+def _get(nb: dict[str, Any], path: MetaPath) -> object:
     value: object = nb
     for key in path:
-        value = value[key]  # type: ignore[index]
+        value = value[key]  # type: ignore[index]  # a path found in the notebook's JSON: dicts along it
     return value
 
 
 def _runtime_finding(
-    text: str, nb: dict, platform: str, where: str, fix: dict[MetaPath, object], apply: bool
+    text: str,
+    nb: dict[str, Any],
+    platform: str,
+    where: str,
+    fix: dict[MetaPath, object],
+    apply: bool,
 ) -> Finding:
     """One G2T513 finding, placed at the first metadata value its fix would change."""
     before = ", ".join(f"{p[-1]}: {json.dumps(_get(nb, p))}" for p in fix)
@@ -1099,23 +1032,23 @@ def _spans(text: str, patterns: list[JsonPath]) -> dict[JsonPath, tuple[int, int
         return any(len(p) > len(path) and _matches(path, p[: len(path)]) for p in patterns)
 
     def walk(i: int, path: JsonPath) -> int:
-        i = _WS.match(text, i).end()  # type: ignore[union-attr]
+        i = _WS.match(text, i).end()  # type: ignore[union-attr]  # the pattern matches the empty string too
         start, ch = i, text[i : i + 1]
         if ch in ("{", "[") and descend(path):
             close = "}" if ch == "{" else "]"
-            i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+            i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]  # the pattern matches the empty string too
             n = 0
             while text[i] != close:
                 if ch == "{":
                     key, i = scanstring(text, i + 1)
-                    i = _WS.match(text, i).end()  # type: ignore[union-attr]
+                    i = _WS.match(text, i).end()  # type: ignore[union-attr]  # the pattern matches the empty string too
                     i = walk(i + 1, (*path, key))  # skips the ':'
                 else:
                     i = walk(i, (*path, n))
                 n += 1
-                i = _WS.match(text, i).end()  # type: ignore[union-attr]
+                i = _WS.match(text, i).end()  # type: ignore[union-attr]  # the pattern matches the empty string too
                 if text[i] == ",":
-                    i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+                    i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]  # the pattern matches the empty string too
             end = i + 1
         else:
             _, end = _DECODER.raw_decode(text, i)
@@ -1139,7 +1072,7 @@ def _split_like(new: str, old: list[str]) -> list[str]:
     return _split_newlines(new)
 
 
-def _reproduces(text: str, nb: dict) -> tuple[int | None, bool, str] | None:
+def _reproduces(text: str, nb: dict[str, Any]) -> tuple[int | None, bool, str] | None:
     """(indent, ensure_ascii, tail) with which `json.dumps` gives back `text` exactly, if any."""
     hit = re.match(r"[{\[](?:\r?\n)( *)\S", text)
     indent = len(hit.group(1)) if hit else None
@@ -1160,7 +1093,9 @@ def _ensure_ascii(piece: str, text: str) -> bool:
     return text.isascii()
 
 
-def _render(text: str, nb: dict, new_sources: dict[int, str], meta: dict[MetaPath, object]) -> str:
+def _render(
+    text: str, nb: dict[str, Any], new_sources: dict[int, str], meta: dict[MetaPath, object]
+) -> str:
     """The file's new text: `nb` with the new sources and metadata values, in the file's layout.
 
     Raises `NotebookError` rather than return text that holds anything else.
@@ -1172,7 +1107,7 @@ def _render(text: str, nb: dict, new_sources: dict[int, str], meta: dict[MetaPat
         cell["source"] = new if isinstance(old, str) else _split_like(new, old)
     for path, value in meta.items():
         parent = _get(nb, path[:-1])
-        parent[path[-1]] = value  # type: ignore[index]
+        parent[path[-1]] = value  # type: ignore[index]  # a path found in the notebook's JSON: dicts along it
     if layout is not None:
         indent, ensure_ascii, tail = layout
         out = json.dumps(nb, indent=indent, ensure_ascii=ensure_ascii) + tail
@@ -1195,10 +1130,12 @@ def _same_json(text: str, value: object) -> bool:
         got = json.loads(text, parse_constant=constant)
     except json.JSONDecodeError:
         return False
-    return got == json.loads(json.dumps(value), parse_constant=constant)
+    return bool(got == json.loads(json.dumps(value), parse_constant=constant))
 
 
-def _splice(text: str, nb: dict, new_sources: dict[int, str], meta: dict[MetaPath, object]) -> str:
+def _splice(
+    text: str, nb: dict[str, Any], new_sources: dict[int, str], meta: dict[MetaPath, object]
+) -> str:
     """Replace only the changed values in the original text, formatted as their originals."""
     patterns: list[JsonPath] = list(meta)
     for index in new_sources:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from .analysis.lines import python_lines
 from .statements import Group, Plan, groups
 
 # Weighted nesting levels a statement may have (libcst and the traversal fail near 320 at an
@@ -42,7 +43,6 @@ _ELEMENT = 2.4
 _SLICE = 3.3
 _BLOCK = 2.0  # a nested block: the statement, its indented block
 
-_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 _ERROR_AT = re.compile(r"error at (\d+):(\d+):?")
 
 
@@ -171,7 +171,7 @@ def prepare(text: str, tokens: Iterable[str], planner: Planner | None = None) ->
     except ValueError as err:  # NUL bytes
         raise SourceError(f"not Python source: {err}") from None
     prepared = Prepared(text, tree, text)
-    lines = _LINES.findall(text)
+    lines = python_lines(text)
     statements = _Statements(tree, lines)
     if planner is not None:
         # Only the statements libcst is to parse are measured for depth: a deep one among
@@ -196,11 +196,11 @@ def prepare(text: str, tokens: Iterable[str], planner: Planner | None = None) ->
             prepared.module = parse_module(prepared.text)
             return prepared
         except SourceError as err:
-            stmt = statements.innermost(err.line or 0)
-            if stmt is None or any(stmt is s for s, _ in held):
+            inner = statements.innermost(err.line or 0)
+            if inner is None or any(inner is s for s, _ in held):
                 raise
             rejected = err.reason.removeprefix("syntax error: ")
-            held.append((stmt, f"that libcst's parser rejects although it is Python ({rejected})"))
+            held.append((inner, f"that libcst's parser rejects although it is Python ({rejected})"))
             prepared.holds.clear()
             prepared.text = _hold(prepared, lines, statements, held, tokens)
     raise SourceError("too many statements libcst cannot parse")
@@ -272,8 +272,7 @@ def _hold(
     for index, (start, end, stmt, why) in enumerate(outer):
         original = text[start:end]
         if any(t in original for t in tokens):
-            line = statements.start(stmt)[0]
-            raise SourceError(f"a statement {why}", line)
+            raise SourceError(f"a statement {why}", statements.start(stmt)[0])
         indent = blocks.get(id(stmt)) if blocks else None
         if indent is not None:
             placeholder = _block_placeholder(f"{marker}{index}", original, indent)
@@ -305,7 +304,7 @@ def _chars(line: str, byte_col: int) -> int:
 def _placeholder(name: str, original: str) -> str:
     """`(name)` spanning the same lines as `original`, padded to its last line's length, so
     that every later line and column keeps its number."""
-    parts = _LINES.findall(original) or [original]
+    parts: list[str] = python_lines(original) or [original]
     if len(parts) == 1:
         return f"({name}{' ' * max(0, len(original) - len(name) - 2)})"
     ends = [p[len(p.rstrip("\r\n")) :] for p in parts[:-1]]
@@ -316,7 +315,7 @@ def _placeholder(name: str, original: str) -> str:
 def _block_placeholder(name: str, original: str, indent: str) -> str:
     """`if name:` with an indented `pass`, spanning the same lines as `original` (a compound
     statement of two lines or more)."""
-    parts = _LINES.findall(original)
+    parts = python_lines(original)
     ends = [p[len(p.rstrip("\r\n")) :] for p in parts[:-1]]
     last = f"{indent}pass"
     last += " " * max(0, len(parts[-1]) - len(last))
@@ -398,11 +397,11 @@ class _Statements:
                     break
         return found
 
-    def _span(self, node: ast.AST) -> int:
+    def _span(self, node: ast.expr) -> int:
         """An upper bound of the characters a node spans."""
-        first, last = node.lineno, node.end_lineno or node.lineno  # type: ignore[attr-defined]
+        first, last = node.lineno, node.end_lineno or node.lineno
         if first == last:
-            return (node.end_col_offset or 0) - node.col_offset  # type: ignore[attr-defined]
+            return (node.end_col_offset or 0) - node.col_offset
         return sum(len(self.lines[i]) for i in range(first - 1, min(last, len(self.lines))))
 
     def innermost(self, line: int) -> ast.stmt | None:
@@ -476,8 +475,8 @@ def _string_pieces(node: ast.AST, lines: list[str]) -> int:
     """How many literals an implicit concatenation (`"a" "b"`) joins; libcst nests each."""
     if isinstance(node, ast.Constant) and not isinstance(node.value, str | bytes):
         return 1
-    first, last = node.lineno, node.end_lineno or node.lineno  # type: ignore[attr-defined]
-    start, end = node.col_offset, node.end_col_offset or 0  # type: ignore[attr-defined]
+    first, last = node.lineno, node.end_lineno or node.lineno  # type: ignore[attr-defined]  # a node of Python's tree with a position
+    start, end = node.col_offset, node.end_col_offset or 0  # type: ignore[attr-defined]  # a node of Python's tree with a position
     if first == last and end - start < DEPTH_LIMIT // 2:
         return 1  # too short to join more pieces than the limit cares about
     if first == last:

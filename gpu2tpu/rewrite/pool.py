@@ -29,10 +29,10 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .interrupts import watching
 
@@ -47,7 +47,7 @@ class Interrupted(KeyboardInterrupt):
     """Ctrl-C during `run_isolated`: `results` holds what the workers answered (None for the
     items they did not finish)."""
 
-    def __init__(self, results: list) -> None:
+    def __init__(self, results: list[Any]) -> None:
         super().__init__("interrupted")
         self.results = results
 
@@ -82,7 +82,7 @@ def run_isolated(
     results: list[R | None] = [None] * len(items)
     todo: deque[int] = deque(range(len(items)))
     batch = max(1, min(16, len(items) // max(1, jobs * 8)))
-    workers: dict[object, _Worker[T]] = {}  # by connection and by process sentinel
+    workers: dict[Any, _Worker[T]] = {}  # by connection and by process sentinel, as wait() gives
 
     def start() -> None:
         mine, theirs = context.Pipe()
@@ -159,10 +159,10 @@ def run_isolated(
         if interrupted():
             _stop_all(list({id(w): w for w in workers.values()}.values()), results)
             raise Interrupted(results)
-    return results  # type: ignore[return-value]
+    return results  # type: ignore[return-value]  # every slot answered when no interrupt came
 
 
-def _stop_all(workers: list[_Worker], results: list | None) -> None:  # type: ignore[type-arg]
+def _stop_all(workers: list[_Worker[Any]], results: list[Any] | None) -> None:
     """Tell `workers` to stop (SIGTERM) and wait for them, at most `STOP_GRACE_S`, then kill
     the rest. With `results`, the answers they still send are kept: a worker that has begun
     a rename finishes it and says so before it stops (`hold_stop`)."""
@@ -192,7 +192,7 @@ def _stop_all(workers: list[_Worker], results: list | None) -> None:  # type: ig
             worker.conn.close()
 
 
-def _drain(worker: _Worker, results: list) -> None:  # type: ignore[type-arg]
+def _drain(worker: _Worker[Any], results: list[Any]) -> None:
     try:
         while worker.conn.poll():
             for index, result in worker.conn.recv():
@@ -202,7 +202,7 @@ def _drain(worker: _Worker, results: list) -> None:  # type: ignore[type-arg]
 
 
 @contextlib.contextmanager
-def _sigint_blocked():  # type: ignore[no-untyped-def]
+def _sigint_blocked() -> Iterator[None]:
     """SIGINT held back while a worker is forked: it inherits the mask and ignores SIGINT
     before it lets one in (`_serve`); the parent gets a held one as soon as it unblocks."""
     if not hasattr(signal, "pthread_sigmask"):
@@ -215,7 +215,7 @@ def _sigint_blocked():  # type: ignore[no-untyped-def]
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _context() -> multiprocessing.context.BaseContext:
+def _context() -> multiprocessing.context.ForkContext | multiprocessing.context.DefaultContext:
     """fork where it exists (workers start at once, with the parent's modules loaded)."""
     if sys.platform.startswith("linux"):
         return multiprocessing.get_context("fork")

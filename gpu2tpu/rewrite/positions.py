@@ -13,14 +13,17 @@ falls back to the top-level layout.
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import libcst as cst
-from libcst._position import CodePosition, CodeRange
-from libcst.metadata import PositionProvider
-from libcst.metadata.position_provider import NEWLINE_RE, PositionProvidingCodegenState
+from libcst.metadata import CodeRange
 
+from .cst_internals import layout
 from .statements import Group, group_statements
+
+if TYPE_CHECKING:
+    from .rules.base import RuleContext
 
 _CST_FOR_AST: dict[type, tuple[type, ...]] = {
     cst.FunctionDef: (ast.FunctionDef, ast.AsyncFunctionDef),
@@ -40,10 +43,10 @@ class _Layouts:
 
     def __init__(self) -> None:
         self.groups: dict[int, list[Group]] = {}
-        self.computed: dict[int, dict[cst.CSTNode, object]] = {}
+        self.computed: dict[int, Mapping[cst.CSTNode, CodeRange]] = {}
 
 
-def statement_position(ctx, node: cst.CSTNode) -> tuple[int, int] | None:  # type: ignore[no-untyped-def]
+def statement_position(ctx: RuleContext, node: cst.CSTNode) -> tuple[int, int] | None:
     """1-based line and column of `node`, laying out only the innermost statement around it;
     None when that statement cannot be matched with Python's tree."""
     module = ctx.module
@@ -66,20 +69,14 @@ def statement_position(ctx, node: cst.CSTNode) -> tuple[int, int] | None:  # typ
     first = group.first
     computed = layouts.computed.get(id(stmt))
     if computed is None:
-        provider = PositionProvider()
-        state = _PositionState(
-            default_indent=module.default_indent,
-            default_newline=module.default_newline,
-            provider=provider,
+        computed = layouts.computed[id(stmt)] = layout(
+            stmt, module.default_indent, module.default_newline, indents
         )
-        state.indent_tokens.extend(indents)
-        stmt._codegen(state)
-        computed = layouts.computed[id(stmt)] = provider._computed
-    pos = computed.get(node)  # type: ignore[call-overload]
+    pos = computed.get(node)
     if pos is None:
         return None
     leading = len(getattr(stmt, "leading_lines", ()))
-    return first - leading + pos.start.line - 1, pos.start.column + 1  # type: ignore[attr-defined]
+    return first - leading + pos.start.line - 1, pos.start.column + 1
 
 
 def _match(
@@ -152,26 +149,28 @@ def _ast_block(
     owner: cst.CSTNode, owner_ast: ast.AST, block: cst.IndentedBlock, via: cst.CSTNode
 ) -> list[ast.stmt] | None:
     """Python's statements for the block `block` of `owner` (reached through `via`)."""
+    # `owner_ast` is the compound statement matched with `owner` (`_CST_FOR_AST`): it has the
+    # field the libcst node has
     if via is owner and getattr(owner, "body", None) is block:
-        return owner_ast.body  # type: ignore[attr-defined]
+        return cast("list[ast.stmt]", owner_ast.body)  # type: ignore[attr-defined]  # the matched compound statement has the field
     if isinstance(via, cst.Else) and getattr(owner, "orelse", None) is via:
-        return owner_ast.orelse  # type: ignore[attr-defined]
+        return cast("list[ast.stmt]", owner_ast.orelse)  # type: ignore[attr-defined]  # the matched compound statement has the field
     if isinstance(via, cst.Finally) and getattr(owner, "finalbody", None) is via:
-        return owner_ast.finalbody  # type: ignore[attr-defined]
+        return cast("list[ast.stmt]", owner_ast.finalbody)  # type: ignore[attr-defined]  # the matched compound statement has the field
     if isinstance(via, cst.ExceptHandler):
         handlers = list(getattr(owner, "handlers", ()))
         index = next((k for k, h in enumerate(handlers) if h is via), None)
         theirs = getattr(owner_ast, "handlers", [])
         if index is None or len(theirs) != len(handlers):
             return None
-        return theirs[index].body
+        return cast("list[ast.stmt]", theirs[index].body)
     if isinstance(via, cst.MatchCase):
         cases = list(getattr(owner, "cases", ()))
         index = next((k for k, c in enumerate(cases) if c is via), None)
         theirs = getattr(owner_ast, "cases", [])
         if index is None or len(theirs) != len(cases):
             return None
-        return theirs[index].body
+        return cast("list[ast.stmt]", theirs[index].body)
     return None
 
 
@@ -182,69 +181,13 @@ def _groups_of(body: list[ast.stmt], layouts: _Layouts) -> list[Group]:
     return found
 
 
-class _PositionState(PositionProvidingCodegenState):
-    """libcst's position layout with the same results, for less: its syntactic positions are
-    recorded by a generator-based context manager per node and every token is split on
-    newlines; here a small class and a test for a newline first."""
-
-    __slots__ = ()
-
-    def _update_position(self, value: str) -> None:
-        if "\n" not in value and "\r" not in value:
-            self.column += len(value)
-            return
-        segments = NEWLINE_RE.split(value)
-        self.line += len(segments) - 1
-        self.column = len(segments[-1])
-
-    def record_syntactic_position(  # type: ignore[override]
-        self,
-        node: cst.CSTNode,
-        *,
-        start_node: cst.CSTNode | None = None,
-        end_node: cst.CSTNode | None = None,
-    ) -> _Record:
-        return _Record(self, node, start_node, end_node)
-
-
-class _Record:
-    """`PositionProvidingCodegenState.record_syntactic_position`, as a plain context manager."""
-
-    __slots__ = ("end_node", "node", "start", "start_node", "state")
-
-    def __init__(
-        self,
-        state: _PositionState,
-        node: cst.CSTNode,
-        start_node: cst.CSTNode | None,
-        end_node: cst.CSTNode | None,
-    ) -> None:
-        self.state = state
-        self.node = node
-        self.start_node = start_node
-        self.end_node = end_node
-        self.start = CodePosition(state.line, state.column)
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        state = self.state
-        computed = state.provider._computed
-        end = CodePosition(state.line, state.column)
-        start = computed[self.start_node].start if self.start_node is not None else self.start
-        end = computed[self.end_node].end if self.end_node is not None else end
-        computed[self.node] = CodeRange(start, end)
-        return False
-
-
 # -- a reported node's position and text from Python's tree -----------------------------------
 #
 # Laying out a statement with libcst costs about half a millisecond per line; Python's tree
 # has every expression's start and end already. A reported node is reached from the innermost
 # statement around it by a path of fields (`Call.func`, an argument, `Attribute.value`, ...);
-# the same path in Python's tree gives its span, which `_Dispatch`'s reference (the layout
-# above) agrees with: both start after the node's own parentheses and before its first token.
+# the same path in Python's tree gives its span, which the layout (`cst_internals.layout`)
+# agrees with: both start after the node's own parentheses and before its first token.
 # Any step this table does not know gives None, and the caller lays the statement out.
 
 # libcst nodes that only wrap one expression of Python's tree (an argument, a list element, a
@@ -275,8 +218,9 @@ def _paired(child: cst.CSTNode, mine: Sequence[cst.CSTNode], theirs: Sequence[ob
     return next((t for m, t in zip(mine, theirs, strict=True) if m is child), None)
 
 
-def _expression_child(parent: cst.CSTNode, past: object, child: cst.CSTNode) -> object:
-    """The counterpart in Python's tree of `child`, a field of `parent` whose counterpart
+def _expression_child(parent: Any, past: object, child: cst.CSTNode) -> object:
+    """`parent` is a libcst node, typed Any: the branches test `type(parent)` kept in a local,
+    which mypy does not narrow. The counterpart in Python's tree of `child`, a field of `parent` whose counterpart
     is `past`; None when unknown."""
     kind = type(parent)
     if kind is cst.Call and isinstance(past, ast.Call):
@@ -284,15 +228,16 @@ def _expression_child(parent: cst.CSTNode, past: object, child: cst.CSTNode) -> 
             return past.func
         positional = keyword = 0
         for arg in parent.args:
-            if arg.keyword is not None or arg.star == "**":
+            star = arg.star
+            if arg.keyword is not None or star == "**":
                 if arg is child:
-                    found = past.keywords[keyword] if keyword < len(past.keywords) else None
-                    return found.value if found is not None else None
+                    named = past.keywords[keyword] if keyword < len(past.keywords) else None
+                    return named.value if named is not None else None
                 keyword += 1
             else:
                 if arg is child:
                     found = past.args[positional] if positional < len(past.args) else None
-                    if arg.star == "*":
+                    if star == "*":
                         return found.value if isinstance(found, ast.Starred) else None
                     return None if isinstance(found, ast.Starred) else found
                 positional += 1
@@ -349,8 +294,8 @@ def _expression_child(parent: cst.CSTNode, past: object, child: cst.CSTNode) -> 
     return None
 
 
-def _statement_child(parent: cst.CSTNode, past: object, child: cst.CSTNode) -> object:
-    """As `_expression_child`, for the fields of statements (`past` is a statement of Python's
+def _statement_child(parent: Any, past: object, child: cst.CSTNode) -> object:
+    """`parent` is a libcst node, typed Any as in `_expression_child`. As `_expression_child`, for the fields of statements (`past` is a statement of Python's
     tree, or the list of statements of a `a; b` line)."""
     kind = type(parent)
     if kind is cst.SimpleStatementLine or kind is cst.SimpleStatementSuite:
@@ -403,14 +348,16 @@ def _statement_child(parent: cst.CSTNode, past: object, child: cst.CSTNode) -> o
     return _expression_child(parent, past, child)
 
 
-def source_span(ctx, node: cst.CSTNode) -> tuple[int, int, str | None] | None:  # type: ignore[no-untyped-def]
+def source_span(ctx: RuleContext, node: cst.CSTNode) -> tuple[int, int, str | None] | None:
     """1-based line, column and source text of `node` (an expression or a simple statement,
     as libcst's `code_for_node` writes it; None for a node over several lines) read from
     Python's tree and the text, without laying anything out; None where the two trees
     cannot be walked side by side."""
     module = ctx.module
     tree = ctx.tree
-    if module is None or tree is None or isinstance(node, _WRAPPERS) or getattr(node, "lpar", ()):
+    if module is None or tree is None or isinstance(node, _WRAPPERS):
+        return None
+    if getattr(node, "lpar", ()):
         return None
     if isinstance(node, cst.BaseSmallStatement) and not isinstance(
         getattr(node, "semicolon", cst.MaybeSentinel.DEFAULT), cst.MaybeSentinel
@@ -455,7 +402,7 @@ def source_span(ctx, node: cst.CSTNode) -> tuple[int, int, str | None] | None:  
     return past.lineno, column, text
 
 
-def _source_lines(ctx) -> list[bytes] | None:  # type: ignore[no-untyped-def]
+def _source_lines(ctx: RuleContext) -> list[bytes] | None:
     """The text's lines as Python's parser counts them, in UTF-8 (its columns are bytes);
     None for a text with a line end Python's tree may count otherwise (a lone carriage
     return, a form feed's neighbours are fine)."""
@@ -468,4 +415,4 @@ def _source_lines(ctx) -> list[bytes] | None:  # type: ignore[no-untyped-def]
             else text.encode("utf-8", "surrogatepass").splitlines(keepends=True)
         )
         ctx.__dict__["_source_lines"] = found
-    return found
+    return cast("list[bytes] | None", found)

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any, TextIO
 
 from .engine import FileOutcome, Mode, RunReport, Status
 from .model import CellFinding, Finding, Severity
@@ -152,7 +153,7 @@ def iter_items(
             yield outcome, item
 
 
-def iter_records(report: RunReport, *, include_edits: bool) -> Iterator[dict]:
+def iter_records(report: RunReport, *, include_edits: bool) -> Iterator[dict[str, Any]]:
     for outcome, item in iter_items(report, include_edits=include_edits):
         finding, cell, cell_id = _unpack(item)
         yield {
@@ -180,7 +181,7 @@ def _sort_key(item: CellFinding | Finding) -> tuple[int, int, int, str]:
     return (cell if cell is not None else -2, finding.line, finding.col, finding.code)
 
 
-def error_records(report: RunReport) -> list[dict]:
+def error_records(report: RunReport) -> list[dict[str, Any]]:
     """`{"path", "reason"}` for each file (or notebook cell) that could not be processed."""
     errors = [{"path": e.split(": ", 1)[0], "reason": e.split(": ", 1)[-1]} for e in report.errors]
     for o in report.files:
@@ -265,7 +266,7 @@ def torch_notes(report: RunReport) -> dict[str, str]:
     return notes
 
 
-def summary_counts(report: RunReport, info: RunInfo | None = None) -> dict:
+def summary_counts(report: RunReport, info: RunInfo | None = None) -> dict[str, Any]:
     """Counts for the summary; in `check` mode "edits" are the fixes a rewrite would make."""
     edits: Counter[str] = Counter()
     left: Counter[str] = Counter()
@@ -373,7 +374,7 @@ def summary_text(report: RunReport, info: RunInfo | None = None) -> list[str]:
     return lines
 
 
-def print_summary(report: RunReport, stream, info: RunInfo | None = None) -> None:  # type: ignore[no-untyped-def]
+def print_summary(report: RunReport, stream: TextIO, info: RunInfo | None = None) -> None:
     """Print the summary with rich on a terminal, plain text elsewhere; one line per fact."""
     lines = summary_text(report, info)
     if stream.isatty():

@@ -21,6 +21,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from .. import __version__
@@ -148,15 +149,15 @@ def render_github(
         level = github_level(item_category(outcome, item))
         out.append(f"::{level} {','.join(props)}::{_escape_data(text)}")
     for err in error_records(report):
-        props = f"title={_escape_property('gpu2tpu')},file={_escape_property(err['path'])}"
-        out.append(f"::error {props}::{_escape_data(err['path'] + ': ' + err['reason'])}")
+        where = f"title={_escape_property('gpu2tpu')},file={_escape_property(err['path'])}"
+        out.append(f"::error {where}::{_escape_data(err['path'] + ': ' + err['reason'])}")
     return "".join(line + "\n" for line in out)
 
 
 # -- SARIF 2.1.0 -------------------------------------------------------------------------------
 
 
-def _artifact(path: str) -> dict:
+def _artifact(path: str) -> dict[str, Any]:
     """A relative path is relative to the working folder (`%SRCROOT%`); an absolute one is a
     `file:` URI."""
     p = Path(path)
@@ -175,7 +176,7 @@ def _file_uri(path: Path) -> str:
     return "file://" + _quoted(path)
 
 
-def _rule_entry(code: str, docs: dict[str, object], example: Finding) -> dict:
+def _rule_entry(code: str, docs: dict[str, object], example: Finding) -> dict[str, Any]:
     doc = docs.get(code)
     explanation = ""
     short = example.message
@@ -219,12 +220,12 @@ def render_sarif(
     info: RunInfo | None = None,
 ) -> str:
     """One SARIF 2.1.0 log with one run; `root` is the folder relative paths start from."""
-    from .rules_doc import documented_rules
+    from .rules.base import all_rules
 
-    docs: dict[str, object] = {d.code: d for d in documented_rules()}
-    rules: list[dict] = []
+    docs: dict[str, object] = {d.code: d for d in all_rules()}
+    rules: list[dict[str, Any]] = []
     index: dict[str, int] = {}
-    results: list[dict] = []
+    results: list[dict[str, Any]] = []
     for outcome, item in iter_items(report, include_edits=include_edits):
         finding, cell, cell_id = unpack(item)
         if finding.code not in index:

@@ -67,8 +67,8 @@ def source_lines() -> SourceLines:
             return None
         try:
             if cell is None:
-                return lines[line - 1]  # type: ignore[return-value]
-            return lines[cell][line - 1]  # type: ignore[index,return-value]
+                return lines[line - 1]  # type: ignore[return-value]  # a .py file's lines are strings
+            return lines[cell][line - 1]
         except (IndexError, TypeError):
             return None
 
@@ -152,7 +152,9 @@ def render_markdown(
     items = list(iter_items(report, include_edits=True))
     fixes = [(o, i) for o, i in items if is_fix_item(report, o, i)]
     left = [(o, i) for o, i in items if not is_fix_item(report, o, i)]
-    by_cat: dict[Category, list] = {c: [] for c in Category}
+    by_cat: dict[Category, list[tuple[FileOutcome, CellFinding | Finding]]] = {
+        c: [] for c in Category
+    }
     for o, i in left:
         by_cat[item_category(o, i)].append((o, i))
     changed = (
@@ -296,7 +298,7 @@ def _notebook_section(
     read) and what was found on them."""
     path = outcome.path
     out = [f"### {_code(path)}", ""]
-    cells: dict[int, list] = {}
+    cells: dict[int, list[CellFinding | Finding]] = {}
     for item in [*outcome.edits, *outcome.findings]:
         _, cell, _ = unpack(item)
         cells.setdefault(cell if cell is not None else -1, []).append(item)

@@ -8,32 +8,10 @@ import json
 import sys
 from typing import TextIO
 
-from .rules.base import all_rules
+from .rules.base import BaseRule, all_rules
 
 
-class _Doc:
-    """One documented rule: a libcst `Rule` class or a notebook check record."""
-
-    def __init__(self, rule: object) -> None:
-        self.code: str = rule.code  # type: ignore[attr-defined]
-        self.name: str = rule.name  # type: ignore[attr-defined]
-        self.safety = rule.safety  # type: ignore[attr-defined]
-        self.severity = rule.severity  # type: ignore[attr-defined]
-        self.message: str = getattr(rule, "message", "")
-        self.hint: str = getattr(rule, "hint", "")
-        self.min_torch: str = getattr(rule, "min_torch", "2.6")
-        self.__doc__ = getattr(rule, "doc", None) or rule.__doc__
-
-
-def documented_rules() -> list[_Doc]:
-    """Every rule, the notebook checks included, in code order."""
-    from .notebook import NOTEBOOK_RULES
-
-    rules = [_Doc(r) for r in all_rules()] + [_Doc(r) for r in NOTEBOOK_RULES.values()]
-    return sorted(rules, key=lambda r: r.code)
-
-
-def rule_record(rule: _Doc) -> dict:
+def rule_record(rule: type[BaseRule]) -> dict[str, str]:
     return {
         "code": rule.code,
         "name": rule.name,
@@ -47,7 +25,7 @@ def rule_record(rule: _Doc) -> dict:
 
 
 def explain_rules(code: str | None, fmt: str, out: TextIO, err: TextIO) -> int:
-    rules = documented_rules()
+    rules = all_rules()
     if code is None:
         if fmt == "json":
             out.write(json.dumps([rule_record(r) for r in rules], indent=2) + "\n")
@@ -69,7 +47,7 @@ def explain_rules(code: str | None, fmt: str, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-def _first_line(rule: _Doc) -> str:
+def _first_line(rule: type[BaseRule]) -> str:
     doc = inspect.cleandoc(rule.__doc__ or "")
     return doc.splitlines()[0] if doc else rule.message
 
@@ -83,11 +61,11 @@ def rules_markdown() -> str:
         "",
     ]
     lines += ["| code | name | safety | what |", "|---|---|---|---|"]
-    for r in documented_rules():
+    for r in all_rules():
         lines.append(
             f"| [{r.code}](#{r.code.lower()}) | {r.name} | {r.safety} | {_first_line(r)} |"
         )
-    for r in documented_rules():
+    for r in all_rules():
         rec = rule_record(r)
         lines += [
             "",

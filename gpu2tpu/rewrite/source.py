@@ -15,26 +15,25 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import libcst as cst
 
 from . import net, statements
 from .analysis.edits import merge_guards
 from .analysis.flow import FlowRecorder
+from .analysis.lines import python_lines
 from .analysis.names import ModuleNames, caller_names
 from .analysis.placement import device_line_after, device_line_blocked, leading_imports_end
 from .analysis.values import ordinal_argument_lines
 from .model import Options, Result
 from .parsing import Prepared, SourceError, parse_module, prepare
 from .positions import source_span, statement_position
-from .rules.base import Rule, RuleContext, finalize, rules_for
+from .rules.base import Fix, Rule, RuleContext, _Pending, finalize, rules_for
+from .verify import Problem
 
 __all__ = ["SourceError", "one_parse", "parse_module", "prefilter_tokens", "rewrite_source"]
-
-_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # Python's line ends only
 
 
 def prefilter_tokens(options: Options) -> tuple[bytes, ...]:
@@ -46,7 +45,11 @@ def prefilter_tokens(options: Options) -> tuple[bytes, ...]:
 
 
 def rewrite_source(
-    text: str, options: Options | None = None, *, statement_level: bool = True
+    text: str,
+    options: Options | None = None,
+    *,
+    statement_level: bool = True,
+    prefilter: bool = True,
 ) -> Result:
     """Rewrite one module's text; raise `SourceError` when it does not parse.
 
@@ -61,15 +64,19 @@ def rewrite_source(
     module's start-up block), where it can be sure that this changes nothing
     (statements.py); `statement_level=False` parses the whole module, as the property tests
     do to prove that both give the same result.
+
+    `prefilter=False` runs every selected rule over every top-level statement, whether or not
+    the text holds one of the rule's `tokens`. Neither switch is a user option: they are the
+    reference paths `tests/test_fast_paths.py` compares the fast ones with.
     """
     options = options or Options()
     data = text.encode("utf-8", "surrogatepass")
-    selected = [r for r in rules_for(options) if any(t in data for t in r.tokens)]
+    selected = [r for r in rules_for(options) if not prefilter or any(t in data for t in r.tokens)]
     if not selected:
         return Result(text, (), (), options.device_name, False)
     shared = _SHARED.get()
     if shared is not None and shared.covers(selected):
-        parsed_for = [r for r in shared.rules if any(t in data for t in r.tokens)]
+        parsed_for = [r for r in shared.rules if not prefilter or any(t in data for t in r.tokens)]
     else:
         shared, parsed_for = None, selected
     level = statement_level and _statement_level(parsed_for, options)
@@ -80,7 +87,9 @@ def rewrite_source(
         prepared, names = _prepare(text, parsed_for, options, level)
         if shared is not None:
             shared.made[key] = prepared, names
-    attempt = functools.partial(_run_rules, statement_level=statement_level, names=names)
+    attempt = functools.partial(
+        _run_rules, statement_level=statement_level, prefilter=prefilter, names=names
+    )
     first = attempt(prepared, selected, options)
     if not options.fix or (first.text is text and first.problem is None):
         return first.result
@@ -171,6 +180,7 @@ def _run_rules(
     selected: list[type[Rule]],
     options: Options,
     statement_level: bool,
+    prefilter: bool = True,
     names: ModuleNames | None = None,
 ) -> net.Attempt:
     """One run of the rules over the parsed text, and the text their fixes make (`names`:
@@ -188,14 +198,14 @@ def _run_rules(
     ctx.index_statements()
     _module_imports(module, ctx)
     rules: list[Rule] = [rule(ctx) for rule in selected]
-    keep = _statements_to_visit(ctx, selected)
+    keep = _statements_to_visit(ctx, selected) if prefilter else None
     _Dispatch(ctx, rules, keep).walk(module)
     ctx.resolve_pending()
     ctx.decide_device_name()
     if not ctx.fixes or not options.fix:
         _, findings = finalize(ctx)
         return net.Attempt(text, Result(text, (), tuple(findings), ctx.device_name_or_none()))
-    failed: list[tuple[object, Exception]] = []
+    failed: list[tuple[_Pending | None, Exception]] = []
     for key, entries in ctx.fixes.items():
         ctx.fixes[key] = [(_guarded(fix, pending, failed), pending) for fix, pending in entries]
     try:
@@ -214,7 +224,7 @@ def _run_rules(
         edits, findings = finalize(ctx)
         pending, cause = failed[0] if failed else (None, err)
         culprit = (pending.rule.code, pending.line, pending.col) if pending is not None else None
-        problem = net.Problem("fix-error", 0, detail=f"{type(cause).__name__}: {cause}")
+        problem = Problem("fix-error", 0, detail=f"{type(cause).__name__}: {cause}")
         result = Result(text, tuple(edits), tuple(findings), ctx.device_name_or_none())
         return net.Attempt(text, result, problem=problem, culprit=culprit)
     if text.endswith("\r") and not new_text.endswith(("\r", "\n")):
@@ -222,7 +232,7 @@ def _run_rules(
     edits, findings = finalize(ctx)
     if moved:
         result = Result(text, tuple(edits), tuple(findings), ctx.device_name_or_none())
-        return net.Attempt(text, result, problem=net.Problem("held", moved))
+        return net.Attempt(text, result, problem=Problem("held", moved))
     if new_text == text:
         return net.Attempt(text, Result(text, (), tuple(findings), ctx.device_name_or_none()))
     device_keys = frozenset(
@@ -267,7 +277,7 @@ def _spliced(
     spans = ctx.statement_spans()
     if spans is None:
         return None
-    lines = _LINES.findall(ctx.source)
+    lines = python_lines(ctx.source)
     starts = [
         first - len(stmt.leading_lines) for (first, _), stmt in zip(spans, module.body, strict=True)
     ]
@@ -283,7 +293,7 @@ def _spliced(
         if i is None:
             piece = new_module.code_for_node(stmt)
             if ctx.source is prepared.original:
-                piece = prepared.restore_within(piece)  # type: ignore[assignment]
+                piece = prepared.restore_within(piece)  # type: ignore[assignment]  # None is tested on the next line
                 if piece is None:
                     return None
             pieces.append(piece)
@@ -301,7 +311,7 @@ def _unparsed(prepared: Prepared, module: cst.Module) -> dict[int, Callable[[], 
     """For each placeholder of a statement held out of libcst's parse that binds a name, a
     function that parses the statement as written (`RuleContext.real_statement`)."""
     held = {id(group.stmts[0]) for group in prepared.skipped or ()}
-    lines = _LINES.findall(prepared.text)
+    lines = python_lines(prepared.text)
     found: dict[int, Callable[[], cst.BaseStatement]] = {}
     for group, stmt in zip(statements.groups(prepared.tree), module.body, strict=True):
         if id(group.stmts[0]) not in held:
@@ -329,10 +339,12 @@ def _binding_header(group: statements.Group, lines: list[str]) -> str | None:
     return "".join(lines[group.first - 1 : start - 1]) + indent + "pass\n"
 
 
-def _guarded(fix, pending, failed):  # type: ignore[no-untyped-def]
+def _guarded(
+    fix: Fix, pending: _Pending | None, failed: list[tuple[_Pending | None, Exception]]
+) -> Fix:
     """`fix`, recording which fix raised (the transformer's traceback does not say)."""
 
-    def run(node):  # type: ignore[no-untyped-def]
+    def run(node: cst.CSTNode) -> cst.CSTNode:
         try:
             return fix(node)
         except Exception as err:
@@ -406,8 +418,8 @@ class _Dispatch:
     def __init__(self, ctx: RuleContext, rules: list[Rule], keep: set[int] | None) -> None:
         self.ctx = ctx
         self.keep = keep
-        self.visit_fns: dict[str, list] = {}
-        self.leave_fns: dict[str, list] = {}
+        self.visit_fns: dict[str, list[Callable[[cst.CSTNode], object]]] = {}
+        self.leave_fns: dict[str, list[Callable[[cst.CSTNode], object]]] = {}
         visitors: list[object] = list(rules)
         if any(rule.uses_flow for rule in rules):
             visitors.insert(0, FlowRecorder(ctx))  # records before any rule visits a node
@@ -563,18 +575,21 @@ class _ApplyFixes(cst.CSTTransformer):
         self.new_top: dict[int, object] = ctx.rewritten_statements
         self.wanted = _fix_paths(ctx)
 
-    def on_visit(self, node):  # type: ignore[no-untyped-def]
+    def on_visit(self, node: cst.CSTNode) -> bool:
         # A subtree without a fix is kept as it is: libcst rebuilds every node it passes,
         # which costs more than the parse (its leave still runs, for `new_top`).
         return self.wanted is None or id(node) in self.wanted
 
-    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
+    def on_leave(  # type: ignore[override]  # returns what the fixes make, not libcst's narrower union
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+    ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
         fixes = self.fixes.get(id(original_node))
         if isinstance(updated_node, cst.IndentedBlock | cst.Module) and updated_node is not (
             original_node
         ):
             # Guards that fixes wrote next to each other become one (edits.merge_guards).
-            merged = merge_guards(updated_node.body, original_node.body)
+            original = cast("cst.IndentedBlock | cst.Module", original_node)  # same type
+            merged = merge_guards(updated_node.body, original.body)
             if merged is not None:
                 updated_node = updated_node.with_changes(body=merged)
         if fixes is None:
@@ -584,7 +599,7 @@ class _ApplyFixes(cst.CSTTransformer):
             for fix, pending in fixes:
                 # Names the fix spells (torch's) are chosen for where its finding is.
                 self.ctx.fix_site = pending.node if pending is not None else original_node
-                node = fix(node)
+                node = fix(cast(cst.CSTNode, node))  # a fixed node is never removed
                 if pending is not None and isinstance(node, cst.CSTNode):
                     pending.after.append(self.blank.code_for_node(node))
             self.ctx.fix_site = None
@@ -646,7 +661,7 @@ def _define_device(module: cst.Module, ctx: RuleContext) -> cst.Module:
         new.insert(0, cst.parse_statement("import torch\n"))
     if insert_at < len(body) and insert_at > 0 and ctx.device_defined:
         nxt = body[insert_at]
-        lines = list(nxt.leading_lines)  # type: ignore[union-attr]
+        lines = list(nxt.leading_lines)
         blank = 0
         while blank < len(lines) and lines[blank].comment is None:
             blank += 1
@@ -654,10 +669,10 @@ def _define_device(module: cst.Module, ctx: RuleContext) -> cst.Module:
             lines = [cst.EmptyLine()] * (2 - blank) + lines
         elif not lines:
             lines = [cst.EmptyLine()]
-        body[insert_at] = nxt.with_changes(leading_lines=lines)  # type: ignore[union-attr]
+        body[insert_at] = nxt.with_changes(leading_lines=lines)
     elif insert_at == 0 and body and ctx.device_defined:
         nxt = body[0]
-        body[0] = nxt.with_changes(leading_lines=[cst.EmptyLine(), *nxt.leading_lines])  # type: ignore[union-attr]
+        body[0] = nxt.with_changes(leading_lines=[cst.EmptyLine(), *nxt.leading_lines])
     return module.with_changes(body=[*body[:insert_at], *new, *body[insert_at:]])
 
 

@@ -29,7 +29,7 @@ import tomllib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -103,7 +103,7 @@ def _requirement_pin(text: str, source: str) -> Pin | None:
     return Pin(version, f"{source}: {text.strip()}") if version else None
 
 
-def _table(data: object, *keys: str) -> dict:
+def _table(data: object, *keys: str) -> dict[str, Any]:
     """`data[k1][k2]...` where each level is a table; {} where one is missing or of another
     shape (`tool = 5`, `project = "x"`: a pyproject.toml no tool could install from pins
     nothing, and is never a traceback)."""
@@ -223,11 +223,11 @@ def _setup_py_pins(path: Path) -> Iterator[Pin]:
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return
     names: dict[str, ast.expr] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
                 if isinstance(target, ast.Name):
-                    names[target.id] = node.value
+                    names[target.id] = stmt.value
 
     def strings(node: ast.expr | None) -> Iterator[str]:
         if isinstance(node, ast.Name):
@@ -285,9 +285,9 @@ def project_floor(folder: Path) -> Pin | None:
 @functools.lru_cache(maxsize=1)
 def rule_min_torch() -> dict[str, str]:
     """Rule code -> the torch its fix needs (`Rule.min_torch`; notebook checks: 2.6)."""
-    from .rules_doc import documented_rules
+    from .rules.base import all_rules
 
-    return {r.code: normalize(r.min_torch) for r in documented_rules()}
+    return {r.code: normalize(r.min_torch) for r in all_rules()}
 
 
 def rewrite_floor() -> str:
@@ -330,10 +330,10 @@ def rewrite_for_target(rewrite: Callable[[str, Options], R], text: str, options:
         second = rewrite(text, dataclasses.replace(options, select=tuple(held), fix=False))
     extra = [
         _held(item, held, options)
-        for item in second.findings  # type: ignore[attr-defined]
+        for item in second.findings  # type: ignore[attr-defined]  # a Result or a NotebookResult: both have findings
     ]
-    merged = sorted([*first.findings, *extra], key=_order)  # type: ignore[attr-defined]
-    return dataclasses.replace(first, findings=tuple(merged))  # type: ignore[type-var]
+    merged = sorted([*first.findings, *extra], key=_order)  # type: ignore[attr-defined]  # a Result or a NotebookResult: both have findings
+    return dataclasses.replace(first, findings=tuple(merged))  # type: ignore[type-var]  # a Result or a NotebookResult: both are dataclasses
 
 
 def _order(item: Finding | CellFinding) -> tuple[int, int, int, str]:

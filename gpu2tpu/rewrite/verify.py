@@ -21,6 +21,9 @@ import re
 import symtable
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import cast
+
+from .analysis.lines import python_lines
 
 # Names every module has without binding them, and those a class body has.
 _MODULE_NAMES = frozenset(
@@ -280,15 +283,16 @@ class _ModuleOrder:
                     self.target(item.optional_vars, local)
             self.block(node.body, local)
         elif isinstance(node, ast.Try | _TRY_STAR):
-            self.block(node.body, local)
-            for handler in node.handlers:
+            try_node = cast(ast.Try, node)  # `try`/`except*` has the same fields
+            self.block(try_node.body, local)
+            for handler in try_node.handlers:
                 if handler.type is not None:
                     expr(handler.type, local)
                 if handler.name:
                     self.bind(handler.name, local)
                 self.block(handler.body, local)
-            self.block(node.orelse, local)
-            self.block(node.finalbody, local)
+            self.block(try_node.orelse, local)
+            self.block(try_node.finalbody, local)
         elif isinstance(node, ast.Match):
             expr(node.subject, local)
             for case in node.cases:
@@ -372,15 +376,6 @@ def _names(target: ast.expr) -> Iterator[str]:
 
 
 # -- where in the original a problem of the new text comes from ---------------------------------
-
-
-_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
-
-
-def python_lines(text: str) -> list[str]:
-    """The lines of `text` as Python numbers them (`str.splitlines` also splits at form feeds
-    and other separators Python's line numbers do not count)."""
-    return _LINES.findall(text)
 
 
 def original_lines(old: str, new: str, line: int) -> tuple[int, int] | None:

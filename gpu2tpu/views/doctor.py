@@ -91,8 +91,8 @@ def doctor_rich(report: DoctorReport) -> RenderableType:
     if report.probe_note:
         parts.append(Text(report.probe_note, style="yellow"))
     for note in report.notes:
-        fix = f" (where it matters: {note.fix})" if note.fix else ""
-        parts.append(Text(f"note: {note.message}{fix}", style="dim"))
+        where = f" (where it matters: {note.fix})" if note.fix else ""
+        parts.append(Text(f"note: {note.message}{where}", style="dim"))
     parts.append(Text(versions_line(report), style="dim"))
     return Group(*parts)
 

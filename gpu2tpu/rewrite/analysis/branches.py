@@ -244,7 +244,7 @@ def _following(ctx: RuleContext, stmt: cst.CSTNode) -> list[cst.CSTNode]:
     block = _parent(ctx, stmt)
     if not isinstance(block, cst.IndentedBlock | cst.Module):
         return []
-    body = list(block.body)
+    body: list[cst.CSTNode] = list(block.body)
     index = next((i for i, s in enumerate(body) if s is stmt), len(body))
     return body[index + 1 :]
 
@@ -315,8 +315,9 @@ def left_on_cuda(
     no fix covers, and a finding that stops the code on a TPU and that the rewrite leaves
     (`torch.cuda.manual_seed_all` without `--unsafe-fixes`). `exclude` is the test itself."""
     options = ctx.options
-    settled = [p for p in ctx.pending if p.settled(options)]
-    left = [p for p in ctx.pending if not p.settled(options) and p.node is not exclude]
+    reported = ctx.reports()
+    settled = [p for p in reported if p.settled(options)]
+    left = [p for p in reported if not p.settled(options) and p.node is not exclude]
     left = [p for p in left if p.rule.severity is Severity.ERROR]
     inside = {id(n) for n in regions}
     covered = {id(p.node) for p in settled}
@@ -328,7 +329,7 @@ def left_on_cuda(
             return f"`{ctx.source_of(p.node)}` ({p.rule.code})"
     if not blocks:
         return None
-    spans = [(b[0].lineno, b[-1].end_lineno or b[-1].lineno) for b in blocks if b]  # type: ignore[attr-defined]
+    spans = [(b[0].lineno, b[-1].end_lineno or b[-1].lineno) for b in blocks if b]  # type: ignore[attr-defined]  # a node of Python's tree with a position
     spots = [(ctx.position(p.node), len(ctx.source_of(p.node))) for p in settled]
     resolve = ctx.names.module_binding
     kernels = ctx.names.triton_kernels

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import libcst as cst
 
@@ -55,14 +55,14 @@ def as_positional(arg: cst.Arg) -> cst.Arg:
     return arg.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
 
 
-def prepend_arg(args: tuple[cst.Arg, ...] | list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+def prepend_arg(args: Sequence[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
     """`new` as the first argument, before `args`, keeping their own formatting."""
     if not args:
         return [new.with_changes(comma=cst.MaybeSentinel.DEFAULT)]
     return [new.with_changes(comma=comma()), *args]
 
 
-def append_arg(args: tuple[cst.Arg, ...] | list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+def append_arg(args: Sequence[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
     """`new` as the last argument; a trailing comma (a multi-line call) stays trailing."""
     args = list(args)
     if not args:
@@ -76,9 +76,7 @@ def append_arg(args: tuple[cst.Arg, ...] | list[cst.Arg], new: cst.Arg) -> list[
     return [*args[:-1], last.with_changes(comma=comma()), new]
 
 
-def insert_arg(
-    args: tuple[cst.Arg, ...] | list[cst.Arg], index: int, new: cst.Arg
-) -> list[cst.Arg]:
+def insert_arg(args: Sequence[cst.Arg], index: int, new: cst.Arg) -> list[cst.Arg]:
     """`new` at `index` among `args`, keeping their own formatting."""
     if index <= 0:
         return prepend_arg(args, new)
@@ -103,27 +101,9 @@ def positional_args(call: cst.Call) -> list[cst.Arg]:
     return [a for a in call.args if a.keyword is None and not a.star]
 
 
-def keyword_args(call: cst.Call) -> dict[str, cst.BaseExpression]:
-    """The call's keyword arguments, by name."""
-    return {a.keyword.value: a.value for a in call.args if a.keyword is not None}
-
-
 def unpacks(call: cst.Call) -> bool:
     """Whether the call passes `*args` or `**kwargs` (its bindings are unknown)."""
     return any(a.star for a in call.args)
-
-
-def without_args(call: cst.Call, *, drop_positional: bool, drop: frozenset[str]) -> list[cst.Arg]:
-    """The call's arguments less the positional ones (if asked) and the keywords in `drop`."""
-    kept = [
-        a
-        for a in call.args
-        if not (a.keyword is None and a.star == "" and drop_positional)
-        and not (a.keyword is not None and a.keyword.value in drop)
-    ]
-    if kept:
-        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    return kept
 
 
 # -- expressions ----------------------------------------------------------------------------
@@ -293,12 +273,12 @@ def merge_guards(
             if inner and stmt.leading_lines:
                 first = inner[0]
                 inner[0] = first.with_changes(
-                    leading_lines=[*stmt.leading_lines, *first.leading_lines]  # type: ignore[attr-defined]
+                    leading_lines=[*stmt.leading_lines, *first.leading_lines]  # type: ignore[attr-defined]  # statements of a block have leading_lines
                 )
             joined = list(previous.body.body)
             for line in inner:
                 if _is_synchronize(line) and joined and _is_synchronize(joined[-1]):
-                    if not line.leading_lines:  # type: ignore[attr-defined]
+                    if not line.leading_lines:  # type: ignore[attr-defined]  # statements of a block have leading_lines
                         continue
                 joined.append(line)
             out[-1] = previous.with_changes(body=previous.body.with_changes(body=joined))
@@ -310,12 +290,7 @@ def merge_guards(
 
 def move_fix_to(rule: Rule, node: cst.CSTNode, target: cst.CSTNode) -> None:
     """Move the fix just registered at `node` to `target` (its finding stays at `node`)."""
-    fixes = rule.ctx.fixes
-    entries = fixes[id(node)]
-    entry = entries.pop()
-    if not entries:
-        del fixes[id(node)]
-    fixes.setdefault(id(target), []).append(entry)
+    rule.ctx.move_last_fix(node, target)
 
 
 def report_statement_fix(
@@ -344,11 +319,7 @@ def report_removal(
     """Report at `node` and, if the fix applies, remove the statement `line` from its block."""
     if not rule.report(node, message, fix=_unchanged):
         return False
-    fixes = rule.ctx.fixes
-    entries = fixes[id(node)]
-    entries.pop()
-    if not entries:
-        del fixes[id(node)]
+    rule.ctx.move_last_fix(node, None)
     remove_line(rule, line)
     return True
 
@@ -367,7 +338,7 @@ def remove_line(rule: Rule, line: cst.SimpleStatementLine) -> None:
     block = rule.parent(line)
     ctx = rule.ctx
     if not isinstance(block, cst.IndentedBlock | cst.Module):
-        ctx.fixes.setdefault(id(line), []).append((_removed, None))
+        ctx.add_fix(line, _removed)
         return
     code = code_for(line)
     index = next(i for i, stmt in enumerate(block.body) if stmt is line)
@@ -375,12 +346,12 @@ def remove_line(rule: Rule, line: cst.SimpleStatementLine) -> None:
     targets = ctx.removals.get(id(block))
     if targets is None:
         targets = ctx.removals[id(block)] = []
-        ctx.fixes.setdefault(id(block), []).append((partial(_remove_lines, targets), None))
+        ctx.add_fix(block, partial(_remove_lines, targets))
     targets.append((code, occurrence))
 
 
 def _removed(updated: cst.CSTNode) -> cst.CSTNode:
-    return cst.RemovalSentinel.REMOVE  # type: ignore[return-value]
+    return cst.RemovalSentinel.REMOVE  # type: ignore[return-value]  # libcst's transformer takes the sentinel for a node
 
 
 def _remove_lines(targets: list[tuple[str, int]], updated: cst.CSTNode) -> cst.CSTNode:
@@ -395,10 +366,10 @@ def _remove_lines(targets: list[tuple[str, int]], updated: cst.CSTNode) -> cst.C
         occurrence = seen[code]
         seen[code] += 1
         if (code, occurrence) in wanted:
-            carry.extend(stmt.leading_lines)  # type: ignore[attr-defined]
+            carry.extend(stmt.leading_lines)  # type: ignore[attr-defined]  # statements of a block have leading_lines
             continue
         if carry:
-            own = list(stmt.leading_lines)  # type: ignore[attr-defined]
+            own = list(stmt.leading_lines)  # type: ignore[attr-defined]  # statements of a block have leading_lines
             comments = [ln for ln in carry if ln.comment is not None]
             stmt = stmt.with_changes(leading_lines=[*comments, *own] if own else carry)
             carry = []
@@ -419,7 +390,7 @@ def drop_imported_names(names: frozenset[str]) -> Fix:
             return updated
         kept = [a for a in updated.names if (a.evaluated_alias or a.evaluated_name) not in names]
         if not kept:
-            return cst.RemovalSentinel.REMOVE  # type: ignore[return-value]
+            return cst.RemovalSentinel.REMOVE  # type: ignore[return-value]  # libcst's transformer takes the sentinel for a node
         if not isinstance(updated.names[-1].comma, cst.Comma) or not updated.rpar:
             kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return updated.with_changes(names=kept)
@@ -454,7 +425,7 @@ def indexed_device_string(
         ]
         return node.with_changes(func=func.with_changes(value=template), args=args)
     assert isinstance(node, cst.SimpleString)
-    index = node.evaluated_value.partition(":")[2]  # type: ignore[union-attr]
+    index = cast(str, node.evaluated_value).partition(":")[2]  # a device string, never bytes
     quote = node.quote
     prefix = node.prefix.replace("r", "").replace("R", "")
     return cst.FormattedString(

@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import libcst as cst
 
@@ -421,7 +421,7 @@ class FlowFacts:
             in_for = isinstance(parent, cst.For) and child is parent.body
             in_while = isinstance(parent, cst.While) and child in (parent.body, parent.test)
             if in_for or in_while:
-                yield parent  # type: ignore[misc]
+                yield parent  # type: ignore[misc]  # a For or a While, tested above
 
     def training_loop(self, node: cst.CSTNode) -> Loop | None:
         """The innermost training loop that runs `node` every iteration, if any.
@@ -592,9 +592,9 @@ class FlowFacts:
             exits = []
             for i, s in enumerate(block.body):
                 exit_if = isinstance(s, cst.If) and s.orelse is None and _exits(s.body)
-                if exit_if and self.is_rank_test(s.test):  # type: ignore[union-attr]
+                if exit_if and self.is_rank_test(cast(cst.If, s).test):
                     exits.append((i, s))
-            self._exits[key] = exits  # type: ignore[assignment]
+            self._exits[key] = exits  # type: ignore[assignment]  # the If statements found above
         if not self._exits[key]:
             return None
         index = next((i for i, s in enumerate(block.body) if s is stmt), -1)
@@ -648,7 +648,7 @@ class FlowFacts:
                     and any(
                         self.refers_to_rank(v, index_only=True, depth=1)
                         if index_only
-                        else self.is_rank_test(v, depth=1)
+                        else self.is_rank_test(cast(cst.BaseExpression, v), depth=1)
                         for v in self.assigned_values(node)
                     )
                 ):
@@ -750,9 +750,10 @@ class FlowFacts:
             return Kind.TENSOR
         if callee is Kind.MODULE_CLASS:
             return Kind.MODULE
-        name = last_segment(func)
-        if name is None or callee is not None:
+        last = last_segment(func)
+        if last is None or callee is not None:
             return None
+        name = last
         if FACTORY_NAME.match(name):
             return Kind.MODULE
         if MODEL_NAME.search(name) or LOSS_NAME.search(name):
@@ -1027,7 +1028,9 @@ def _is_no_grad(facts: FlowFacts, expr: cst.BaseExpression) -> bool:
     return bool(facts.qualified(target) & set(NO_GRAD))
 
 
-def _target_names(target: cst.CSTNode, path: tuple[int, ...]) -> Iterator[tuple[str, tuple]]:
+def _target_names(
+    target: cst.CSTNode, path: tuple[int, ...]
+) -> Iterator[tuple[str, tuple[int, ...]]]:
     """The names an assignment target binds, with their positions in nested tuples."""
     if isinstance(target, cst.Name):
         yield target.value, path

@@ -92,10 +92,6 @@ def is_false(node: cst.CSTNode | None) -> bool:
     return is_name(node, "False")
 
 
-def is_true(node: cst.CSTNode | None) -> bool:
-    return is_name(node, "True")
-
-
 def last_segment(node: cst.CSTNode) -> str | None:
     """`model` for `model`, `self.model` and `a.b.model`; None for anything else."""
     if isinstance(node, cst.Name):
@@ -146,7 +142,7 @@ def cuda_format_call(node: cst.CSTNode) -> cst.Call | None:
     """`"cuda:{}".format(i)`: a device string built with `str.format`."""
     if not (isinstance(node, cst.Call) and attribute_named(node.func, "format")):
         return None
-    receiver = node.func.value  # type: ignore[attr-defined]
+    receiver = node.func.value  # type: ignore[attr-defined]  # func is an Attribute, matched above
     value = string_value(receiver)
     if not isinstance(receiver, cst.SimpleString) or value not in ("cuda:{}", "cuda:{0}"):
         return None

@@ -161,7 +161,7 @@ class ModuleNames:
                     continue
                 for deco in stmt.decorator_list:
                     target = deco.func if isinstance(deco, ast.Call) else deco
-                    dotted = _ast_dotted(target)
+                    dotted = ast_dotted_name(target)
                     head = dotted.split(".")[0]
                     full = self.module_imports.get(head, head) + dotted[len(head) :]
                     if full.split(".")[0] == "triton":
@@ -209,11 +209,6 @@ class ModuleNames:
             self._index(child, inner)
 
     # -- answers ------------------------------------------------------------------------------
-
-    @property
-    def scoped(self) -> bool:
-        """Whether scopes are known (`symtable` accepted the text)."""
-        return self._top is not None
 
     def bound_at_module(self, name: str) -> bool:
         """Whether the module binds `name` otherwise than by an import."""
@@ -282,7 +277,7 @@ class ModuleNames:
         if self._top is None:
             return self.imports.get(name, "torch" if name == "torch" else None)
         path = tuple(
-            n.name.value  # type: ignore[attr-defined]
+            n.name.value  # type: ignore[attr-defined]  # a def or class scope: it has a name
             for kind, n in reversed(scopes)
             if kind in ("def", "class")
         )
@@ -325,7 +320,7 @@ class ModuleNames:
         """A name bound to torch itself by an import in one of `scopes` (`import torch as th`
         in the enclosing function) that means torch there; None if there is none."""
         path = tuple(
-            n.name.value  # type: ignore[attr-defined]
+            n.name.value  # type: ignore[attr-defined]  # a def or class scope: it has a name
             for kind, n in reversed(scopes)
             if kind in ("def", "class")
         )
@@ -350,7 +345,7 @@ class ModuleNames:
         if self._top is None:
             return False
         path = tuple(
-            n.name.value  # type: ignore[attr-defined]
+            n.name.value  # type: ignore[attr-defined]  # a def or class scope: it has a name
             for kind, n in reversed(scopes)
             if kind in ("def", "class")
         )
@@ -423,7 +418,8 @@ def _binding_targets(stmt: ast.AST) -> list[ast.AST]:
     return found
 
 
-def _ast_dotted(node: ast.AST) -> str:
+def ast_dotted_name(node: ast.AST) -> str:
+    """`a.b.c` for the `ast` of a dotted name; "" for anything else (a call, a subscript)."""
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
@@ -479,7 +475,7 @@ def enclosing_scopes(ctx: RuleContext, node: cst.CSTNode) -> list[tuple[str, cst
     child = node
     while parent is not None:
         kind = _SCOPE_OF_TYPE.get(type(parent))
-        if kind == "comp" or (kind is not None and child is parent.body):  # type: ignore[attr-defined]
+        if kind == "comp" or (kind is not None and child is parent.body):  # type: ignore[attr-defined]  # a scope's node (def, class, lambda) has a body
             scopes.append((kind, parent))
         child, parent = parent, parents.get(id(parent))
     return scopes
@@ -499,7 +495,7 @@ _SCOPE_OF_TYPE: dict[type, str] = {
 def head_of(node: cst.CSTNode) -> cst.CSTNode:
     """`a` for `a.b.c`; the node itself for anything else."""
     while type(node) is cst.Attribute:
-        node = node.value  # type: ignore[attr-defined]
+        node = node.value
     return node
 
 
@@ -522,7 +518,7 @@ def qualified_name(ctx: RuleContext, node: cst.CSTNode) -> str | None:
 
 def qualified(ctx: RuleContext, node: cst.CSTNode) -> str | None:
     """The imported qualified name `node` (or a call's function) refers to, if any (cached)."""
-    target = node.func if type(node) is cst.Call else node  # type: ignore[attr-defined]
+    target = node.func if type(node) is cst.Call else node
     head = head_of(target)
     if type(head) is not cst.Name:
         return None  # `x().mean`, `a[0].b`: not an imported name
@@ -541,9 +537,9 @@ def matches(ctx: RuleContext, node: cst.CSTNode, *names: str) -> str | None:
     return name if name in names else None
 
 
-def refers_to_torch(ctx: RuleContext, node: cst.CSTNode) -> bool:
-    """Whether `node` is a name for the torch module itself where it is used."""
-    return isinstance(node, cst.Name) and qualified(ctx, node) == "torch"
+def is_torch_device_call(ctx: RuleContext, node: cst.CSTNode) -> bool:
+    """`torch.device(...)`, through whatever name torch has where it is called."""
+    return isinstance(node, cst.Call) and bool(matches(ctx, node, "torch.device"))
 
 
 def is_reference_end(ctx: RuleContext, node: cst.CSTNode) -> bool:

@@ -11,10 +11,10 @@ import sys
 
 import libcst as cst
 
-from .names import full_name, statements
+from .names import ast_dotted_name, full_name, statements
 
 
-def is_import_line(stmt: cst.BaseStatement) -> bool:
+def is_import_line(stmt: cst.BaseStatement | cst.BaseSmallStatement) -> bool:
     """A line of imports, or a `try`/`if` block holding only import lines."""
     if isinstance(stmt, cst.SimpleStatementLine):
         return all(isinstance(s, cst.Import | cst.ImportFrom) for s in stmt.body)
@@ -100,11 +100,11 @@ def add_stdlib_import(module: cst.Module, name: str) -> cst.Module:
     new = cst.parse_statement(f"import {name}\n")
     if at == start and at < len(body):
         nxt = body[at]
-        new = new.with_changes(leading_lines=nxt.leading_lines)  # type: ignore[union-attr]
+        new = new.with_changes(leading_lines=nxt.leading_lines)
         if _is_stdlib_import(nxt):
-            body[at] = nxt.with_changes(leading_lines=[])  # type: ignore[union-attr]
-        elif not nxt.leading_lines:  # type: ignore[union-attr]
-            body[at] = nxt.with_changes(leading_lines=[cst.EmptyLine()])  # type: ignore[union-attr]
+            body[at] = nxt.with_changes(leading_lines=[])
+        elif not nxt.leading_lines:
+            body[at] = nxt.with_changes(leading_lines=[cst.EmptyLine()])
     return module.with_changes(body=[*body[:at], new, *body[at:]])
 
 
@@ -120,19 +120,8 @@ _SYS_PATH_CALLS = frozenset({"insert", "append", "extend", "remove"})
 _WARNINGS_CALLS = frozenset({"filterwarnings", "simplefilter", "resetwarnings"})
 
 
-def _dotted(node: ast.AST) -> str:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
-
-
 def _is_environ(node: ast.AST) -> bool:
-    return _dotted(node) in ("os.environ", "environ")
+    return ast_dotted_name(node) in ("os.environ", "environ")
 
 
 def sets_environment(stmt: ast.AST) -> bool:
@@ -143,22 +132,22 @@ def sets_environment(stmt: ast.AST) -> bool:
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
         func = stmt.value.func
         if isinstance(func, ast.Attribute) and func.attr in _ENV_CALLS:
-            return _is_environ(func.value) or _dotted(func) == "os.putenv"
+            return _is_environ(func.value) or ast_dotted_name(func) == "os.putenv"
     return False
 
 
 def _edits_sys_path(stmt: ast.AST) -> bool:
     if isinstance(stmt, ast.Assign | ast.AugAssign):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-        return any(_dotted(t) == "sys.path" for t in targets)
+        return any(ast_dotted_name(t) == "sys.path" for t in targets)
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
         func = stmt.value.func
         if isinstance(func, ast.Attribute):
-            if func.attr in _SYS_PATH_CALLS and _dotted(func.value) == "sys.path":
+            if func.attr in _SYS_PATH_CALLS and ast_dotted_name(func.value) == "sys.path":
                 return True
-            if func.attr in _WARNINGS_CALLS and _dotted(func.value) == "warnings":
+            if func.attr in _WARNINGS_CALLS and ast_dotted_name(func.value) == "warnings":
                 return True
-            if _dotted(func) == "site.addsitedir":
+            if ast_dotted_name(func) == "site.addsitedir":
                 return True
     return False
 
@@ -169,7 +158,7 @@ def sets_cuda_start_env(stmt: ast.AST) -> str | None:
         return None
     for node in ast.walk(stmt):
         if isinstance(node, ast.Constant) and node.value in CUDA_START_ENV:
-            return node.value  # type: ignore[return-value]
+            return node.value
     return None
 
 
@@ -241,7 +230,7 @@ def device_line_blocked(tree: ast.Module | None, source: str) -> str | None:
             name = sets_cuda_start_env(stmt)
             if name is None:
                 continue
-            line = stmt.lineno  # type: ignore[attr-defined]
+            line = stmt.lineno  # type: ignore[attr-defined]  # a node of Python's tree with a position
             where = f"in `{path[-1]}()`" if path else "in a block"
             return (
                 f"`{name}` is set {where} at line {line}, after a module-level device line "

@@ -264,10 +264,10 @@ class ModuleValues:
         elif isinstance(node, ast.MatchMapping) and node.rest:
             self._bind(scope, node.rest, _Binding("other", None, scope))
         if isinstance(node, ast.Try | _TRY_STAR):
-            self._walk_body(node.body, scope)  # type: ignore[attr-defined]
-            self._walk_all(node.handlers, scope)  # type: ignore[attr-defined]
-            self._walk_body(node.orelse, scope)  # type: ignore[attr-defined]
-            self._walk_body(node.finalbody, scope)  # type: ignore[attr-defined]
+            self._walk_body(node.body, scope)
+            self._walk_all(node.handlers, scope)
+            self._walk_body(node.orelse, scope)
+            self._walk_body(node.finalbody, scope)
             return
         for child in ast.iter_child_nodes(node):
             self._walk(child, scope)
@@ -288,7 +288,7 @@ class ModuleValues:
         return True
 
     def _walk_all(self, nodes: object, scope: _Scope) -> None:
-        for node in nodes:  # type: ignore[attr-defined]
+        for node in nodes:  # type: ignore[attr-defined]  # a list of Python's nodes
             self._walk(node, scope)
 
     def _walk_target(self, target: ast.AST, scope: _Scope) -> None:
@@ -328,7 +328,12 @@ class ModuleValues:
         scope.names.setdefault(name, []).append(binding)
 
     def _bind_target(
-        self, target: ast.AST, how: str, value: ast.AST | None, scope: _Scope, path: tuple = ()
+        self,
+        target: ast.AST,
+        how: str,
+        value: ast.AST | None,
+        scope: _Scope,
+        path: tuple[int, ...] = (),
     ) -> None:
         if isinstance(target, ast.Name):
             self._bind(scope, target.id, _Binding(how, value, scope, path))
@@ -397,7 +402,7 @@ class ModuleValues:
             for value, scope, use in self._sinks:
                 for source in self._sources(value, scope, ints=use.what != "`device_type=`"):
                     node = self._nodes[source]
-                    key = (node.lineno, self._column(node))  # type: ignore[attr-defined]
+                    key = (node.lineno, self._column(node))  # type: ignore[attr-defined]  # a node of Python's tree with a position
                     self._reached.setdefault(key, []).append(use)
         return self._reached.get((line, column), [])
 
@@ -421,7 +426,7 @@ class ModuleValues:
         or tuple of them."""
         listed = isinstance(value, ast.Subscript)
         if listed:
-            value = value.value  # type: ignore[attr-defined]
+            value = value.value  # type: ignore[attr-defined]  # a Subscript, tested above
         if not isinstance(value, ast.Name):
             return False
         bindings = self._lookup(value.id, scope) or []
@@ -452,8 +457,8 @@ class ModuleValues:
         return frozenset(found)
 
     def _column(self, node: ast.AST) -> int:
-        text = self._lines[node.lineno - 1]  # type: ignore[attr-defined]
-        return len(text[: node.col_offset].decode("utf-8", "surrogatepass")) + 1  # type: ignore[attr-defined]
+        text = self._lines[node.lineno - 1]  # type: ignore[attr-defined]  # a node of Python's tree with a position
+        return len(text[: node.col_offset].decode("utf-8", "surrogatepass")) + 1  # type: ignore[attr-defined]  # a node of Python's tree with a position
 
     def _sources(
         self, expr: ast.AST, scope: _Scope, *, ints: bool, depth: int = 0
@@ -636,7 +641,7 @@ class ModuleValues:
         guarded = [
             b
             for b in bindings
-            if any(not widened(g.lineno, self._column(g)) for g in b.guards)  # type: ignore[attr-defined]
+            if any(not widened(g.lineno, self._column(g)) for g in b.guards)  # type: ignore[attr-defined]  # a node of Python's tree with a position
         ]
         if not guarded:
             return None
@@ -650,8 +655,8 @@ class ModuleValues:
         found = None
         for function in self._functions.values():
             node = function.node
-            if node.lineno <= line <= (node.end_lineno or 0):  # type: ignore[attr-defined]
-                if found is None or node.lineno >= found.node.lineno:  # type: ignore[attr-defined]
+            if node.lineno <= line <= (node.end_lineno or 0):  # type: ignore[attr-defined]  # a node of Python's tree with a position
+                if found is None or node.lineno >= found.node.lineno:  # type: ignore[attr-defined]  # a node of Python's tree with a position
                     found = function
         return found
 

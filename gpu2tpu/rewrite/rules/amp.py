@@ -73,7 +73,7 @@ class _CudaAmpName(Rule):
 
     api: ClassVar[tuple[str, ...]] = ()
     imported_names: ClassVar[frozenset[str]] = frozenset()
-    tokens = (b"cuda.amp", b"import amp")
+    tokens: ClassVar[tuple[bytes, ...]] = (b"cuda.amp", b"import amp")
 
     def __init__(self, ctx: RuleContext) -> None:
         super().__init__(ctx)
@@ -118,9 +118,7 @@ class _CudaAmpName(Rule):
         for imp in self.amp_imports:
             removable = self._removable_names(imp)
             if removable:
-                self.ctx.fixes.setdefault(id(imp), []).append(
-                    (drop_imported_names(removable), None)
-                )
+                self.ctx.add_fix(imp, drop_imported_names(removable))
 
     def _removable_names(self, imp: cst.ImportFrom) -> frozenset[str]:
         """Imported names whose every use in the text was rewritten.
@@ -646,7 +644,7 @@ class HalfMethod(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if node.args or not attribute_named(node.func, "half"):
             return
-        value = node.func.value  # type: ignore[attr-defined]
+        value = node.func.value  # type: ignore[attr-defined]  # func is an Attribute, matched above
         if isinstance(value, cst.Name | cst.Attribute) and qualified(self.ctx, value):
             return  # `<module>.half()` is not the tensor method
 

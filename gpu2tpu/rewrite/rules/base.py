@@ -15,24 +15,26 @@ this one, never another rule module.
 from __future__ import annotations
 
 import ast
+import dis
 import functools
 import keyword
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
-from libcst.metadata.position_provider import PositionProvidingCodegenState
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from ..analysis import names
 from ..analysis.branches import in_compat_fallback
 from ..analysis.flow import FlowFacts
+from ..analysis.lines import python_lines
 from ..analysis.literals import code_for, shorten
 from ..analysis.names import ModuleNames, enclosing_scopes, variable_names
 from ..analysis.placement import runs_as_script
 from ..analysis.torch_api import checks_available, float16_tests
+from ..cst_internals import layout
 from ..model import Finding, Options, Safety, Severity
 
 Fix = Callable[[cst.CSTNode], cst.CSTNode]
@@ -51,7 +53,8 @@ DEVICE_FUNCTIONS = ("accelerator_device", "accel_device", "torch_device")
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z0-9, ]+))?", re.IGNORECASE)
 
-REGISTRY: dict[str, type[Rule]] = {}
+# Every rule by code: the libcst rules (`Rule`) and the notebook checks (`NotebookRule`).
+REGISTRY: dict[str, type[BaseRule]] = {}
 
 
 def _compound_types() -> tuple[type, ...]:
@@ -63,7 +66,6 @@ def _compound_types() -> tuple[type, ...]:
 
 
 _COMPOUND = _compound_types()
-_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
 
 @dataclass
@@ -108,7 +110,7 @@ class RuleContext:
         self.source = source
         self.module = module
         # `tree`, `module_names`: made from `source` already by the caller (source.py).
-        self._tree: ast.Module | None | bool = tree
+        self._tree: ast.Module | None | Literal[False] = tree
         # Top-level statements libcst did not parse (nothing in them is rewritten; see
         # rewrite/statements.py): id of the placeholder in `module.body` -> a function that
         # parses the real statement on demand (for module-wide facts such as bindings).
@@ -142,7 +144,7 @@ class RuleContext:
         self._stmt_index: dict[int, int] = {}
         self._stmt_code: list[str] | None = None
         self._spans: list[tuple[int, int]] | bool | None = None
-        self._positions: dict[int, dict[cst.CSTNode, object]] = {}
+        self._positions: dict[int, Mapping[cst.CSTNode, CodeRange]] = {}
         self.fixes: dict[int, list[tuple[Fix, _Pending | None]]] = {}
         self.pending: list[_Pending] = []
         self._names: frozenset[str] | None = None
@@ -255,22 +257,17 @@ class RuleContext:
             top = parent
         index = self._stmt_index.get(id(top))
         if index is None:
-            pos = self.lazy_metadata(PositionProvider)[node]  # type: ignore[index]
+            pos = self.lazy_metadata(PositionProvider)[node]  # type: ignore[index]  # the provider's mapping, typed object by lazy_metadata
             return pos.start.line, pos.start.column + 1
         if self._stmt_lines is None:
             self._stmt_lines = self._statement_first_lines()
         computed = self._positions.get(index)
         if computed is None:
-            provider = PositionProvider()
-            state = PositionProvidingCodegenState(
-                default_indent=self.module.default_indent,
-                default_newline=self.module.default_newline,
-                provider=provider,
+            computed = self._positions[index] = layout(
+                top, self.module.default_indent, self.module.default_newline, fast=False
             )
-            top._codegen(state)
-            computed = self._positions[index] = provider._computed
-        pos = computed[node]  # type: ignore[index]
-        return self._stmt_lines[index] + pos.start.line - 1, pos.start.column + 1  # type: ignore[attr-defined]
+        pos = computed[node]
+        return self._stmt_lines[index] + pos.start.line - 1, pos.start.column + 1
 
     def reach(self, node: cst.CSTNode) -> None:
         """Record the parents down to `node` when it is a part of the node being visited that
@@ -354,7 +351,7 @@ class RuleContext:
                 self._spans = False
                 return None
             self._spans = spans
-        return self._spans  # type: ignore[return-value]
+        return self._spans  # type: ignore[return-value]  # a list here: False and None returned above
 
     def real_statement(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
         """A top-level statement of `module.body` as written (parsed now if libcst was given
@@ -382,7 +379,7 @@ class RuleContext:
         if self._stmt_code is None:
             spans = self._statement_spans()
             if spans is not None:
-                lines = _LINES.findall(self.source)  # Python's line ends only, not \f or \x85
+                lines = python_lines(self.source)  # Python's line ends only, not \f or \x85
                 self._stmt_code = ["".join(lines[a - 1 : b]) for a, b in spans]
             else:
                 self._stmt_code = [self.module.code_for_node(s) for s in self.module.body]
@@ -410,6 +407,12 @@ class RuleContext:
                 else:
                     del self.fixes[key]
 
+    # -- what the rules have said so far: the rules' way to read and add to it ---------------
+    #
+    # `pending`, `fixes` and `claimed` are the engine's state: a rule adds to them through
+    # `Rule.report` or these methods, and reads them through `reports`, so that what it may
+    # change is in one place.
+
     def claim(self, node: cst.CSTNode) -> None:
         """Mark the nodes under `node` as handled by its fix, so no other rule reports them."""
         stack = list(node.children)
@@ -417,6 +420,43 @@ class RuleContext:
             child = stack.pop()
             self.claimed.add(id(child))
             stack.extend(child.children)
+
+    def claim_node(self, node: cst.CSTNode) -> None:
+        """Mark `node` itself as handled, so no other rule reports it."""
+        self.claimed.add(id(node))
+
+    def is_claimed(self, node: cst.CSTNode) -> bool:
+        """Whether a fix has claimed `node` (`claim`, `claim_node`)."""
+        return id(node) in self.claimed
+
+    def reports(self, start: int = 0) -> list[_Pending]:
+        """The findings and edits reported so far, in order, from the `start`-th on (a copy:
+        `report_count()` before a call and `reports(count)` after give what it reported)."""
+        return self.pending[start:]
+
+    def last_report(self) -> _Pending:
+        """The finding or edit reported last (to tie another part of its edit to it)."""
+        return self.pending[-1]
+
+    def report_count(self) -> int:
+        """How many findings and edits have been reported so far."""
+        return len(self.pending)
+
+    def add_fix(self, node: cst.CSTNode, fix: Fix, report: _Pending | None = None) -> None:
+        """Apply `fix` to `node` too: a fix with no finding of its own (an import it needs, a
+        line it removes), or, with `report`, one more part of that finding's edit (a `noqa`
+        on the finding's line then drops both)."""
+        self.fixes.setdefault(id(node), []).append((fix, report))
+
+    def move_last_fix(self, node: cst.CSTNode, target: cst.CSTNode | None) -> None:
+        """Move the fix just registered at `node` to `target` (None: drop it); its finding
+        stays at `node`."""
+        entries = self.fixes[id(node)]
+        entry = entries.pop()
+        if not entries:
+            del self.fixes[id(node)]
+        if target is not None:
+            self.fixes.setdefault(id(target), []).append(entry)
 
     @staticmethod
     def _noqa_lines(source: str) -> dict[int, frozenset[str] | None]:
@@ -624,17 +664,17 @@ class RuleContext:
         )
 
 
-class Rule(cst.BatchableCSTVisitor):
-    """Base class of every rule; subclasses set the class attributes and visit nodes.
+class BaseRule:
+    """What every rule declares, whatever it reads: its code, name, safety and documentation.
 
-    `tokens` are byte strings of which at least one must occur in a file for the rule to
-    possibly fire: the engine's prefilter skips files that contain none of any selected rule.
+    Subclasses that set `code` register themselves in `REGISTRY`, which `gpu2tpu rules`,
+    docs/rules.md, `--select`/`--ignore` and `noqa` read: a code names one rule. `code`
+    (G2Txxx), `name`, `safety`, `severity`, `message` (`{call}` in it becomes the user's
+    construct), `hint`, and the docstring with "Why:" and "Example:" that `gpu2tpu rules` and
+    docs/rules.md show. `min_torch` is the oldest torch its fix runs on: with
+    `--target-torch` older than that, the fix is held back and reported
+    (rewrite/torch_target.py).
     """
-
-    METADATA_DEPENDENCIES = ()
-    # A rule that asks `ctx.flow` (loops, bindings, value kinds) says so: the engine then
-    # records the flow facts during its traversal.
-    uses_flow: ClassVar[bool] = False
 
     code: ClassVar[str]
     name: ClassVar[str]
@@ -642,22 +682,7 @@ class Rule(cst.BatchableCSTVisitor):
     severity: ClassVar[Severity] = Severity.ERROR
     message: ClassVar[str]
     hint: ClassVar[str] = ""
-    tokens: ClassVar[tuple[bytes, ...]] = (b"cuda",)
     min_torch: ClassVar[str] = "2.6"
-    # A rule that must see top-level statements without its tokens (module-wide facts) says so;
-    # otherwise only the top-level statements holding one of its tokens are visited.
-    whole_module: ClassVar[bool] = False
-    # A rule that follows the names its statements bind to every use in their scope (an event's
-    # `record()` calls) says so: the statement-level parse keeps every top-level statement
-    # that names one of them, token or not.
-    follows_names: ClassVar[bool] = False
-    # A rule that decides from what the other rules found (a test is widened only where all
-    # it guards is fixed) says so: its `leave_Module` runs after every other rule's.
-    decides_last: ClassVar[bool] = False
-    # A rule that follows device values into device arguments wherever those are
-    # (analysis/values.py) says so: the statement-level parse keeps, and the traversal visits,
-    # the statements whose device argument an int written elsewhere reaches.
-    follows_devices: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -666,21 +691,84 @@ class Rule(cst.BatchableCSTVisitor):
                 raise ValueError(f"rule code {cls.code} is used twice")
             REGISTRY[cls.code] = cls
 
+
+class NotebookRule(BaseRule):
+    """A check on a notebook's IPython syntax (`!nvidia-smi`, `%pip install`) or metadata.
+
+    It reads no Python, so it has no hooks: rewrite/notebook.py runs the checks and reports
+    under these codes (rules/notebook_checks.py declares them).
+    """
+
+    message: ClassVar[str] = ""
+
+
+class Rule(BaseRule, cst.BatchableCSTVisitor):
+    """A rule on Python text: it visits the libcst tree and reports, with or without a fix.
+
+    It declares what `BaseRule` says, and how the engine may take its shortcuts.
+
+    Speed flags. The engine takes shortcuts that a rule must declare its way out of; each is
+    checked by tests/test_fast_paths.py, which runs every fixture and a sample of torch's
+    sources with the shortcuts on and off, so a fixture that needs a flag fails without it:
+
+    - `tokens` (default `(b"cuda",)`): byte strings one of which a text must hold for the rule
+      to run at all. The engine skips files with none of any selected rule's tokens without
+      reading them as Python, and the rule visits only the top-level statements that hold
+      one (or a name imported from a module whose name holds one). A rule that fires on
+      `float64` or `.item()` lists those; a rule with an empty tuple never runs.
+    - `whole_module`: the rule must see top-level statements without its tokens (module-wide
+      facts). Turns the statement-level parse and the token filter on statements off for every
+      text the rule runs on: it costs speed on every file, so prefer a token.
+    - `follows_names`: the rule follows the names its statements bind to every use in their
+      scope (an event's `start.record()` holds no token): the statement-level parse keeps each
+      top-level statement that names one of them.
+    - `follows_devices`: the rule follows device values into device arguments wherever those
+      are (analysis/values.py): the statements whose device argument an int written elsewhere
+      reaches are parsed and visited, token or not.
+    - `uses_flow`: the rule asks `ctx.flow` (loops, bindings, value kinds): the traversal then
+      runs the flow recorder before the rules, and flow answers are complete from
+      `leave_Module` on.
+    - `decides_last`: the rule decides from what the other rules found (a test is widened
+      only where all it guards is fixed): its `leave_Module` runs after every other rule's.
+
+    The walk. A rule inherits libcst's visitor class for its hook names, but the engine walks
+    the tree itself (`source._Dispatch`, one traversal for every rule; docs/architecture.md
+    says why), and someone who knows libcst's visitors should know where it differs:
+
+    - it calls `visit_<Node>(node)` on the way down and `leave_<Node>(original_node)` on the
+      way up, for `<Node>` a libcst node class, defined on the rule (not libcst's no-ops);
+    - the value a `visit_` method returns is ignored: children are always visited (libcst
+      skips them on False);
+    - libcst's attribute hooks (`visit_<Node>_<field>`, `leave_<Node>_<field>`) are never
+      called;
+    - children come in the order of the node's fields, which is the text's order for nearly
+      every node but not all: a function's or class's decorators come after its body;
+    - whitespace, commas, parentheses and operators are visited only when some rule of the
+      run has a hook for their type; top-level statements without a token are not visited.
+
+    `check_hooks` refuses, when the class is defined, an attribute hook, a hook for no libcst
+    node and a `visit_` method that returns a value. A rule reads and adds to what the rules
+    found through `RuleContext` (`report`, `add_fix`, `claim`, `reports`), never by writing
+    the engine's lists.
+    """
+
+    METADATA_DEPENDENCIES = ()
+    uses_flow: ClassVar[bool] = False
+    tokens: ClassVar[tuple[bytes, ...]] = (b"cuda",)
+    whole_module: ClassVar[bool] = False
+    follows_names: ClassVar[bool] = False
+    decides_last: ClassVar[bool] = False
+    follows_devices: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        check_hooks(cls)  # before it registers: a refused rule leaves no code behind
+        super().__init_subclass__(**kwargs)
+
     def __init__(self, ctx: RuleContext) -> None:
         super().__init__()
         self.ctx = ctx
 
     # -- helpers for subclasses ------------------------------------------------------------
-
-    def get_metadata(self, key, node, default=None):  # type: ignore[no-untyped-def,override]
-        """Any libcst metadata, resolved lazily for the whole module on first use.
-
-        Parents of visited nodes come from the traversal itself, at no cost.
-        """
-        if key is ParentNodeProvider and id(node) in self.ctx.parents:
-            return self.ctx.parents[id(node)]
-        mapping = self.ctx.lazy_metadata(key)
-        return mapping.get(node, default)  # type: ignore[attr-defined]
 
     def qualified_names(self, node: cst.CSTNode) -> set[str]:
         """Imported qualified names of a Name/Attribute/Call (aliases resolved)."""
@@ -767,6 +855,72 @@ class Rule(cst.BatchableCSTVisitor):
         return None
 
 
+_LOAD_CONST = dis.opmap["LOAD_CONST"]
+_RETURN_VALUE = dis.opmap["RETURN_VALUE"]
+_RETURN_CONST = dis.opmap.get("RETURN_CONST", -1)  # Python 3.12 and 3.13
+
+
+def check_hooks(rule: type[Rule]) -> None:
+    """Refuse, when the class is defined, a hook the engine's walk would never honour
+    (`Rule`'s docstring): libcst's attribute hooks (`visit_Call_func`), a name that is no
+    libcst node (`visit_Cal`), and a `visit_` method that returns a value, which libcst
+    reads as "skip the children" and the walk ignores. A rule that defined one would
+    silently never fire, or fire where its author meant it not to."""
+    for attr, fn in vars(rule).items():
+        prefix, _, node_type = attr.partition("_")
+        if prefix not in ("visit", "leave") or not node_type:
+            continue
+        where = f"{rule.__module__}.{rule.__qualname__}.{attr}"
+        head, _, field_name = node_type.partition("_")
+        if field_name and isinstance(getattr(cst, head, None), type):
+            raise TypeError(
+                f"{where}: libcst's attribute hooks are never called by the rules' walk; "
+                f"use visit_{head} and look at node.{field_name}"
+            )
+        if not isinstance(getattr(cst, node_type, None), type):
+            raise TypeError(f"{where}: `{node_type}` is not a libcst node, so it never fires")
+        if prefix == "visit" and callable(fn) and _returns_a_value(fn):
+            raise TypeError(
+                f"{where} returns a value: the rules' walk always visits the children (libcst "
+                "skips them on False); return None and test the parent where you needed that"
+            )
+
+
+def _returns_a_value(fn: Callable[..., object]) -> bool:
+    """Whether `fn` returns something other than None: its annotation says so, or its code
+    returns a constant (`return False`). Read from the bytecode, not by `dis`, which costs
+    tens of milliseconds for all the rules at every start."""
+    returns = getattr(fn, "__annotations__", {}).get("return", "None")
+    if returns not in ("None", None):
+        return True
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    raw, consts = code.co_code, code.co_consts
+    if len(consts) > 256:  # an argument may then need EXTENDED_ARG: let `dis` read it
+        previous = None
+        for ins in dis.get_instructions(fn):
+            if ins.opname == "RETURN_CONST" and ins.argval is not None:
+                return True
+            if ins.opname == "RETURN_VALUE" and previous is not None:
+                if previous.opname == "LOAD_CONST" and previous.argval is not None:
+                    return True
+            previous = ins
+        return False
+    for i in range(0, len(raw), 2):
+        op = raw[i]
+        if op == _RETURN_CONST and consts[raw[i + 1]] is not None:
+            return True
+        if (
+            op == _RETURN_VALUE
+            and i >= 2
+            and raw[i - 2] == _LOAD_CONST
+            and consts[raw[i - 1]] is not None
+        ):
+            return True
+    return False
+
+
 def finalize(ctx: RuleContext) -> tuple[list[Finding], list[Finding]]:
     """Turn the context's pending reports into edits and findings, in text order."""
     edits: list[Finding] = []
@@ -791,12 +945,23 @@ def finalize(ctx: RuleContext) -> tuple[list[Finding], list[Finding]]:
 
 
 def rules_for(options: Options) -> list[type[Rule]]:
-    """The registered rules that `options` switch on, in code order."""
+    """The registered rules on Python text that `options` switch on, in code order."""
+    return [r for r in text_rules() if options.enabled(r.code)]
+
+
+def text_rules() -> list[type[Rule]]:
+    """Every rule on Python text (no notebook check), in code order."""
+    return [r for r in all_rules() if issubclass(r, Rule)]
+
+
+def rule_by_code(code: str) -> type[BaseRule]:
+    """The rule registered under `code` (KeyError for none)."""
     _load_rule_modules()
-    return [REGISTRY[c] for c in sorted(REGISTRY) if options.enabled(c)]
+    return REGISTRY[code]
 
 
-def all_rules() -> list[type[Rule]]:
+def all_rules() -> list[type[BaseRule]]:
+    """Every rule, the notebook checks included, in code order: what the docs list."""
     _load_rule_modules()
     return [REGISTRY[c] for c in sorted(REGISTRY)]
 

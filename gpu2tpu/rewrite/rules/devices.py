@@ -8,24 +8,17 @@ widened to every accelerator.
 
 from __future__ import annotations
 
+from typing import Any
+
 import libcst as cst
 
 from ..analysis.branches import (
     accelerator_known,
     conjuncts,
-    cuda_only_use,
-    device_branch,
-    guarded_region,
-    left_on_cuda,
-    other_backend_branch,
 )
 from ..analysis.edits import (
-    as_positional,
     carries_prefix,
-    comparison_needs_parentheses,
-    cuda_only_choice,
     find_arg,
-    guarded_line,
     indexed_device_string,
     is_cuda_only,
     keyword,
@@ -33,7 +26,6 @@ from ..analysis.edits import (
     on_cuda_only,
     parenthesized,
     prefixed_device_string,
-    sole_statement,
     string_literal,
     unpacks,
 )
@@ -50,15 +42,13 @@ from ..analysis.literals import (
     short,
     string_value,
 )
-from ..analysis.names import defines_attribute, is_store
-from ..analysis.ranks import device_index_names, spawn_counts
-from ..analysis.values import module_values
-from ..model import Safety, Severity
-from .base import Rule
+from ..analysis.names import defines_attribute, is_torch_device_call
+from ..analysis.ranks import device_index_names
+from ..analysis.values import DeviceUse, module_values
+from ..model import Safety
+from .base import Rule, RuleContext
 
 DEVICE_KWARGS = frozenset({"device", "map_location", "output_device"})
-# Calls that skip tests on a condition (pytest, unittest).
-SKIP_CALLS = frozenset({"skipif", "skipIf", "skipUnless"})
 STORAGE_METHODS = frozenset({"storage", "untyped_storage", "_typed_storage", "_untyped_storage"})
 
 
@@ -67,10 +57,6 @@ def _indexed_api(rule: Rule, call: cst.Call) -> bool:
     `device` is an index as often as a device, and rules of their own rewrite it."""
     name = rule.ctx.qualified_name(call.func) or ""
     return name.startswith(("torch.cuda.", "torch.accelerator.", "torch.xpu.", "torch.mps."))
-
-
-def _is_torch_device_call(rule: Rule, node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.Call) and bool(rule.matches_name(node, "torch.device"))
 
 
 class CudaMethod(Rule):
@@ -105,7 +91,7 @@ class CudaMethod(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if not is_call_to_attr(node, "cuda"):
             return
-        receiver = node.func.value  # type: ignore[attr-defined]
+        receiver = node.func.value  # type: ignore[attr-defined]  # func is an Attribute, matched above
         if isinstance(receiver, cst.Name | cst.Attribute) and self.qualified_names(receiver):
             return  # `<imported module or class>.cuda(...)`, not a tensor or module method
         message = self.message.format(call=self.short(node, 50))
@@ -233,7 +219,7 @@ class CudaDeviceString(Rule):
     )
     follows_devices = True  # `net.to(gpu_ids[0])` holds no token
 
-    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, ctx: RuleContext) -> None:
         super().__init__(ctx)
         # CUDA values written outside a device argument, and device arguments that are not
         # literals: where they go is decided once the traversal is done (analysis/values.py).
@@ -241,7 +227,7 @@ class CudaDeviceString(Rule):
         self.arguments: list[tuple[cst.Call, cst.BaseExpression]] = []
 
     def visit_Call(self, node: cst.Call) -> None:
-        if _is_torch_device_call(self, node):
+        if is_torch_device_call(self.ctx, node):
             self._torch_device(node)
             return
         if cuda_format_call(node) is not None:
@@ -291,7 +277,7 @@ class CudaDeviceString(Rule):
         values = module_values(self.ctx)
         if values is None:
             return
-        taken = {id(p.node) for p in self.ctx.pending}
+        taken = {id(p.node) for p in self.ctx.reports()}
         for node in self.sources:
             if self._within(node, taken):
                 continue  # its own rule has it (`device = "cuda"`: G2T103; a default: G2T113)
@@ -317,7 +303,7 @@ class CudaDeviceString(Rule):
             self.report(
                 value,
                 message,
-                fix=self.ctx.indexed_device,  # type: ignore[arg-type]
+                fix=self.ctx.indexed_device,  # type: ignore[arg-type]  # takes the ordinal node, returns a Call: a Fix
                 hint="use `torch.device(device.type, i)` (`cuda:i` on CUDA)",
                 uses_device=True,
             )
@@ -326,12 +312,12 @@ class CudaDeviceString(Rule):
         """Whether `node` is, or is inside, something a rule has reported already."""
         current: cst.CSTNode | None = node
         while current is not None and not isinstance(current, cst.BaseStatement):
-            if id(current) in taken or id(current) in self.ctx.claimed:
+            if id(current) in taken or self.ctx.is_claimed(current):
                 return True
             current = self.parent(current)
         return False
 
-    def _flow(self, literal: cst.CSTNode, uses: list) -> None:  # type: ignore[type-arg]
+    def _flow(self, literal: cst.CSTNode, uses: list[DeviceUse]) -> None:
         """A CUDA device value that reaches a device argument through a variable, an item,
         an attribute, a default or a return: it becomes the module's device type as a
         string, as the original was one (`"cuda"` on CUDA), keeping an index."""
@@ -405,7 +391,7 @@ class CudaDeviceString(Rule):
 
     def _torch_device(self, node: cst.Call) -> None:
         parent = self.parent(node)
-        if isinstance(parent, cst.Call) and _is_torch_device_call(self, parent):
+        if isinstance(parent, cst.Call) and is_torch_device_call(self.ctx, parent):
             return
         if unpacks(node):
             return
@@ -500,7 +486,7 @@ def _idiom_parts(rule: Rule, node: cst.CSTNode) -> str | None:
         return None
 
     def kind(expr: cst.BaseExpression, want_cuda: bool) -> str | None:
-        if isinstance(expr, cst.Call) and _is_torch_device_call(rule, expr) and expr.args:
+        if isinstance(expr, cst.Call) and is_torch_device_call(rule.ctx, expr) and expr.args:
             inner = expr.args[0].value
             return "device" if kind(inner, want_cuda) == "str" else None
         if want_cuda and cuda_string_index(expr) == "":
@@ -528,7 +514,7 @@ def _availability_conjunct(rule: Rule, test: cst.BaseExpression, alone: bool = F
 
 def _branch_kind(rule: Rule, expr: cst.BaseExpression, want_cuda: bool) -> str | None:
     """`"str"` for the string `"cuda"` (or `"cpu"`), `"device"` for `torch.device` of one."""
-    if isinstance(expr, cst.Call) and _is_torch_device_call(rule, expr) and len(expr.args) == 1:
+    if isinstance(expr, cst.Call) and is_torch_device_call(rule.ctx, expr) and len(expr.args) == 1:
         return "device" if _branch_kind(rule, expr.args[0].value, want_cuda) == "str" else None
     if want_cuda and cuda_string_index(expr) == "":
         return "str"
@@ -605,7 +591,7 @@ class CudaDeviceIdiom(Rule):
     message = "`{idiom}` knows only CUDA and the CPU"
     hint = "use `torch.accelerator.current_accelerator(check_available=True)`"
 
-    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, ctx: RuleContext) -> None:
         super().__init__(ctx)
         self.depth = 0
 
@@ -623,7 +609,7 @@ class CudaDeviceIdiom(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         # torch.device(<idiom>) -> the device expression (a torch.device)
-        if _is_torch_device_call(self, node) and len(node.args) == 1:
+        if is_torch_device_call(self.ctx, node) and len(node.args) == 1:
             if _idiom_parts(self, node.args[0].value) == "str":
                 self._fix(node, "device")
 
@@ -633,7 +619,7 @@ class CudaDeviceIdiom(Rule):
             self._conjoined(node)
             return
         parent = self.parent(self.parent(node) or node)
-        if isinstance(parent, cst.Call) and _is_torch_device_call(self, parent):
+        if isinstance(parent, cst.Call) and is_torch_device_call(self.ctx, parent):
             return  # handled as a whole by visit_Call
         self._fix(node, kind)
 
@@ -708,7 +694,7 @@ class CudaDeviceIdiom(Rule):
             return
         value = node.value
         kind = _idiom_parts(self, value)
-        if kind is None and isinstance(value, cst.Call) and _is_torch_device_call(self, value):
+        if kind is None and isinstance(value, cst.Call) and is_torch_device_call(self.ctx, value):
             if len(value.args) == 1 and _idiom_parts(self, value.args[0].value) == "str":
                 kind = "device"
         if kind is None and "device" in target.value.lower() and cuda_literal(value):
@@ -760,610 +746,12 @@ class CudaDeviceIdiom(Rule):
                 )
             loose = isinstance(expr, cst.BooleanOperation | cst.IfExp)
             if loose and getattr(updated, "lpar", None):
-                return expr.with_changes(lpar=updated.lpar, rpar=updated.rpar)
+                wrapped: Any = updated  # an expression in parentheses (tested just above)
+                return expr.with_changes(lpar=wrapped.lpar, rpar=wrapped.rpar)
             return parenthesized(expr, loose and parens)
 
         message = message or self.message.format(idiom=short(node, 60))
         self.report(node, message, fix=fix)
-
-
-class _CudaRuntimeCall(Rule):
-    """Shared shape of the `torch.cuda.X(device)` -> `torch.accelerator.Y(device)` rules.
-
-    The accelerator functions take the device by position only: a `device=` keyword becomes
-    positional, and a call with any other argument is reported. `guard` rules make a
-    statement of their own run only where an accelerator is (the call raises elsewhere),
-    unless a branch around it has checked already.
-    """
-
-    cuda_name: str = ""
-    accel_name: str = ""
-    guard: bool = False
-    takes_device: bool = False
-    # The accelerator function takes an int index only (a device or string is reported).
-    index_only: bool = False
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if not self.matches_name(node, self.cuda_name):
-            return
-        self.rewrite(node)
-
-    def message_for(self, node: cst.Call) -> str:
-        return self.message.format(call=self.short(node, 50))
-
-    def rewrite(self, node: cst.Call) -> None:
-        message = self.message_for(node)
-        device = find_arg(node, "device", 0) if self.takes_device else None
-        extra = [a for a in node.args if a is not device]
-        if unpacks(node) or extra:
-            self.report(node, message, hint=f"{self.hint}, by hand: arguments it does not take")
-            return
-        if self.index_only and device is not None:
-            value = device.value
-            if literal_index(value) is None and not is_name(value, "None"):
-                self.report(
-                    node, message, hint=f"{self.hint} with an int index (it takes no device)"
-                )
-                return
-        ctx = self.ctx
-        accel = self.accel_name
-
-        def fix(updated: cst.CSTNode) -> cst.CSTNode:
-            assert isinstance(updated, cst.Call)
-            args = [as_positional(a) for a in updated.args]
-            return updated.with_changes(func=ctx.torch_attr(accel), args=args)
-
-        guard_test = self.guard_test(node) if self.guard else None
-        stmt = sole_statement(self, node) if guard_test is not None else None
-        fixed = self.report(node, message, fix=fix, uses_device=guard_test == "device")
-        if stmt is not None and fixed:
-            # The guard belongs to the same edit: a noqa comment on the line drops both.
-            pending = ctx.pending[-1]
-            on_cuda = guard_test == "device"
-
-            def guard(updated: cst.CSTNode) -> cst.CSTNode:
-                assert isinstance(updated, cst.SimpleStatementLine) and len(updated.body) == 1
-                test = None
-                if on_cuda:
-                    test = cst.Comparison(
-                        left=ctx.device_type(),
-                        comparisons=[cst.ComparisonTarget(cst.Equal(), cst.SimpleString('"cuda"'))],
-                    )
-                return guarded_line(ctx, updated, updated.body[0], test)
-
-            ctx.fixes.setdefault(id(stmt), []).append((guard, pending))
-
-    def guard_test(self, node: cst.Call) -> str | None:
-        """Which guard the statement needs: "available" (any accelerator), "device" (CUDA
-        only, `device.type == "cuda"`), or None when a branch around it has checked."""
-        if accelerator_known(self.ctx, node):
-            return None
-        return "available"
-
-
-class CudaIsAvailable(_CudaRuntimeCall):
-    """`torch.cuda.is_available()` asks only about NVIDIA GPUs.
-
-    Why: on a TPU it is False, so code guarded by it runs on the CPU. `torch.accelerator`
-    answers for whatever accelerator is present. A test and what it guards are decided
-    together: it is widened only where everything it guards runs on every accelerator once
-    this run's fixes are made. It is reported instead where it guards code only CUDA can run
-    (Triton kernels, apex, bitsandbytes, FlexAttention, CUDA APIs no rule rewrites) or a line
-    the rewrite leaves CUDA-only (`torch.cuda.manual_seed_all` without `--unsafe-fixes`),
-    also through a variable (`USE_FLEX = ... and torch.cuda.is_available()`, then `if
-    USE_FLEX:`), and where it states that CUDA is required: an `assert` of it, `if not
-    torch.cuda.is_available(): raise ...` (also as a part of the test: `if name == "cuda" and
-    not ...: raise`), a test-skip condition (`pytest.mark.skipif(not torch.cuda.
-    is_available(), ...)`). In a chain that picks a backend (`if torch.cuda.is_available():
-    ... elif torch.backends.mps.is_available(): ... else: cpu`) a pure device choice is
-    migrated whole (the accelerator first, which is CUDA or MPS where those are); any other
-    chain is reported: it picks the CPU on a TPU.
-
-    Example:
-        if torch.cuda.is_available():  ->  if torch.accelerator.is_available():
-        assert torch.cuda.is_available(), "CUDA required"  # reported
-        if torch.cuda.is_available(): torch.cuda.manual_seed_all(s)  # reported (G2T307 left)
-    """
-
-    code = "G2T104"
-    name = "cuda-is-available"
-    safety = Safety.SAFE
-    message = "`{call}` asks only about NVIDIA GPUs"
-    hint = "use `torch.accelerator.is_available()`"
-    cuda_name = "torch.cuda.is_available"
-    accel_name = "accelerator.is_available"
-    decides_last = True  # what it guards is decided by the other rules first
-
-    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(ctx)
-        self.candidates: list[cst.Call] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if self.matches_name(node, self.cuda_name):
-            self.candidates.append(node)
-
-    def leave_Module(self, original_node: cst.Module) -> None:
-        for node in self.candidates:
-            self.decide(node)
-
-    def decide(self, node: cst.Call) -> None:
-        ctx = self.ctx
-        region, how = guarded_region(ctx, node)
-        if how == "assert" or (how == "if" and self._raises_without(node)):
-            self.report(
-                node,
-                "`torch.cuda.is_available()` here requires CUDA",
-                hint="if the code that follows runs on any accelerator, use "
-                "`torch.accelerator.is_available()`; otherwise keep it",
-            )
-            return
-        if self._skips_tests(node):
-            self.report(
-                node,
-                "`torch.cuda.is_available()` skips tests that require CUDA",
-                hint="keep it for tests that need CUDA; a test that runs on any accelerator "
-                "can ask `torch.accelerator.is_available()`",
-            )
-            return
-        other = other_backend_branch(ctx, node)
-        if other is not None:
-            if self._device_choice(node):
-                self.rewrite(node)  # the accelerator first: CUDA or MPS where they are
-                return
-            self.report(
-                node,
-                f"`torch.cuda.is_available()` picks CUDA first among backends (`{other}()` "
-                "follows): on a TPU this code takes the CPU branch",
-                hint="test `torch.accelerator.is_available()` first and use "
-                "`torch.accelerator.current_accelerator()`; keep the other branches for what "
-                "they do differently",
-            )
-            return
-        values = module_values(ctx)
-        blocks = values.guarded_by_value(*self.position(node)) if values is not None else []
-        left = left_on_cuda(ctx, region, blocks, exclude=node)
-        if left is not None:
-            # The guard protects code only CUDA has: on a TPU it would now run it and fail.
-            self.report(
-                node,
-                f"`torch.cuda.is_available()` guards {left}, which only CUDA runs",
-                hint="keep the test for CUDA; give other devices their own path "
-                "(`torch.accelerator.is_available()` for code that runs anywhere)",
-            )
-            return
-        self.rewrite(node)
-
-    def _raises_without(self, node: cst.Call) -> bool:
-        """`if not torch.cuda.is_available(): raise ...` (also as a part of an `and` test):
-        the code states it needs CUDA."""
-        parent = self.parent(node)
-        if not (isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)):
-            return False
-        test: cst.CSTNode = parent
-        branch = self.parent(test)
-        while isinstance(branch, cst.BooleanOperation) and isinstance(branch.operator, cst.And):
-            test, branch = branch, self.parent(branch)
-        if not (isinstance(branch, cst.If) and branch.test is test):
-            return False
-        body = branch.body
-        lines = body.body if isinstance(body, cst.IndentedBlock) else [body]
-        return any(
-            isinstance(small, cst.Raise)
-            for line in lines
-            if isinstance(line, cst.SimpleStatementLine | cst.SimpleStatementSuite)
-            for small in line.body
-        )
-
-    def _skips_tests(self, node: cst.Call) -> bool:
-        """Whether the test is a condition of a test-skip call (`pytest.mark.skipif`,
-        `unittest.skipIf`/`skipUnless`): the tests it guards say they need CUDA."""
-        current = self.parent(node)
-        while current is not None and not isinstance(current, cst.BaseStatement):
-            if isinstance(current, cst.Call) and last_segment(current.func) in SKIP_CALLS:
-                return True
-            current = self.parent(current)
-        return False
-
-    def _device_choice(self, node: cst.Call) -> bool:
-        """Whether the `if` chain tested by `node` alone only chooses a device: every branch
-        assigns a device (a string or `torch.device(...)`) to the same names, and maybe
-        prints. Testing the accelerator first then picks what the chain picked on CUDA, MPS
-        and the CPU, and the TPU where there is one."""
-        branch = self.parent(node)
-        if not (isinstance(branch, cst.If) and branch.test is node):
-            return False
-        targets: set[str] | None = None
-        current: cst.CSTNode | None = branch
-        while current is not None:
-            body = current.body if isinstance(current, cst.If | cst.Else) else None
-            if not isinstance(body, cst.IndentedBlock):
-                return False
-            chosen: set[str] = set()
-            for line in body.body:
-                if not isinstance(line, cst.SimpleStatementLine):
-                    return False
-                for small in line.body:
-                    if isinstance(small, cst.Assign) and self._device_value(small.value):
-                        chosen.update(self.code_for(t.target) for t in small.targets)
-                    elif not (
-                        isinstance(small, cst.Expr)
-                        and isinstance(small.value, cst.Call)
-                        and last_segment(small.value.func) in ("print", "info", "warning")
-                    ):
-                        return False
-            if not chosen or (targets is not None and chosen != targets):
-                return False
-            targets = chosen
-            current = current.orelse if isinstance(current, cst.If) else None
-        return True
-
-    def _device_value(self, value: cst.BaseExpression) -> bool:
-        if _is_torch_device_call(self, value):
-            args = value.args  # type: ignore[attr-defined]
-            return len(args) == 1 and string_value(args[0].value) is not None
-        return string_value(value) is not None
-
-
-class CudaDeviceCount(_CudaRuntimeCall):
-    """`torch.cuda.device_count()` counts only NVIDIA GPUs.
-
-    Why: on a TPU host it is 0. `torch.accelerator.device_count()` counts the local chips.
-    Where the count is how many processes `torch.multiprocessing.spawn` starts (`world_size =
-    torch.cuda.device_count()` then `mp.spawn(main, nprocs=world_size)`, the DDP tutorial),
-    it is at least one: `torch.accelerator.device_count() or 1`, the same count wherever
-    there is a GPU, and one CPU process (gloo) where there is none, instead of no process.
-
-    Example:
-        n = torch.cuda.device_count()  ->  n = torch.accelerator.device_count()
-        world_size = torch.cuda.device_count()  # then mp.spawn(..., nprocs=world_size)
-        ->  world_size = torch.accelerator.device_count() or 1
-    """
-
-    code = "G2T105"
-    name = "cuda-device-count"
-    safety = Safety.SAFE
-    message = "`{call}` counts only NVIDIA GPUs"
-    hint = "use `torch.accelerator.device_count()`"
-    cuda_name = "torch.cuda.device_count"
-    accel_name = "accelerator.device_count"
-
-    def rewrite(self, node: cst.Call) -> None:
-        if node.args or not self._spawn_count(node):
-            super().rewrite(node)
-            return
-        ctx = self.ctx
-
-        def fix(updated: cst.CSTNode) -> cst.CSTNode:
-            assert isinstance(updated, cst.Call)
-            count = updated.with_changes(func=ctx.torch_attr(self.accel_name))
-            return cst.BooleanOperation(left=count, operator=cst.Or(), right=cst.Integer("1"))
-
-        self.report(
-            node,
-            self.message_for(node),
-            fix=fix,
-            hint="use `torch.accelerator.device_count() or 1`: the processes `mp.spawn` starts",
-        )
-
-    def _spawn_count(self, node: cst.Call) -> bool:
-        """Whether the count is the `nprocs` of a `torch.multiprocessing.spawn` call, directly
-        or through a module-level or local name assigned from it alone."""
-        parent = self.parent(node)
-        if isinstance(parent, cst.Arg) and parent.keyword is not None:
-            return parent.keyword.value == "nprocs"
-        if not isinstance(parent, cst.Assign) or len(parent.targets) != 1:
-            return False
-        target = parent.targets[0].target
-        return isinstance(target, cst.Name) and target.value in spawn_counts(self.ctx)
-
-
-class CudaCurrentDevice(_CudaRuntimeCall):
-    """`torch.cuda.current_device()` is the CUDA device index.
-
-    Why: it fails without CUDA. `torch.accelerator.current_device_index()` (torch 2.7+) gives
-    the index on any accelerator.
-
-    Example:
-        i = torch.cuda.current_device()  ->  i = torch.accelerator.current_device_index()
-    """
-
-    code = "G2T106"
-    name = "cuda-current-device"
-    safety = Safety.SAFE
-    message = "`{call}` fails without CUDA"
-    hint = "use `torch.accelerator.current_device_index()`"
-    cuda_name = "torch.cuda.current_device"
-    accel_name = "accelerator.current_device_index"
-
-
-class CudaSetDevice(_CudaRuntimeCall):
-    """`torch.cuda.set_device(i)` selects a CUDA device.
-
-    Why: it fails without CUDA. `torch.accelerator.set_device_index(i)` does the same on any
-    accelerator (it takes the device by position). As a statement it runs only where an
-    accelerator is, so the same file still runs on a CPU-only machine. When the index is the
-    process's rank (`local_rank`), it runs on CUDA only (`if device.type == "cuda":`): a TPU
-    process owns one chip, index 0, and selecting the rank's index there raises (this is what
-    G2T407 asks for, so it does not report the line again).
-
-    Example:
-        torch.cuda.set_device(0)
-        ->  if torch.accelerator.is_available():
-                torch.accelerator.set_device_index(0)
-        torch.cuda.set_device(local_rank)
-        ->  if device.type == "cuda":
-                torch.accelerator.set_device_index(local_rank)
-    """
-
-    code = "G2T107"
-    name = "cuda-set-device"
-    safety = Safety.SAFE
-    message = "`{call}` fails without CUDA"
-    hint = "use `torch.accelerator.set_device_index()`"
-    cuda_name = "torch.cuda.set_device"
-    accel_name = "accelerator.set_device_index"
-    guard = True
-    takes_device = True
-
-    def guard_test(self, node: cst.Call) -> str | None:
-        index = find_arg(node, "device", 0)
-        ctx = self.ctx
-        if index is not None and ctx.flow.refers_to_rank(index.value, index_only=True):
-            if device_branch(ctx, node) == "cuda":
-                return None
-            return "device"
-        return super().guard_test(node)
-
-    def rewrite(self, node: cst.Call) -> None:
-        before = len(self.ctx.pending)
-        super().rewrite(node)
-        pending = self.ctx.pending[before:]
-        if any(p.fixed and p.uses_device for p in pending):
-            self.ctx.claimed.add(id(node))  # G2T407's question is answered by the guard
-
-
-class CudaSynchronize(_CudaRuntimeCall):
-    """`torch.cuda.synchronize()` waits for CUDA work.
-
-    Why: it fails without CUDA. `torch.accelerator.synchronize()` waits for any accelerator
-    (a device is passed by position); as a statement it runs only where an accelerator is,
-    because it raises on a machine with none, unless a branch around it has checked already.
-    Inside a training loop it is also a TPU performance hazard (G2T6xx).
-
-    Example:
-        torch.cuda.synchronize()
-        ->  if torch.accelerator.is_available():
-                torch.accelerator.synchronize()
-        torch.cuda.synchronize(device=d)  ->  torch.accelerator.synchronize(d)  (guarded)
-    """
-
-    code = "G2T108"
-    name = "cuda-synchronize"
-    safety = Safety.SAFE
-    message = "`{call}` fails without CUDA"
-    hint = "use `torch.accelerator.synchronize()`"
-    cuda_name = "torch.cuda.synchronize"
-    accel_name = "accelerator.synchronize"
-    guard = True
-    takes_device = True
-
-
-class TensorIsCuda(Rule):
-    """`x.is_cuda` asks whether a tensor lives on an NVIDIA GPU.
-
-    Why: on a TPU it is False for every tensor, so code that means "is it on the accelerator?"
-    takes the CPU branch. `x.device.type == device.type != "cpu"` asks whether the tensor is on
-    the process's accelerator: on a CUDA machine that is `x.is_cuda` exactly (a CPU, meta or
-    other tensor answers False), on a TPU it is True for TPU tensors, and without an
-    accelerator it is False. A test that guards code only CUDA can run (a Triton kernel, apex)
-    is reported instead, and so are reads where the module gives objects an `is_cuda` of its
-    own; stores (`self.is_cuda = ...`) are the user's attribute and left alone.
-
-    Example:
-        if x.is_cuda:  ->  if x.device.type == device.type != "cpu":
-    """
-
-    code = "G2T109"
-    name = "tensor-is-cuda"
-    safety = Safety.SAFE
-    message = "`{attr}` is False on TPUs; ask whether the tensor is on the accelerator"
-    hint = 'use `x.device.type == device.type != "cpu"` (`x.is_cuda` on CUDA)'
-    tokens = (b"is_cuda",)
-    decides_last = True  # what its branch runs is decided by the other rules first
-
-    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(ctx)
-        self.candidates: list[tuple[cst.Attribute, bool]] = []
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value != "is_cuda" or is_store(self.ctx, node):
-            return  # `self.is_cuda = ...` sets an attribute of the user's own
-        self.candidates.append((node, comparison_needs_parentheses(self, node)))
-
-    def leave_Module(self, original_node: cst.Module) -> None:
-        for node, parens in self.candidates:
-            self.decide(node, parens)
-
-    def decide(self, node: cst.Attribute, parens: bool) -> None:
-        message = self.message.format(attr=short(node, 40))
-        if defines_attribute(self.ctx, "is_cuda"):
-            self.report(
-                node,
-                message,
-                hint="this module gives objects an `is_cuda` of its own: check whether this "
-                "one is a tensor's, and use `x.device.type == \"cuda\"` or the module's device",
-            )
-            return
-        region, _ = guarded_region(self.ctx, node)
-        cuda_only = left_on_cuda(self.ctx, region, []) if region else None
-        if cuda_only is not None:
-            cuda_only = f"guards {cuda_only}, which only CUDA runs"
-        elif region:
-            cuda_only = self._cuda_only_value(region)
-        if cuda_only is not None:
-            self.report(
-                node,
-                f"`{short(node, 40)}` {cuda_only}",
-                hint="keep the test for CUDA; give other devices their own path (a value "
-                'every accelerator has, or `x.device.type == "cuda"` for CUDA\'s own)',
-            )
-            return
-        ctx = self.ctx
-
-        def fix(updated: cst.CSTNode) -> cst.CSTNode:
-            assert isinstance(updated, cst.Attribute)
-            tensor_type = cst.Attribute(
-                value=cst.Attribute(value=updated.value, attr=cst.Name("device")),
-                attr=cst.Name("type"),
-            )
-            expr = cst.Comparison(
-                left=tensor_type,
-                comparisons=[
-                    cst.ComparisonTarget(cst.Equal(), ctx.device_type()),
-                    cst.ComparisonTarget(cst.NotEqual(), cst.SimpleString('"cpu"')),
-                ],
-            )
-            if updated.lpar:
-                return expr.with_changes(lpar=updated.lpar, rpar=updated.rpar)
-            return parenthesized(expr, parens)
-
-        self.report(node, message, fix=fix, uses_device=True)
-
-    def _cuda_only_value(self, region: list[cst.CSTNode]) -> str | None:
-        """A value the branch reads that the module makes only where CUDA is (`self.
-        cuda_config`, set under `if torch.cuda.is_available():`, None elsewhere)."""
-        values = module_values(self.ctx)
-        if values is None:
-            return None
-        ctx = self.ctx
-        # The CUDA tests this run widens (G2T104): what they guard is there on every device.
-        widened = {
-            ctx.position(p.node)
-            for p in ctx.pending
-            if p.rule.code == "G2T104" and p.settled(ctx.options)
-        }
-
-        def is_widened(line: int, column: int) -> bool:
-            return (line, column) in widened
-
-        stack = list(region)
-        while stack:
-            current = stack.pop()
-            if isinstance(current, cst.Attribute) and is_name(current.value, "self"):
-                line = values.cuda_only_value(
-                    current.attr.value, self.position(current)[0], True, is_widened
-                )
-                if line is not None:
-                    return f"picks `{short(current, 30)}`, set only where CUDA is (line {line})"
-                continue
-            if isinstance(current, cst.Name):
-                line = values.cuda_only_value(
-                    current.value, self.position(current)[0], widened=is_widened
-                )
-                if line is not None:
-                    return f"picks `{current.value}`, set only where CUDA is (line {line})"
-                continue
-            stack.extend(current.children)
-        return None
-
-
-class CudaDeviceContext(_CudaRuntimeCall):
-    """`with torch.cuda.device(i):` selects a CUDA device for a block.
-
-    Why: it fails without CUDA. `torch.accelerator.device_index(i)` (torch 2.8+) does the same
-    on any accelerator. It takes an int index only (or None), where `torch.cuda.device` also
-    takes a device or a string: those are reported.
-
-    Example:
-        with torch.cuda.device(1):  ->  with torch.accelerator.device_index(1):
-    """
-
-    code = "G2T110"
-    name = "cuda-device-context"
-    safety = Safety.SAFE
-    message = "`{call}` fails without CUDA"
-    hint = "use `torch.accelerator.device_index(...)` (torch 2.8+)"
-    cuda_name = "torch.cuda.device"
-    accel_name = "accelerator.device_index"
-    min_torch = "2.8"
-    takes_device = True
-    index_only = True
-
-
-class CudaDeviceComparison(Rule):
-    """A comparison with the string `'cuda'`: `x.device.type == 'cuda'`, `'cuda' in device`,
-    `device in ["cuda", "xpu"]`, `device.startswith("cuda")`.
-
-    Why: whether the code means "is this CUDA?" or "is this an accelerator?" is a decision the
-    codemod cannot make; on a TPU the comparison is simply False. A test that guards code
-    only CUDA runs means "is it CUDA?" and is left alone, as are the CUDA-only choices fixes
-    write (`rank if device.type == "cuda" else device`).
-
-    Example:
-        if x.device.type == "cuda":  # decide: `!= "cpu"` (any accelerator) or keep (CUDA only)
-    """
-
-    code = "G2T111"
-    name = "cuda-device-comparison"
-    safety = Safety.REPORT
-    severity = Severity.WARNING
-    message = "comparison with `{value}`: on a TPU it is always False"
-    hint = 'compare with `"cpu"` (any accelerator) or with `device.type`, whichever is meant'
-
-    def visit_Comparison(self, node: cst.Comparison) -> None:
-        operands = [node.left, *(t.comparator for t in node.comparisons)]
-        ops = [t.operator for t in node.comparisons]
-        if not any(
-            isinstance(o, cst.Equal | cst.NotEqual | cst.In | cst.NotIn | cst.Is | cst.IsNot)
-            for o in ops
-        ):
-            return
-        membership = any(isinstance(o, cst.In | cst.NotIn) for o in ops)
-        for operand in operands:
-            literal: cst.BaseExpression | None = operand
-            if membership and isinstance(operand, cst.List | cst.Tuple | cst.Set):
-                # `device in ["cuda", "xpu"]`
-                literal = next((e.value for e in operand.elements if cuda_literal(e.value)), None)
-            if literal is not None and cuda_literal(literal):
-                if self._cuda_only_branch(node):
-                    return  # the code it guards is CUDA's own: the test means "is it CUDA?"
-                self.report(node, self.message.format(value=self.code_for(literal)))
-                return
-
-    def visit_Call(self, node: cst.Call) -> None:
-        """`device.startswith("cuda")`, also with a tuple of prefixes."""
-        if not attribute_named(node.func, "startswith") or len(node.args) != 1:
-            return
-        value = node.args[0].value
-        prefixes = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
-        literal = next((p for p in prefixes if string_value(p) in ("cuda", "cuda:")), None)
-        if literal is None or self._cuda_only_branch(node):
-            return
-        self.report(
-            node,
-            f"`.startswith({self.code_for(literal)})`: on a TPU it is always False",
-        )
-
-    def _cuda_only_branch(self, node: cst.Comparison | cst.Call) -> bool:
-        """Whether the comparison guards code only CUDA runs, or selects the CUDA device index
-        of a process (what G2T107 writes for a rank's index)."""
-        parent = self.parent(node)
-        if isinstance(parent, cst.IfExp) and parent.test is node and cuda_only_choice(parent):
-            return True  # a CUDA value with the device itself elsewhere (what fixes write)
-        region, how = guarded_region(self.ctx, node)
-        if how != "if" or not region:
-            return False
-        if cuda_only_use(self.ctx, region) is not None:
-            return True
-        stack = list(region)
-        while stack:
-            current = stack.pop()
-            if isinstance(current, cst.Call) and self.matches_name(
-                current, "torch.accelerator.set_device_index", "torch.cuda.set_device"
-            ):
-                return True
-            stack.extend(current.children)
-        return False
 
 
 class PinMemory(Rule):
@@ -1392,7 +780,7 @@ class PinMemory(Rule):
         parent = self.parent(node)
         if isinstance(parent, cst.IfExp) and parent.body is node or self._guarded(node):
             return  # already guarded
-        receiver = node.func.value  # type: ignore[attr-defined]
+        receiver = node.func.value  # type: ignore[attr-defined]  # func is an Attribute, matched above
         if not isinstance(receiver, cst.Name | cst.Attribute):
             self.report(node)
             return

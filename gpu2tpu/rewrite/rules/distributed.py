@@ -17,7 +17,7 @@ from ..analysis.literals import attribute_named, is_name, last_segment, short, s
 from ..analysis.names import module_level_alias
 from ..analysis.ranks import device_index_names
 from ..model import Safety, Severity
-from .base import Rule
+from .base import Fix, Rule, RuleContext
 
 # Calls that take a process-group backend: qualified name -> its positional index, if any.
 BACKEND_CALLS: dict[str, int | None] = {
@@ -143,7 +143,7 @@ class NcclBackend(Rule):
     hint = "use `dist.get_default_backend_for_device(device)` (torch 2.6+)"
     tokens = (b"nccl",)
 
-    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, ctx: RuleContext) -> None:
         super().__init__(ctx)
         self.handled: set[int] = set()
 
@@ -410,7 +410,7 @@ class LocalRankDevice(Rule):
     tokens = (b"rank", b"RANK", b"set_device", b"device_ids", b"output_device")
     uses_flow = True
 
-    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, ctx: RuleContext) -> None:
         super().__init__(ctx)
         self.candidates: list[tuple[cst.Call, cst.BaseExpression]] = []
 
@@ -451,7 +451,7 @@ class LocalRankDevice(Rule):
                 uses_device=True,
             )
 
-    def _move(self, node: cst.Call, arg: cst.Arg):  # type: ignore[no-untyped-def]
+    def _move(self, node: cst.Call, arg: cst.Arg) -> Fix:
         """The fix of `.to(rank)`: the same index on CUDA, the module's device elsewhere."""
         ctx = self.ctx
         position = list(node.args).index(arg)

@@ -23,7 +23,7 @@ import libcst as cst
 from ..analysis.literals import last_segment, short, string_value, strings_in
 from ..analysis.names import full_name
 from ..model import Finding, Options, Safety, Severity
-from .base import Rule
+from .base import Rule, RuleContext
 
 CUDA_SOURCE_SUFFIXES = (".cu", ".cuh")
 CODE_SUFFIXES = (".py", ".ipynb")
@@ -543,7 +543,7 @@ class NvidiaSmi(_Manual):
     hint = 'drop it or guard it with `shutil.which("nvidia-smi")`; `%tpu_info` shows the TPU'
     tokens = (b"nvidia-smi",)
 
-    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, ctx: RuleContext) -> None:
         super().__init__(ctx)
         self.reported: set[int] = set()
 
@@ -789,7 +789,7 @@ class NumbaCuda(_Manual):
         module = full_name(node.module)
         cuda = module == "numba" and not isinstance(node.names, cst.ImportStar)
         if module.startswith("numba.cuda") or (
-            cuda and any(a.evaluated_name == "cuda" for a in node.names)  # type: ignore[union-attr]
+            cuda and any(a.evaluated_name == "cuda" for a in node.names)  # type: ignore[union-attr]  # not ImportStar: `cuda` said so
         ):
             self.report(node, self.message.format(what=f"`{short(node, 50)}`"))
 

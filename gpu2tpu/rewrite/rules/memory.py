@@ -10,6 +10,7 @@ is why the guard is the right trade: the script keeps running and the log says 0
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 from typing import ClassVar
 
@@ -36,7 +37,7 @@ from ..model import Safety, Severity
 from .base import Rule, RuleContext
 
 
-def device_positional(ctx: RuleContext, args: tuple[cst.Arg, ...] | list[cst.Arg]) -> list[cst.Arg]:
+def device_positional(ctx: RuleContext, args: Sequence[cst.Arg]) -> list[cst.Arg]:
     """`torch.cuda` memory arguments for `torch.accelerator.memory`, whose device is positional.
 
     A CUDA device string becomes the module's device, keeping its index (`"cuda:1"` ->
@@ -95,7 +96,7 @@ class _AcceleratorMemoryCall(Rule):
 
         if accelerator_known(ctx, node):
             # a branch around the call has found an accelerator: no guard, no fallback
-            self.report(node, message, fix=accelerator_call, uses_device=uses_device)  # type: ignore[arg-type]
+            self.report(node, message, fix=accelerator_call, uses_device=uses_device)  # type: ignore[arg-type]  # a fix of Calls only: it is reported at a Call
             return
         line = sole_statement(self, node)
         if line is not None and fallback == "None":

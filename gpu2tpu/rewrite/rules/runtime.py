@@ -177,9 +177,7 @@ class CudaEventTiming(Rule):
                 needs_import = True
         if needs_import and not self._time_imported(original_node):
             if self.ctx.options.insert_statements:
-                self.ctx.fixes.setdefault(id(original_node), []).append(
-                    (partial(add_stdlib_import, name="time"), None)
-                )
+                self.ctx.add_fix(original_node, partial(add_stdlib_import, name="time"))
             else:
                 self.ctx.required_imports.append("import time")
 
@@ -320,9 +318,9 @@ class CudaEventTiming(Rule):
                     body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=now())],
                     trailing_whitespace=updated.trailing_whitespace,
                 )
-                return cst.FlattenSentinel([guarded_line(ctx, bare, sync), reading])  # type: ignore[return-value]
+                return cst.FlattenSentinel([guarded_line(ctx, bare, sync), reading])  # type: ignore[return-value]  # the transformer splices the lines where this one was
 
-            ctx.fixes.setdefault(id(line), []).append((record, None))
+            ctx.add_fix(line, record)
         for line in plan.syncs:
             remove_line(self, line)
         for call, other in plan.elapsed:
@@ -343,7 +341,7 @@ class CudaEventTiming(Rule):
                 )
                 return parenthesized(ms, p)
 
-            ctx.fixes.setdefault(id(call), []).append((elapsed, None))
+            ctx.add_fix(call, elapsed)
         return True
 
 
@@ -392,10 +390,10 @@ class CudaStream(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if not attribute_named(node.func, "wait_stream", "record_stream"):
             return
-        value = node.func.value  # type: ignore[attr-defined]
+        value = node.func.value  # type: ignore[attr-defined]  # func is an Attribute, matched above
         if isinstance(value, cst.Name | cst.Attribute) and qualified(self.ctx, value):
             return
-        self.report(node, self.message.format(value=f".{node.func.attr.value}()"))  # type: ignore[attr-defined]
+        self.report(node, self.message.format(value=f".{node.func.attr.value}()"))  # type: ignore[attr-defined]  # func is an Attribute, matched above
 
 
 class CudaNvtxRange(Rule):
@@ -564,8 +562,8 @@ class CudaDeviceProperties(Rule):
             elif DISPLAY_FALLBACK[name] is None:
                 other = ctx.device_type()
             else:
-                other = cst.parse_expression(DISPLAY_FALLBACK[name])  # type: ignore[arg-type]
-            expr = cst.IfExp(test=on_cuda, body=updated, orelse=other)  # type: ignore[arg-type]
+                other = cst.parse_expression(DISPLAY_FALLBACK[name])  # type: ignore[arg-type]  # not None on this branch
+            expr = cst.IfExp(test=on_cuda, body=updated, orelse=other)  # type: ignore[arg-type]  # the fixed node is an expression (a call)
             return parenthesized(expr, parens)
 
         hint = (

@@ -22,7 +22,7 @@ from ..analysis.branches import device_branch
 from ..analysis.flow import FlowFacts, Loop
 from ..analysis.literals import is_name, last_segment, short, string_value
 from ..model import Safety, Severity
-from .base import Rule
+from .base import Rule, RuleContext
 
 # Tokens of the files that can hold a training loop (see FlowFacts.training_loop).
 TRAINING_LOOP_TOKENS = (b".backward(", b".step(", b"loader", b"Loader", b"model(", b"net(")
@@ -54,7 +54,7 @@ class _PerfRule(Rule):
     severity: ClassVar[Severity] = Severity.WARNING
     uses_flow = True
 
-    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, ctx: RuleContext) -> None:
         super().__init__(ctx)
         self.candidates: list[cst.CSTNode] = []
 
@@ -194,8 +194,10 @@ class TensorControlFlow(_PerfRule):
         assert isinstance(node, cst.If | cst.IfExp | cst.Assert | cst.While)
         if isinstance(node, cst.While):
             if self.syncs(node.test):
-                loop = Loop(node, self.ctx)
-                message = f"the test of {loop.describe()} reads a tensor value every iteration"
+                message = (
+                    f"the test of {Loop(node, self.ctx).describe()} reads a tensor value every "
+                    "iteration"
+                )
                 self.report(node, message)
             return
         loop = self.step_loop(node)
@@ -300,7 +302,7 @@ class DynamicShapeInLoop(_PerfRule):
         ):
             return
         facts = self.facts
-        index = node.slice[0].slice.value  # type: ignore[attr-defined]
+        index = node.slice[0].slice.value  # type: ignore[attr-defined]  # one plain index, matched above
         if not facts.is_mask(index) or not facts.is_tensor(node.value):
             return
         loop = self.step_loop(node)
@@ -484,7 +486,7 @@ class SynchronizeInLoop(_PerfRule):
         line = self.parent(expr) if isinstance(expr, cst.Expr) else None
         block = self.parent(line) if isinstance(line, cst.SimpleStatementLine) else None
         guard = self.parent(block) if isinstance(block, cst.IndentedBlock) else None
-        if isinstance(guard, cst.If) and guard.orelse is None and len(block.body) == 1:  # type: ignore[union-attr]
+        if isinstance(guard, cst.If) and guard.orelse is None and len(block.body) == 1:  # type: ignore[union-attr]  # an IndentedBlock whenever guard is set
             # `if torch.accelerator.is_available(): torch.accelerator.synchronize()`: the
             # guard's neighbours are the synchronize's
             line, block = guard, self.parent(guard)
@@ -540,7 +542,7 @@ class InferenceModeCompiled(_Warning):
     tokens = (b"inference_mode",)
     whole_module = True  # `torch.compile(f)` may sit in a statement without the token
 
-    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, ctx: RuleContext) -> None:
         super().__init__(ctx)
         self.compiled: set[str] = set()  # names passed to, or bound from, torch.compile
         self.decorated: list[tuple[str, cst.Decorator]] = []
