@@ -497,6 +497,9 @@ def test_a_meta_model_too_large_for_v5e_does_not_fit_with_numbers():
     assert target.memory_per_chip > target.available_per_chip == pytest.approx(15.75 * 2**30)
     assert target.memory_per_chip >= 3 * 4 * 1_610_000_000
     assert "CompileTimeHbmOom" in target.message
+    # The model is the stack itself: its blocks are checkpointed in the re-check, which cannot
+    # help here (the state alone is over the HBM).
+    assert target.checkpointed is not None and target.checkpointed.fits is False
     assert all(p.device.type == "meta" for p in model.parameters())  # nothing was allocated
 
 

@@ -27,8 +27,10 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.torchax,
     pytest.mark.timeout(3600),
-    pytest.mark.xdist_group("forecast-flops"),  # one worker: the tests share a module fixture
 ]
+# The two tests that share the one-chip compile run on one worker; the others spread over the
+# workers (each compiles for minutes: side by side they take the time of the longest).
+ONE_CHIP = pytest.mark.xdist_group("forecast-flops-one-chip")
 
 SMALL = {"layers": 2, "d": 512, "heads": 8, "kv_heads": 4, "hidden": 1536, "vocab": 8192}
 SEQ = 1024
@@ -66,6 +68,7 @@ def one_chip_full() -> tuple[nn.Module, TargetForecast]:
     return model, run(model, tokens(2), attention="full")
 
 
+@ONE_CHIP
 def test_one_chip_flops_agree_with_the_analytic_count_and_pytorchs(one_chip_full):
     """One v5e chip, the reference attention: all FLOPs within 3% of the analytic count,
     the matrix products within 3% of PyTorch's FlopCounterMode on the same step run on
@@ -81,6 +84,7 @@ def test_one_chip_flops_agree_with_the_analytic_count_and_pytorchs(one_chip_full
     assert target.matmul_flops == pytest.approx(counter.get_total_flops(), rel=0.03)
 
 
+@ONE_CHIP
 def test_flash_attention_holds_no_scores_and_counts_what_its_kernels_run(one_chip_full):
     """The same step with SDPA as the Pallas flash kernel: less memory (no scores held),
     and FLOPs of 6·N·tokens plus what the kernels execute (the backward recomputes the

@@ -120,23 +120,27 @@ def with_checkpointed_blocks(model: torch.nn.Module, stack: BlockStack) -> torch
     the model's own.
     """
     parts = stack.path.split(".") if stack.path else []
-    if not parts:
-        raise ValueError("the model itself is the stack; wrap it in a module to checkpoint it")
+    if not parts:  # the model is the stack itself (an nn.Sequential of blocks)
+        return _checkpoint_children(_copy_module(model))
     root = _copy_module(model)
     parent = root
     for name in parts[:-1]:
         child = _copy_module(parent._modules[name])
         parent._modules[name] = child
         parent = child
-    blocks = _copy_module(parent._modules[parts[-1]])
+    parent._modules[parts[-1]] = _checkpoint_children(_copy_module(parent._modules[parts[-1]]))
+    return root
+
+
+def _checkpoint_children(blocks: torch.nn.Module) -> torch.nn.Module:
+    """`blocks` (a shallow copy) with each child replaced by a copy that checkpoints."""
     for name, block in list(blocks._modules.items()):
         if block is None:
             continue
         clone = _copy_module(block)
         clone.forward = _checkpointed(type(block).forward.__get__(clone))
         blocks._modules[name] = clone
-    parent._modules[parts[-1]] = blocks
-    return root
+    return blocks
 
 
 def _checkpointed(forward: Any) -> Any:
