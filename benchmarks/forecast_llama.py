@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import resource
+import sys
 import tempfile
 import time
 from datetime import date
@@ -29,96 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
-from torch.nn import functional as F
 
-
-class RMSNorm(nn.Module):
-    def __init__(self, d: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        variance = x.float().pow(2).mean(-1, keepdim=True)
-        return (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype) * self.weight
-
-
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
-
-
-class Attention(nn.Module):
-    def __init__(self, d: int, heads: int, kv_heads: int, theta: float = 500000.0) -> None:
-        super().__init__()
-        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, d // heads
-        self.theta = theta
-        self.q_proj = nn.Linear(d, heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(d, kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(d, kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(heads * self.head_dim, d, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
-        hd = self.head_dim
-        q = self.q_proj(x).view(b, t, self.heads, hd).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, self.kv_heads, hd).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.kv_heads, hd).transpose(1, 2)
-        inv = 1.0 / self.theta ** (torch.arange(0, hd, 2, device=x.device).float() / hd)
-        angles = torch.outer(torch.arange(t, device=x.device).float(), inv)
-        cos = torch.cat((angles, angles), dim=-1).cos().to(x.dtype)
-        sin = torch.cat((angles, angles), dim=-1).sin().to(x.dtype)
-        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-        repeat = self.heads // self.kv_heads
-        k = k[:, :, None].expand(b, self.kv_heads, repeat, t, hd).reshape(b, self.heads, t, hd)
-        v = v[:, :, None].expand(b, self.kv_heads, repeat, t, hd).reshape(b, self.heads, t, hd)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.o_proj(y.transpose(1, 2).reshape(b, t, self.heads * hd))
-
-
-class DecoderLayer(nn.Module):
-    def __init__(self, d: int, heads: int, kv_heads: int, hidden: int) -> None:
-        super().__init__()
-        self.input_layernorm = RMSNorm(d)
-        self.self_attn = Attention(d, heads, kv_heads)
-        self.post_attention_layernorm = RMSNorm(d)
-        self.gate_proj = nn.Linear(d, hidden, bias=False)
-        self.up_proj = nn.Linear(d, hidden, bias=False)
-        self.down_proj = nn.Linear(hidden, d, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x))
-        h = self.post_attention_layernorm(x)
-        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
-
-
-class Llama(nn.Module):
-    def __init__(
-        self,
-        layers: int = 32,
-        d: int = 4096,
-        heads: int = 32,
-        kv_heads: int = 8,
-        hidden: int = 14336,
-        vocab: int = 128256,
-    ) -> None:
-        super().__init__()
-        self.embed_tokens = nn.Embedding(vocab, d)
-        self.layers = nn.ModuleList(DecoderLayer(d, heads, kv_heads, hidden) for _ in range(layers))
-        self.norm = RMSNorm(d)
-        self.lm_head = nn.Linear(d, vocab, bias=False)
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        x = self.embed_tokens(idx)
-        for layer in self.layers:
-            x = layer(x)
-        return self.lm_head(self.norm(x))
-
-
-def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+# The model the forecast's FLOP tests compile, at the 8B shape (tests/forecast_models.py).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from forecast_models import LLAMA3_8B, Llama, lm_loss, matmul_parameters  # noqa: E402
 
 
 def cpu_seconds() -> float:
@@ -190,7 +105,7 @@ def main() -> None:
     from gpu2tpu.forecasting.forecast import forecast
 
     with torch.device("meta"):
-        model = Llama(layers=args.layers).to(torch.bfloat16)
+        model = Llama(layers=args.layers, theta=500000.0, **LLAMA3_8B).to(torch.bfloat16)
     params = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
     cache = args.cache or tempfile.mkdtemp(prefix="gpu2tpu-forecast-llama-")
@@ -200,7 +115,7 @@ def main() -> None:
         flush=True,
     )
     rows = []
-    matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    matmul = matmul_parameters(model)
     attention = 12 * args.layers * args.seq**2 * 4096  # per sequence, non-causal
     flash = (
         18 * args.layers * 32 * args.seq**2 * 128 * (args.seq // 128 + 1) / (2 * args.seq // 128)

@@ -1,7 +1,7 @@
 """Models the forecast's FLOP tests compile, and the analytic count they are checked against.
 
-`Llama` has the shape of the benchmark's 8B model (benchmarks/forecast_llama.py) at any
-size: RMSNorm, rotary positions, grouped-query attention through
+`Llama` is the benchmark's 8B model (benchmarks/forecast_llama.py imports it) at any
+size (`LLAMA3_8B` is the full shape): RMSNorm, rotary positions, grouped-query attention through
 `F.scaled_dot_product_attention(..., is_causal=True)`, a SwiGLU MLP and an untied LM head.
 `analytic_step_flops` is the formula docs/forecast.md states ("FLOPs you can trust").
 """
@@ -30,9 +30,10 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 class Attention(nn.Module):
-    def __init__(self, d: int, heads: int, kv_heads: int) -> None:
+    def __init__(self, d: int, heads: int, kv_heads: int, theta: float = 10000.0) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, d // heads
+        self.theta = theta
         self.q_proj = nn.Linear(d, d, bias=False)
         self.k_proj = nn.Linear(d, kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(d, kv_heads * self.head_dim, bias=False)
@@ -44,7 +45,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(b, t, self.heads, hd).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.kv_heads, hd).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.kv_heads, hd).transpose(1, 2)
-        inv = 1.0 / 10000.0 ** (torch.arange(0, hd, 2, device=x.device).float() / hd)
+        inv = 1.0 / self.theta ** (torch.arange(0, hd, 2, device=x.device).float() / hd)
         angles = torch.outer(torch.arange(t, device=x.device).float(), inv)
         cos = torch.cat((angles, angles), dim=-1).cos().to(x.dtype)
         sin = torch.cat((angles, angles), dim=-1).sin().to(x.dtype)
@@ -57,10 +58,10 @@ class Attention(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, d: int, heads: int, kv_heads: int, hidden: int) -> None:
+    def __init__(self, d: int, heads: int, kv_heads: int, hidden: int, theta: float) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(d)
-        self.self_attn = Attention(d, heads, kv_heads)
+        self.self_attn = Attention(d, heads, kv_heads, theta)
         self.post_attention_layernorm = RMSNorm(d)
         self.gate_proj = nn.Linear(d, hidden, bias=False)
         self.up_proj = nn.Linear(d, hidden, bias=False)
@@ -81,12 +82,15 @@ class Llama(nn.Module):
         kv_heads: int = 4,
         hidden: int = 1536,
         vocab: int = 8192,
+        theta: float = 10000.0,
     ) -> None:
         super().__init__()
         self.shape = {"layers": layers, "d": d, "heads": heads, "kv_heads": kv_heads}
         self.shape.update(hidden=hidden, vocab=vocab)
         self.embed_tokens = nn.Embedding(vocab, d)
-        self.layers = nn.ModuleList(DecoderLayer(d, heads, kv_heads, hidden) for _ in range(layers))
+        self.layers = nn.ModuleList(
+            DecoderLayer(d, heads, kv_heads, hidden, theta) for _ in range(layers)
+        )
         self.norm = RMSNorm(d)
         self.lm_head = nn.Linear(d, vocab, bias=False)
 
@@ -95,6 +99,11 @@ class Llama(nn.Module):
         for layer in self.layers:
             x = layer(x)
         return self.lm_head(self.norm(x))
+
+
+# Llama 3 8B: 32 layers, d 4096, 32 heads with 8 key/value heads, SwiGLU 14336, vocab 128256,
+# rotary base 500000.
+LLAMA3_8B = {"d": 4096, "heads": 32, "kv_heads": 8, "hidden": 14336, "vocab": 128256}
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

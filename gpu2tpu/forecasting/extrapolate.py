@@ -19,6 +19,7 @@ Per-block settings that are all different (a layer index) are not a pattern and 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -94,20 +95,15 @@ def with_depth(model: torch.nn.Module, stack: BlockStack, depth: int) -> torch.n
     Modules on the path to the stack are copied (with their own child dictionaries), all
     else is shared: parameters, buffers, the blocks kept. The model itself is not changed.
     """
-    parts = stack.path.split(".") if stack.path else []
-    if not parts:
+    if not stack.path:
         raise ValueError("the model itself is the stack; wrap it in a module to extrapolate")
-    root = _copy_module(model)
-    parent = root
-    for name in parts[:-1]:
-        child = _copy_module(parent._modules[name])
-        parent._modules[name] = child
-        parent = child
-    blocks = parent._modules[parts[-1]]
-    kept = _copy_module(blocks)
-    kept._modules = dict(list(blocks._modules.items())[:depth])
-    parent._modules[parts[-1]] = kept
-    return root
+
+    def first_blocks(blocks: torch.nn.Module) -> torch.nn.Module:
+        kept = _copy_module(blocks)
+        kept._modules = dict(list(blocks._modules.items())[:depth])
+        return kept
+
+    return _with_stack(model, stack, first_blocks)
 
 
 def with_checkpointed_blocks(model: torch.nn.Module, stack: BlockStack) -> torch.nn.Module:
@@ -117,18 +113,29 @@ def with_checkpointed_blocks(model: torch.nn.Module, stack: BlockStack) -> torch
     use_reentrant=False)` per block), without touching the model: the blocks on the stack
     are shallow copies whose `forward` goes through `torch.utils.checkpoint.checkpoint`
     (which the trace lowers to `jax.checkpoint`); parameters, buffers and their names are
-    the model's own.
+    the model's own. A model that is the stack itself (an `nn.Sequential` of blocks) has its
+    children checkpointed.
     """
+    return _with_stack(model, stack, lambda blocks: _checkpoint_children(_copy_module(blocks)))
+
+
+def _with_stack(
+    model: torch.nn.Module,
+    stack: BlockStack,
+    rebuild: Callable[[torch.nn.Module], torch.nn.Module],
+) -> torch.nn.Module:
+    """`model` with its stack replaced by `rebuild(stack)`: the modules on the path to it are
+    shallow copies, so the model itself is not changed."""
     parts = stack.path.split(".") if stack.path else []
-    if not parts:  # the model is the stack itself (an nn.Sequential of blocks)
-        return _checkpoint_children(_copy_module(model))
+    if not parts:
+        return rebuild(model)
     root = _copy_module(model)
     parent = root
     for name in parts[:-1]:
         child = _copy_module(parent._modules[name])
         parent._modules[name] = child
         parent = child
-    parent._modules[parts[-1]] = _checkpoint_children(_copy_module(parent._modules[parts[-1]]))
+    parent._modules[parts[-1]] = rebuild(parent._modules[parts[-1]])
     return root
 
 
