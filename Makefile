@@ -19,7 +19,7 @@ unexport PYTHONDONTWRITEBYTECODE
 JOBS ?= auto
 PYTEST := $(BIN)/python -m pytest -q
 # The slowest tests of each full run, printed at its end (where CI's time goes).
-DURATIONS ?= --durations=12
+DURATIONS ?= --durations=12 --cpu-durations=15
 
 $(DEPS_STAMP): $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -8,6 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from cpu_durations import (  # noqa: F401 (pytest finds hooks by name in a conftest)
+    pytest_addoption,
+    pytest_runtest_logreport,
+    pytest_runtest_makereport,
+    pytest_runtest_setup,
+    pytest_terminal_summary,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 

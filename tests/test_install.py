@@ -10,11 +10,16 @@ find no problem, `gpu2tpu rewrite` must migrate a CUDA script, and where the lin
 To spare the network, pip first downloads each line's resolution into one wheelhouse
 (`pip download` resolves exactly as `pip install` does; files already there are reused) and
 installs from it with `--no-index`. The wheelhouse is kept between runs in
-$GPU2TPU_CI_CACHE (default ~/.cache/gpu2tpu-ci)/install-wheels.
+$GPU2TPU_CI_CACHE (default ~/.cache/gpu2tpu-ci)/install-wheels. The lines run on several
+xdist workers: each download holds an exclusive lock on the wheelhouse, since two pips saving
+the same wheel at once break each other's copy (CI failed so with an empty wheelhouse: one
+pip's chmod found the other's file gone); the installs, the slow part, run side by side.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shlex
@@ -22,6 +27,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -109,6 +115,17 @@ def _run(cmd: list[str], cwd: Path, timeout: int = 1800) -> subprocess.Completed
     )
 
 
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock on `path` (created if missing) for the block."""
+    with open(path, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 # A fresh install of torch and its CUDA libraries took 9-10 min per line here (2026-12-01).
 @pytest.mark.timeout(3000)
 @pytest.mark.parametrize("line", readme_install_lines(README.read_text(encoding="utf-8")))
@@ -123,7 +140,10 @@ def test_each_readme_install_line_gives_a_working_set(
     py = str(venv / "bin" / "python")
     requirement = _requirement(line, wheel)
 
-    fetched = _run([py, "-m", "pip", "download", "-q", "-d", str(wheels), *requirement], tmp_path)
+    with _locked(wheels / ".lock"):
+        fetched = _run(
+            [py, "-m", "pip", "download", "-q", "-d", str(wheels), *requirement], tmp_path
+        )
     assert fetched.returncode == 0, f"{line}: pip download failed\n{fetched.stderr[-3000:]}"
     # --no-compile: the same files, without pip compiling torch's ~4,000 modules to bytecode.
     installed = _run(
