@@ -110,3 +110,36 @@ def test_rules_change_the_engine_state_only_through_the_context() -> None:
             ):
                 found.append(f"{path.name}:{node.lineno} ctx.{node.attr}")
     assert found == []
+
+
+def test_a_rule_is_not_a_libcst_visitor_and_the_walk_finds_its_hooks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`Rule` is the project's own class: libcst's visitor semantics (return values,
+    attribute hooks) are not inherited to mislead, and the walk finds hooks by name."""
+    from gpu2tpu.rewrite.analysis.flow import FlowRecorder
+    from gpu2tpu.rewrite.model import Options
+    from gpu2tpu.rewrite.rules.base import hook_methods
+    from gpu2tpu.rewrite.source import rewrite_source
+
+    assert not issubclass(Rule, cst.CSTVisitor | cst.BatchableCSTVisitor | cst.CSTTransformer)
+    assert not any(klass.__module__.startswith("libcst") for klass in Rule.__mro__)
+
+    seen: list[str] = []
+
+    class Base(Rule):
+        def visit_Call(self, node: cst.Call) -> None:
+            seen.append("call")
+
+    class Probe(Base):
+        tokens = (b"print",)
+
+        def leave_Module(self, original_node: cst.Module) -> None:
+            seen.append("module")
+
+    assert dict(hook_methods(Probe)) == {"leave_Module": "Module", "visit_Call": "Call"}
+    assert ("visit_Module", "Module") in hook_methods(FlowRecorder)
+
+    monkeypatch.setattr("gpu2tpu.rewrite.source.rules_for", lambda options: [Probe])
+    rewrite_source("print(1)\nprint(2)\n", Options())
+    assert seen == ["call", "call", "module"]

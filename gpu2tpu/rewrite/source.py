@@ -30,7 +30,7 @@ from .analysis.values import ordinal_argument_lines
 from .model import Options, Result
 from .parsing import Prepared, SourceError, parse_module, prepare
 from .positions import source_span, statement_position
-from .rules.base import Fix, Rule, RuleContext, _Pending, finalize, rules_for
+from .rules.base import Fix, Rule, RuleContext, _Pending, finalize, hook_methods, rules_for
 from .verify import Problem
 
 __all__ = ["SourceError", "one_parse", "parse_module", "prefilter_tokens", "rewrite_source"]
@@ -409,7 +409,6 @@ class _Dispatch:
     Whitespace, commas, parentheses and operators are not descended into unless a rule asks.
     """
 
-    _tables: ClassVar[dict[type, tuple[tuple[str, str], ...]]] = {}
     _fields: ClassVar[dict[type, tuple[str, ...]]] = {}
     # What a field value's type is to the walk, per set of skipped trivia types (they depend
     # on which types the rules visit): `issubclass` on libcst's abstract classes is slow.
@@ -424,7 +423,7 @@ class _Dispatch:
         if any(rule.uses_flow for rule in rules):
             visitors.insert(0, FlowRecorder(ctx))  # records before any rule visits a node
         for rule in visitors:
-            for attr, node_type in self._methods(type(rule)):
+            for attr, node_type in hook_methods(type(rule)):
                 table = self.visit_fns if attr.startswith("visit_") else self.leave_fns
                 table.setdefault(node_type, []).append(getattr(rule, attr))
         # The rules that decide from the others' findings decide after them (stable order).
@@ -434,24 +433,6 @@ class _Dispatch:
         wanted = set(self.visit_fns) | set(self.leave_fns)
         self.skip_types = tuple(t for t in _TRIVIA if t.__name__ not in wanted)
         self.kinds = self._kinds.setdefault(self.skip_types, {})
-
-    @classmethod
-    def _methods(cls, rule_type: type) -> tuple[tuple[str, str], ...]:
-        found = cls._tables.get(rule_type)
-        if found is None:
-            names: dict[str, str] = {}
-            # Only methods the rules (and the flow recorder) define: libcst's base classes
-            # define a no-op for each type.
-            for klass in rule_type.__mro__:
-                if klass.__module__.startswith("libcst") or klass is object:
-                    continue
-                for attr in vars(klass):
-                    prefix, _, node_type = attr.partition("_")
-                    if prefix in ("visit", "leave") and node_type and "_" not in node_type:
-                        if isinstance(getattr(cst, node_type, None), type):
-                            names[attr] = node_type
-            found = cls._tables[rule_type] = tuple(names.items())
-        return found
 
     @classmethod
     def _child_fields(cls, node_type: type) -> tuple[str, ...]:

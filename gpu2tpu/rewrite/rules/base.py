@@ -1,7 +1,7 @@
 """The rule framework: a rule is one small class that visits a libcst tree and reports.
 
-Every rule of a run shares one `RuleContext` and runs in one batched pass
-(`MetadataWrapper.visit_batched`). A rule never edits the tree itself: it registers a fix, a
+Every rule of a run shares one `RuleContext` and runs in the engine's one traversal
+(`source._Dispatch`, which finds each rule's hooks with `hook_methods`). A rule never edits the tree itself: it registers a fix, a
 function from the *updated* node to its replacement, keyed by the original node. The engine
 applies all fixes in one transformer pass, so nested fixes compose (`torch.zeros(2,
 device="cuda").cuda()` gets both) and each rule stays a pure decision.
@@ -702,7 +702,7 @@ class NotebookRule(BaseRule):
     message: ClassVar[str] = ""
 
 
-class Rule(BaseRule, cst.BatchableCSTVisitor):
+class Rule(BaseRule):
     """A rule on Python text: it visits the libcst tree and reports, with or without a fix.
 
     It declares what `BaseRule` says, and how the engine may take its shortcuts.
@@ -731,12 +731,14 @@ class Rule(BaseRule, cst.BatchableCSTVisitor):
     - `decides_last`: the rule decides from what the other rules found (a test is widened
       only where all it guards is fixed): its `leave_Module` runs after every other rule's.
 
-    The walk. A rule inherits libcst's visitor class for its hook names, but the engine walks
-    the tree itself (`source._Dispatch`, one traversal for every rule; docs/architecture.md
-    says why), and someone who knows libcst's visitors should know where it differs:
+    The walk. A rule is a class of this project, not a libcst visitor: the engine walks the
+    tree itself (`source._Dispatch`, one traversal for every rule; docs/architecture.md says
+    why). Its hooks are found by name (`hook_methods`), and someone who knows libcst's
+    visitors should know where the walk differs:
 
     - it calls `visit_<Node>(node)` on the way down and `leave_<Node>(original_node)` on the
-      way up, for `<Node>` a libcst node class, defined on the rule (not libcst's no-ops);
+      way up, for `<Node>` a libcst node class (`cst.Call`), for each such method the rule's
+      class or a base class of it defines;
     - the value a `visit_` method returns is ignored: children are always visited (libcst
       skips them on False);
     - libcst's attribute hooks (`visit_<Node>_<field>`, `leave_<Node>_<field>`) are never
@@ -752,7 +754,6 @@ class Rule(BaseRule, cst.BatchableCSTVisitor):
     the engine's lists.
     """
 
-    METADATA_DEPENDENCIES = ()
     uses_flow: ClassVar[bool] = False
     tokens: ClassVar[tuple[bytes, ...]] = (b"cuda",)
     whole_module: ClassVar[bool] = False
@@ -765,7 +766,6 @@ class Rule(BaseRule, cst.BatchableCSTVisitor):
         super().__init_subclass__(**kwargs)
 
     def __init__(self, ctx: RuleContext) -> None:
-        super().__init__()
         self.ctx = ctx
 
     # -- helpers for subclasses ------------------------------------------------------------
@@ -884,6 +884,30 @@ def check_hooks(rule: type[Rule]) -> None:
                 f"{where} returns a value: the rules' walk always visits the children (libcst "
                 "skips them on False); return None and test the parent where you needed that"
             )
+
+
+_HOOKS: dict[type, tuple[tuple[str, str], ...]] = {}
+
+
+def hook_methods(visitor_type: type) -> tuple[tuple[str, str], ...]:
+    """The hooks the engine's walk calls on an instance of `visitor_type` (a `Rule`, or the
+    flow recorder), as (method name, libcst node class name): every `visit_<Node>` and
+    `leave_<Node>` that the class or a base class defines, `<Node>` a libcst node class.
+    Computed once per class; the walk looks nothing else up."""
+    known = _HOOKS.get(visitor_type)
+    if known is not None:
+        return known
+    found: dict[str, str] = {}
+    for klass in visitor_type.__mro__:
+        if klass is object:
+            continue
+        for attr in vars(klass):
+            prefix, _, node_type = attr.partition("_")
+            if prefix in ("visit", "leave") and node_type and "_" not in node_type:
+                if isinstance(getattr(cst, node_type, None), type):
+                    found[attr] = node_type
+    known = _HOOKS[visitor_type] = tuple(found.items())
+    return known
 
 
 def _returns_a_value(fn: Callable[..., object]) -> bool:
