@@ -143,3 +143,31 @@ def test_a_rule_is_not_a_libcst_visitor_and_the_walk_finds_its_hooks(
     monkeypatch.setattr("gpu2tpu.rewrite.source.rules_for", lambda options: [Probe])
     rewrite_source("print(1)\nprint(2)\n", Options())
     assert seen == ["call", "call", "module"]
+
+
+def test_rules_see_only_the_contexts_public_facade() -> None:
+    """The engine's bookkeeping (reports, fixes, claims, statement spans, placeholders,
+    positions) lives in `ModuleState` (rewrite/module_state.py), which `source.py` makes and
+    the context keeps private: rules and the analysis layer use only `RuleContext`'s public
+    attributes and methods, and never its private ones."""
+    from gpu2tpu.rewrite.model import Options
+    from gpu2tpu.rewrite.rules.base import RuleContext
+
+    ctx = RuleContext("x = 1\n", Options())
+    facade = {n for n in [*dir(RuleContext), *vars(ctx)] if not n.startswith("_")}
+    engine_state = {"pending", "fixes", "claimed", "unparsed", "fast_position", "fast_span",
+                    "rewritten_statements", "index_statements", "resolve_pending"}  # fmt: skip
+    assert not facade & engine_state
+    found: list[str] = []
+    for path in [*RULES.glob("*.py"), *(RULES.parent / "analysis").glob("*.py")]:
+        if path.name == "base.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name | ast.Attribute)
+                and (getattr(node.value, "id", None) or getattr(node.value, "attr", None)) == "ctx"
+                and node.attr not in facade
+            ):
+                found.append(f"{path.name}:{node.lineno} ctx.{node.attr}")
+    assert found == []

@@ -28,9 +28,10 @@ from .analysis.names import ModuleNames, caller_names
 from .analysis.placement import device_line_after, device_line_blocked, leading_imports_end
 from .analysis.values import ordinal_argument_lines
 from .model import Options, Result
+from .module_state import Fix, ModuleState, Pending
 from .parsing import Prepared, SourceError, parse_module, prepare
 from .positions import source_span, statement_position
-from .rules.base import Fix, Rule, RuleContext, _Pending, finalize, hook_methods, rules_for
+from .rules.base import Rule, RuleContext, hook_methods, rules_for
 from .verify import Problem
 
 __all__ = ["SourceError", "one_parse", "parse_module", "prefilter_tokens", "rewrite_source"]
@@ -189,28 +190,29 @@ def _run_rules(
     module = prepared.module
     assert module is not None
     tree, known = (prepared.tree, names) if prepared.text is text else (None, None)
-    ctx = RuleContext(prepared.text, options, module, tree, known)
+    state = ModuleState(prepared.text, module, tree)
+    ctx = RuleContext(prepared.text, options, module, tree, known, state)
     if prepared.skipped is not None:
-        ctx.unparsed = _unparsed(prepared, module)
+        state.unparsed = _unparsed(prepared, module)
     if statement_level:
-        ctx.fast_position = statement_position
-        ctx.fast_span = source_span
-    ctx.index_statements()
+        state.fast_position = statement_position
+        state.fast_span = source_span
+    state.index_statements()
     _module_imports(module, ctx)
     rules: list[Rule] = [rule(ctx) for rule in selected]
     keep = _statements_to_visit(ctx, selected) if prefilter else None
     _Dispatch(ctx, rules, keep).walk(module)
-    ctx.resolve_pending()
+    state.resolve_pending(ctx)
     ctx.decide_device_name()
-    if not ctx.fixes or not options.fix:
-        _, findings = finalize(ctx)
+    if not state.fixes or not options.fix:
+        _, findings = state.finalize()
         return net.Attempt(text, Result(text, (), tuple(findings), ctx.device_name_or_none()))
-    failed: list[tuple[_Pending | None, Exception]] = []
-    for key, entries in ctx.fixes.items():
-        ctx.fixes[key] = [(_guarded(fix, pending, failed), pending) for fix, pending in entries]
+    failed: list[tuple[Pending | None, Exception]] = []
+    for key, entries in state.fixes.items():
+        state.fixes[key] = [(_guarded(fix, pending, failed), pending) for fix, pending in entries]
     try:
-        new_module = module.visit(_ApplyFixes(ctx))
-        new_module = _define_device(new_module, ctx)
+        new_module = module.visit(_ApplyFixes(ctx, state))
+        new_module = _define_device(new_module, ctx, state)
         code = _spliced(module, new_module, ctx, prepared) if statement_level else None
         if (
             code is not None
@@ -221,7 +223,7 @@ def _run_rules(
         else:
             new_text, moved = prepared.restore(new_module.code if code is None else code)
     except Exception as err:  # a fix that raises is withheld like one that breaks the text
-        edits, findings = finalize(ctx)
+        edits, findings = state.finalize()
         pending, cause = failed[0] if failed else (None, err)
         culprit = (pending.rule.code, pending.line, pending.col) if pending is not None else None
         problem = Problem("fix-error", 0, detail=f"{type(cause).__name__}: {cause}")
@@ -229,14 +231,14 @@ def _run_rules(
         return net.Attempt(text, result, problem=problem, culprit=culprit)
     if text.endswith("\r") and not new_text.endswith(("\r", "\n")):
         new_text += "\r"  # libcst drops the last newline of a file that ends lines with CR
-    edits, findings = finalize(ctx)
+    edits, findings = state.finalize()
     if moved:
         result = Result(text, tuple(edits), tuple(findings), ctx.device_name_or_none())
         return net.Attempt(text, result, problem=Problem("held", moved))
     if new_text == text:
         return net.Attempt(text, Result(text, (), tuple(findings), ctx.device_name_or_none()))
     device_keys = frozenset(
-        (p.rule.code, p.line, p.col) for p in ctx.pending if p.fixed and p.uses_device
+        (p.rule.code, p.line, p.col) for p in state.pending if p.fixed and p.uses_device
     )
     result = Result(
         new_text,
@@ -340,7 +342,7 @@ def _binding_header(group: statements.Group, lines: list[str]) -> str | None:
 
 
 def _guarded(
-    fix: Fix, pending: _Pending | None, failed: list[tuple[_Pending | None, Exception]]
+    fix: Fix, pending: Pending | None, failed: list[tuple[Pending | None, Exception]]
 ) -> Fix:
     """`fix`, recording which fix raised (the transformer's traceback does not say)."""
 
@@ -547,14 +549,14 @@ class _ApplyFixes(cst.CSTTransformer):
     original module), so that new statements can be placed relative to the original ones.
     """
 
-    def __init__(self, ctx: RuleContext) -> None:
+    def __init__(self, ctx: RuleContext, state: ModuleState) -> None:
         super().__init__()
         self.ctx = ctx
-        self.fixes = ctx.fixes
+        self.fixes = state.fixes
         self.blank = cst.Module(body=[])
-        self.top = ctx.statement_index()
-        self.new_top: dict[int, object] = ctx.rewritten_statements
-        self.wanted = _fix_paths(ctx)
+        self.top = state.statement_index()
+        self.new_top: dict[int, object] = state.rewritten_statements
+        self.wanted = _fix_paths(ctx, state)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         # A subtree without a fix is kept as it is: libcst rebuilds every node it passes,
@@ -590,13 +592,13 @@ class _ApplyFixes(cst.CSTTransformer):
         return node
 
 
-def _fix_paths(ctx: RuleContext) -> set[int] | None:
+def _fix_paths(ctx: RuleContext, state: ModuleState) -> set[int] | None:
     """Ids of the nodes with a fix and of all their ancestors (the traversal recorded the
     parents); None when a fix sits on a node whose ancestors are unknown (visit all)."""
     module = ctx.module
     wanted = {id(module)}
     parents = ctx.parents
-    for key in ctx.fixes:
+    for key in state.fixes:
         node_id = key
         while node_id not in wanted:
             wanted.add(node_id)
@@ -607,7 +609,7 @@ def _fix_paths(ctx: RuleContext) -> set[int] | None:
     return wanted
 
 
-def _define_device(module: cst.Module, ctx: RuleContext) -> cst.Module:
+def _define_device(module: cst.Module, ctx: RuleContext, state: ModuleState) -> cst.Module:
     """Insert `import torch` and the device definition where the module's start-up is done.
 
     The place comes from the original text (`placement.device_line_after`): after the start-up
@@ -619,7 +621,7 @@ def _define_device(module: cst.Module, ctx: RuleContext) -> cst.Module:
     if not (ctx.device_defined or ctx.needs_torch_import):
         return module
     body = list(module.body)
-    insert_at = _new_index(module, ctx)
+    insert_at = _new_index(module, ctx, state)
     new: list[cst.BaseStatement] = []
     if ctx.device_defined:
         expr = cst.Module(body=[]).code_for_node(ctx.device_expression())
@@ -657,7 +659,7 @@ def _define_device(module: cst.Module, ctx: RuleContext) -> cst.Module:
     return module.with_changes(body=[*body[:insert_at], *new, *body[insert_at:]])
 
 
-def _new_index(module: cst.Module, ctx: RuleContext) -> int:
+def _new_index(module: cst.Module, ctx: RuleContext, state: ModuleState) -> int:
     """Where, in the rewritten module's body, the new statements go."""
     original = ctx.module
     assert original is not None
@@ -672,7 +674,7 @@ def _new_index(module: cst.Module, ctx: RuleContext) -> int:
     k = next((i + 1 for i, (_, last) in enumerate(spans) if last >= last_line), len(spans))
     positions = {id(stmt): i for i, stmt in enumerate(module.body)}
     for j in range(k - 1, -1, -1):
-        node = ctx.rewritten_statements.get(j, original.body[j])
+        node = state.rewritten_statements.get(j, original.body[j])
         if isinstance(node, cst.FlattenSentinel):
             node = node.nodes[-1] if node.nodes else None
         if not isinstance(node, cst.CSTNode):
