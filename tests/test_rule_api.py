@@ -117,7 +117,7 @@ def test_a_rule_is_not_a_libcst_visitor_and_the_walk_finds_its_hooks(
 ) -> None:
     """`Rule` is the project's own class: libcst's visitor semantics (return values,
     attribute hooks) are not inherited to mislead, and the walk finds hooks by name."""
-    from gpu2tpu.rewrite.analysis.flow import FlowRecorder
+    from gpu2tpu.rewrite.analysis.flow_recorder import FlowRecorder
     from gpu2tpu.rewrite.model import Options
     from gpu2tpu.rewrite.rules.base import hook_methods
     from gpu2tpu.rewrite.source import rewrite_source

@@ -339,7 +339,8 @@ def _stdin_outcome(
     result: Result | NotebookResult
     try:
         if notebook:
-            from .notebook import NotebookError, notebook_diff, rewrite_notebook
+            from .notebook import rewrite_notebook
+            from .notebook_json import NotebookError, notebook_diff
 
             try:
                 text, encoding = data.decode("utf-8"), "utf-8"

@@ -22,7 +22,7 @@ import libcst as cst
 
 from . import net, statements
 from .analysis.edits import merge_guards
-from .analysis.flow import FlowRecorder
+from .analysis.flow_recorder import FlowRecorder
 from .analysis.lines import python_lines
 from .analysis.names import ModuleNames, caller_names
 from .analysis.placement import device_line_after, device_line_blocked, leading_imports_end
