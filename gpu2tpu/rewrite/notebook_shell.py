@@ -134,7 +134,7 @@ def _cuda_only(spec: str) -> tuple[str, str] | None:
     extras = (hit.group(2) or "").lower()
     if name in CUDA_ONLY_PACKAGES:
         return name, CUDA_ONLY_PACKAGES[name]
-    if name.startswith("cupy-cuda") or name.startswith("cupy-rocm"):
+    if name.startswith(("cupy-cuda", "cupy-rocm")):
         return name, CUDA_ONLY_PACKAGES["cupy"]
     if name.startswith("nvidia-"):
         return name, "NVIDIA's CUDA libraries; a TPU machine needs none of them"
