@@ -2,9 +2,10 @@
 
 `source.py` makes one `ModuleState` per run and hands it to the `RuleContext` the rules see;
 the context keeps it private. Rules add to it only through the context's methods (`report`,
-`add_fix`, `claim`, ...) and never read its bookkeeping: the statement spans and first
-lines, the placeholders of statements libcst was not given, the laid-out positions, the
-reports and fixes in the engine's own shape. So what a rule may touch is the context's
+`add_fix`, `claim`, `adopt_device`, `require_import`, ...) and never read its bookkeeping:
+the statement spans and first lines, the placeholders of statements libcst was not given, the
+laid-out positions, the reports and fixes in the engine's own shape, the device decision's
+outcome. So what a rule may touch is the context's
 public methods, and what the engine may change without a rule noticing is here.
 """
 
@@ -106,6 +107,20 @@ class ModuleState:
         self.claimed: set[int] = set()
         # What each top-level statement became once the fixes ran, by its original index.
         self.rewritten_statements: dict[int, object] = {}
+        # The device decision (`RuleContext.decide_device_name`), and what it makes the engine
+        # add: the module's own device variable a rule offered, as (name, line), and its kind
+        # ("device": a torch.device, "str": its type string); why no device line may go in
+        # (None: it may); the variable's name, whether the engine defines it, and whether as a
+        # function (a library module); and the imports the fixes need.
+        self.adopted_device: tuple[str, int] | None = None
+        self.adopted_kind: str = "device"
+        self.device_line_blocked: str | None = None
+        self.device_name: str | None = None
+        self.device_defined = False
+        self.device_lazy = False
+        self.needs_torch_import = False
+        # Import statements the new text needs but may not add (`insert_statements=False`).
+        self.required_imports: list[str] = []
         self._noqa = _noqa_lines(source)
 
     @property

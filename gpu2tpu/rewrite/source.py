@@ -198,7 +198,7 @@ def _run_rules(
         state.fast_position = statement_position
         state.fast_span = source_span
     state.index_statements()
-    _module_imports(module, ctx)
+    _module_imports(module, ctx, state)
     rules: list[Rule] = [rule(ctx) for rule in selected]
     keep = _statements_to_visit(ctx, selected) if prefilter else None
     _Dispatch(ctx, rules, keep).walk(module)
@@ -245,8 +245,8 @@ def _run_rules(
         tuple(edits),
         tuple(findings),
         ctx.device_name_or_none(),
-        ctx.device_defined,
-        required_imports=tuple(ctx.required_imports),
+        state.device_defined,
+        required_imports=tuple(state.required_imports),
     )
     return net.Attempt(new_text, result, device_keys)
 
@@ -365,13 +365,13 @@ def _top_level_spans(prepared: Prepared) -> list[tuple[int, int]]:
     return spans
 
 
-def _module_imports(module: cst.Module, ctx: RuleContext) -> None:
+def _module_imports(module: cst.Module, ctx: RuleContext, state: ModuleState) -> None:
     """The module-wide facts the rules need before the traversal, from the whole text with
     Python's own parser: imports and scopes (`ctx.names`), and whether a device line may go
-    into this module at all (`ctx.device_line_blocked`)."""
+    into this module at all (`state.device_line_blocked`)."""
     del module  # the facts come from the text, not from the libcst tree
     _ = ctx.names
-    ctx.device_line_blocked = device_line_blocked(ctx.tree, ctx.source)
+    state.device_line_blocked = device_line_blocked(ctx.tree, ctx.source)
 
 
 def _statements_to_visit(ctx: RuleContext, rules: list[type[Rule]]) -> set[int] | None:
@@ -618,17 +618,17 @@ def _define_device(module: cst.Module, ctx: RuleContext, state: ModuleState) -> 
     module through what became of each original statement. A module whose torch may be None
     (`torch = None` when the import fails) gets a device line that is None there too.
     """
-    if not (ctx.device_defined or ctx.needs_torch_import):
+    if not (state.device_defined or state.needs_torch_import):
         return module
     body = list(module.body)
     insert_at = _new_index(module, ctx, state)
     new: list[cst.BaseStatement] = []
-    if ctx.device_defined:
+    if state.device_defined:
         expr = cst.Module(body=[]).code_for_node(ctx.device_expression())
         torch = ctx.torch_alias
         if torch is not None and torch in ctx.names.optional:
             expr = f"({expr}) if {torch} is not None else None"
-        if ctx.device_lazy:
+        if state.device_lazy:
             # A library module asks when a function needs the device, not at import.
             definition = cst.parse_statement(
                 f"def {ctx.device_name()}():\n"
@@ -637,23 +637,23 @@ def _define_device(module: cst.Module, ctx: RuleContext, state: ModuleState) -> 
             )
         else:
             definition = cst.parse_statement(f"{ctx.device_name()} = {expr}\n")
-        spaced = insert_at or ctx.needs_torch_import
-        blanks = [cst.EmptyLine()] * (2 if ctx.device_lazy else 1)  # a function: two, as PEP 8
+        spaced = insert_at or state.needs_torch_import
+        blanks = [cst.EmptyLine()] * (2 if state.device_lazy else 1)  # a function: two, as PEP 8
         new.append(definition.with_changes(leading_lines=blanks if spaced else []))
-    if ctx.needs_torch_import:
+    if state.needs_torch_import:
         new.insert(0, cst.parse_statement("import torch\n"))
-    if insert_at < len(body) and insert_at > 0 and ctx.device_defined:
+    if insert_at < len(body) and insert_at > 0 and state.device_defined:
         nxt = body[insert_at]
         lines = list(nxt.leading_lines)
         blank = 0
         while blank < len(lines) and lines[blank].comment is None:
             blank += 1
-        if ctx.device_lazy and blank < 2:  # after a function: two blank lines, as PEP 8
+        if state.device_lazy and blank < 2:  # after a function: two blank lines, as PEP 8
             lines = [cst.EmptyLine()] * (2 - blank) + lines
         elif not lines:
             lines = [cst.EmptyLine()]
         body[insert_at] = nxt.with_changes(leading_lines=lines)
-    elif insert_at == 0 and body and ctx.device_defined:
+    elif insert_at == 0 and body and state.device_defined:
         nxt = body[0]
         body[0] = nxt.with_changes(leading_lines=[cst.EmptyLine(), *nxt.leading_lines])
     return module.with_changes(body=[*body[:insert_at], *new, *body[insert_at:]])

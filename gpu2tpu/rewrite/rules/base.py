@@ -91,18 +91,6 @@ class RuleContext:
         self._flow: FlowFacts | None = None
         self._float16_tests: tuple[int, ...] | None = None
         self._names: frozenset[str] | None = None
-        self.adopted_device: tuple[str, int] | None = None  # (name, line) of an idiom variable
-        self.adopted_kind: str = "device"  # "device" (torch.device) or "str"
-        self.needs_torch_import = False
-        # Import statements the new text needs but may not add (`insert_statements=False`).
-        self.required_imports: list[str] = []
-        # Why the module may not get a device line of its own (a fix needing one is then
-        # reported); None when it may.
-        self.device_line_blocked: str | None = None
-        self._device_name: str | None = None
-        self.device_defined = False
-        # In a library module: the device is a function the fixes call (`device()`).
-        self.device_lazy = False
 
     # -- questions about the tree -------------------------------------------------------------
 
@@ -306,6 +294,19 @@ class RuleContext:
         if target is not None:
             fixes.setdefault(id(target), []).append(entry)
 
+    def adopt_device(self, name: str, node: cst.CSTNode, kind: str) -> None:
+        """Offer the module's own device variable (`name`, bound by `node`; `kind` "device"
+        for a torch.device, "str" for its type string) for the fixes to reuse: the first one
+        offered is kept."""
+        if self._state.adopted_device is None:
+            self._state.adopted_device = (name, self.position(node)[0])
+            self._state.adopted_kind = kind
+
+    def require_import(self, statement: str) -> None:
+        """An import statement the new text needs where the rewrite may add none
+        (`Options.insert_statements=False`): the caller runs it (`Result.required_imports`)."""
+        self._state.required_imports.append(statement)
+
     # -- names the fixes refer to ------------------------------------------------------------
 
     def torch_name(self) -> str:
@@ -319,9 +320,9 @@ class RuleContext:
                 return local
         if self.torch_alias is None:
             if self.options.insert_statements:
-                self.needs_torch_import = True
-            elif "import torch" not in self.required_imports:
-                self.required_imports.append("import torch")
+                self._state.needs_torch_import = True
+            elif "import torch" not in self._state.required_imports:
+                self._state.required_imports.append("import torch")
             return "torch"
         return self.torch_alias
 
@@ -331,11 +332,11 @@ class RuleContext:
         The variable is the caller's (`Options.device_name`), the module's own (an adopted
         idiom variable already seen), or a new device line, which may be impossible.
         """
-        if self.options.device_name or self.adopted_device is not None:
+        if self.options.device_name or self._state.adopted_device is not None:
             return None
         if not self.options.insert_statements:
             return "no device variable is given and no statement may be added here"
-        return self.device_line_blocked
+        return self._state.device_line_blocked
 
     def shadowed_at(self, node: cst.CSTNode) -> str | None:
         """A name a fix at `node` would emit that means something else there (a parameter or
@@ -369,13 +370,13 @@ class RuleContext:
 
     def device_name(self) -> str:
         """The module's device variable; decided once all rules have visited."""
-        assert self._device_name is not None, "device name is decided before fixes run"
-        return self._device_name
+        assert self._state.device_name is not None, "device name is decided before fixes run"
+        return self._state.device_name
 
     def device(self) -> cst.BaseExpression:
         """The module's device: its variable, or in a library module a call of its device
         function (`accelerator_device()`, asked when needed, not at import)."""
-        if self.device_lazy:
+        if self._state.device_lazy:
             return cst.Call(func=cst.Name(self.device_name()))
         return cst.Name(self.device_name())
 
@@ -388,9 +389,9 @@ class RuleContext:
     def device_is_str(self) -> bool:
         return (
             self.options.device_name is None
-            and self.adopted_device is not None
-            and self._device_name == self.adopted_device[0]
-            and self.adopted_kind == "str"
+            and self._state.adopted_device is not None
+            and self._state.device_name == self._state.adopted_device[0]
+            and self._state.adopted_kind == "str"
         )
 
     def indexed_device(self, index: str | cst.BaseExpression) -> cst.Call:
@@ -439,37 +440,37 @@ class RuleContext:
         """The device variable later text (a notebook's next cell) may reuse, if any."""
         if self.options.device_name:
             return self.options.device_name
-        if self.device_defined and not self.device_lazy:
-            return self._device_name
-        if self.adopted_device and self._device_name == self.adopted_device[0]:
-            return self._device_name
+        if self._state.device_defined and not self._state.device_lazy:
+            return self._state.device_name
+        if self._state.adopted_device and self._state.device_name == self._state.adopted_device[0]:
+            return self._state.device_name
         return None
 
     def decide_device_name(self) -> None:
         """Reuse the caller's or the module's idiom variable, else pick a free name."""
         if self.options.device_name:
-            self._device_name = self.options.device_name
+            self._state.device_name = self.options.device_name
             return
         use_lines = [p.line for p in self._state.pending if p.fixed and p.uses_device]
         first_use = min(use_lines, default=None)
         if (
-            self.adopted_device
-            and (first_use is None or self.adopted_device[1] <= first_use)
+            self._state.adopted_device
+            and (first_use is None or self._state.adopted_device[1] <= first_use)
             and not any(
-                self.binds_in_scopes(self.adopted_device[0], p.node)
+                self.binds_in_scopes(self._state.adopted_device[0], p.node)
                 for p in self._state.pending
                 if p.fixed and p.uses_device
             )
         ):
-            self._device_name = self.adopted_device[0]
+            self._state.device_name = self._state.adopted_device[0]
             return
         defined = bool(use_lines) and self.options.define_device and self.options.insert_statements
-        self.device_lazy = defined and self._lazy_device()
-        names = DEVICE_FUNCTIONS if self.device_lazy else DEVICE_NAMES
+        self._state.device_lazy = defined and self._lazy_device()
+        names = DEVICE_FUNCTIONS if self._state.device_lazy else DEVICE_NAMES
         for candidate in (*names, *(f"{names[0]}_{i}" for i in range(2, 100))):
             if not self.name_in_use(candidate):
-                self._device_name = candidate
-                self.device_defined = defined
+                self._state.device_name = candidate
+                self._state.device_defined = defined
                 return
         raise RuntimeError("no free name for the device variable")
 
