@@ -53,11 +53,15 @@ REGISTRY: dict[str, type[BaseRule]] = {}
 
 
 class RuleContext:
-    """State shared by all rules of one `rewrite_source` call.
+    """What the rules of one `rewrite_source` call see: the facade over the engine's state.
 
-    It also answers the questions rules ask about the tree — qualified names, parents,
-    positions, other metadata — cheaply and lazily: libcst's metadata providers each cost
-    several times a parse, and most nodes are never asked about (docs/architecture.md).
+    It answers the questions rules ask about the tree — qualified names and scopes, parents,
+    positions, flow facts — cheaply and lazily: libcst's metadata providers each cost
+    several times a parse, and most nodes are never asked about (docs/architecture.md). It
+    builds the names fixes write (`torch_attr`, `device`, ...) and takes what rules report
+    (`Rule.report`, `add_fix`, `claim`, ...). The engine's bookkeeping behind it is a
+    `ModuleState` (rewrite/module_state.py) that `source.py` makes and the context keeps
+    private; rules use only the public attributes and methods (tests/test_rule_api.py).
     """
 
     def __init__(
