@@ -37,13 +37,13 @@ os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
-import torch_xla  # noqa: E402
-import torch_xla.debug.metrics as met  # noqa: E402
-from dryrun_cases import CASES, KINDS, STEPS, WARMUP, Case  # noqa: E402
+import torch
+import torch_xla
+import torch_xla.debug.metrics as met
+from dryrun_cases import CASES, KINDS, STEPS, WARMUP, Case
 
-from gpu2tpu.readiness.dryrun import DryRunDetector, HazardKind  # noqa: E402
-from gpu2tpu.readiness.user_code import UserCode  # noqa: E402
+from gpu2tpu.readiness.dryrun import DryRunDetector, HazardKind
+from gpu2tpu.readiness.user_code import UserCode
 
 _HOST_READ = "aten::_local_scalar_dense"
 _DYNAMIC_TAGS = (torch.Tag.dynamic_output_shape, torch.Tag.data_dependent_output)

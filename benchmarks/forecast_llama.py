@@ -33,7 +33,7 @@ import torch
 
 # The model the forecast's FLOP tests compile, at the 8B shape (tests/forecast_models.py).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from forecast_models import LLAMA3_8B, Llama, lm_loss, matmul_parameters  # noqa: E402
+from forecast_models import LLAMA3_8B, Llama, lm_loss, matmul_parameters
 
 
 def cpu_seconds() -> float:

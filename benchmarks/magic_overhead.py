@@ -27,15 +27,15 @@ from collections.abc import Callable
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import torch  # noqa: E402
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
-from IPython.utils.capture import capture_output  # noqa: E402
-from traitlets.config import Config  # noqa: E402
+import torch
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+from traitlets.config import Config
 
-from gpu2tpu.magics.cells import compile_cell, prior_imports  # noqa: E402
-from gpu2tpu.readiness.dryrun import dry_run  # noqa: E402
-from gpu2tpu.rewrite.model import Options  # noqa: E402
-from gpu2tpu.rewrite.notebook import rewrite_cell  # noqa: E402
+from gpu2tpu.magics.cells import compile_cell, prior_imports
+from gpu2tpu.readiness.dryrun import dry_run
+from gpu2tpu.rewrite.model import Options
+from gpu2tpu.rewrite.notebook import rewrite_cell
 
 SIZES = (20, 200, 2000)
 CELL_GOAL_MS = 15.0

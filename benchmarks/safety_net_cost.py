@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from rewrite_speed import build_tree  # noqa: E402
+from rewrite_speed import build_tree
 
 
 @contextmanager

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from corpus import harness  # noqa: E402
+from corpus import harness
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -221,3 +221,29 @@ def test_rule_modules_import_only_the_analysis_layer_and_the_rule_base(module: s
         and i.target != "gpu2tpu.rewrite.rules"
     ]
     assert wrong == []
+
+
+# Modules split along a seam, and what the lower side must not import back: what reads and
+# writes a thing never imports the pipeline that decides what to write (issue 29).
+SEAMS: dict[str, tuple[str, ...]] = {
+    # the recorder fills the flow facts' record; the facts read it, never the other way
+    "gpu2tpu.rewrite.analysis.flow_recorder": ("gpu2tpu.rewrite.analysis.flow",),
+    # a notebook's JSON in and out, and its shell checks, below the notebook rewrite
+    "gpu2tpu.rewrite.notebook_json": ("gpu2tpu.rewrite.notebook", "gpu2tpu.rewrite.source"),
+    "gpu2tpu.rewrite.notebook_shell": ("gpu2tpu.rewrite.notebook", "gpu2tpu.rewrite.source"),
+    # the engine's state holds no rule and no engine code
+    "gpu2tpu.rewrite.module_state": ("gpu2tpu.rewrite.rules", "gpu2tpu.rewrite.source"),
+}
+
+
+@pytest.mark.parametrize("module", sorted(SEAMS))
+def test_split_modules_do_not_import_the_side_above_them(module: str):
+    assert module in MODULES
+    wrong = [
+        f"{i.source}:{i.line} imports {i.target}"
+        for i in IMPORTS
+        if i.source == module
+        and not i.typing_only
+        and any(i.target == t or i.target.startswith(f"{t}.") for t in SEAMS[module])
+    ]
+    assert wrong == []

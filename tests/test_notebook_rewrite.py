@@ -19,13 +19,8 @@ from IPython.core.inputtransformer2 import TransformerManager
 from gpu2tpu.rewrite.analysis.lines import python_lines
 from gpu2tpu.rewrite.ipython_syntax import mask
 from gpu2tpu.rewrite.model import Options, Safety
-from gpu2tpu.rewrite.notebook import (
-    NotebookError,
-    NotebookResult,
-    local_module_findings,
-    notebook_diff,
-    rewrite_notebook,
-)
+from gpu2tpu.rewrite.notebook import NotebookResult, local_module_findings, rewrite_notebook
+from gpu2tpu.rewrite.notebook_json import NotebookError, notebook_diff
 from gpu2tpu.rewrite.rules.base import NotebookRule, all_rules, rules_for
 from gpu2tpu.rewrite.source import SourceError, rewrite_source
 

@@ -110,3 +110,66 @@ def test_rules_change_the_engine_state_only_through_the_context() -> None:
             ):
                 found.append(f"{path.name}:{node.lineno} ctx.{node.attr}")
     assert found == []
+
+
+def test_a_rule_is_not_a_libcst_visitor_and_the_walk_finds_its_hooks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`Rule` is the project's own class: libcst's visitor semantics (return values,
+    attribute hooks) are not inherited to mislead, and the walk finds hooks by name."""
+    from gpu2tpu.rewrite.analysis.flow_recorder import FlowRecorder
+    from gpu2tpu.rewrite.model import Options
+    from gpu2tpu.rewrite.rules.base import hook_methods
+    from gpu2tpu.rewrite.source import rewrite_source
+
+    assert not issubclass(Rule, cst.CSTVisitor | cst.BatchableCSTVisitor | cst.CSTTransformer)
+    assert not any(klass.__module__.startswith("libcst") for klass in Rule.__mro__)
+
+    seen: list[str] = []
+
+    class Base(Rule):
+        def visit_Call(self, node: cst.Call) -> None:
+            seen.append("call")
+
+    class Probe(Base):
+        tokens = (b"print",)
+
+        def leave_Module(self, original_node: cst.Module) -> None:
+            seen.append("module")
+
+    assert dict(hook_methods(Probe)) == {"leave_Module": "Module", "visit_Call": "Call"}
+    assert ("visit_Module", "Module") in hook_methods(FlowRecorder)
+
+    monkeypatch.setattr("gpu2tpu.rewrite.source.rules_for", lambda options: [Probe])
+    rewrite_source("print(1)\nprint(2)\n", Options())
+    assert seen == ["call", "call", "module"]
+
+
+def test_rules_see_only_the_contexts_public_facade() -> None:
+    """The engine's bookkeeping (reports, fixes, claims, statement spans, placeholders,
+    positions) lives in `ModuleState` (rewrite/module_state.py), which `source.py` makes and
+    the context keeps private: rules and the analysis layer use only `RuleContext`'s public
+    attributes and methods, and never its private ones."""
+    from gpu2tpu.rewrite.model import Options
+    from gpu2tpu.rewrite.rules.base import RuleContext
+
+    ctx = RuleContext("x = 1\n", Options())
+    facade = {n for n in [*dir(RuleContext), *vars(ctx)] if not n.startswith("_")}
+    engine_state = {"pending", "fixes", "claimed", "unparsed", "fast_position", "fast_span",
+                    "rewritten_statements", "index_statements", "resolve_pending",
+                    "adopted_device", "adopted_kind", "required_imports", "needs_torch_import",
+                    "device_line_blocked", "device_defined", "device_lazy"}  # fmt: skip
+    assert not facade & engine_state
+    found: list[str] = []
+    for path in [*RULES.glob("*.py"), *(RULES.parent / "analysis").glob("*.py")]:
+        if path.name == "base.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name | ast.Attribute)
+                and (getattr(node.value, "id", None) or getattr(node.value, "attr", None)) == "ctx"
+                and node.attr not in facade
+            ):
+                found.append(f"{path.name}:{node.lineno} ctx.{node.attr}")
+    assert found == []

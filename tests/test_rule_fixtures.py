@@ -101,6 +101,8 @@ def test_rule_modules_import_only_the_analysis_layer_and_the_base() -> None:
                     continue  # the registry loads the rule modules by package
                 if path.name == "base.py" and target == "..cst_internals":
                     continue  # the framework places findings with libcst's layout
+                if path.name == "base.py" and target == "..module_state":
+                    continue  # the engine's state the rule context holds for it
                 raise AssertionError(f"{path.name} imports {target}: only {sorted(allowed)}")
 
 

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 def _needs_rewrite() -> re.Pattern[str]:
     """Text at least one of which a cell must hold for the rewrite to change or report it."""
     from ..rewrite.model import Options
-    from ..rewrite.notebook import NOTEBOOK_TOKENS
+    from ..rewrite.notebook_shell import NOTEBOOK_TOKENS
     from ..rewrite.source import prefilter_tokens
 
     tokens = {t.decode() for t in (*prefilter_tokens(Options()), *NOTEBOOK_TOKENS)}

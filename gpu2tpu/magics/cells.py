@@ -519,7 +519,7 @@ def _bound_by(stmt: ast.stmt) -> set[str]:
 
 def execute(prepared: PreparedCell, namespace: dict[str, Any]) -> Any:
     """Run the prepared code once in `namespace`; the last expression's value."""
-    __tracebackhide__ = True  # noqa: F841  (IPython hides this frame in tracebacks)
+    __tracebackhide__ = True  # IPython hides this frame in tracebacks
     if prepared.body is not None:
         exec(prepared.body, namespace)
     if prepared.last is not None:

@@ -408,7 +408,7 @@ class TPUMagics(Magics):
         expression is shown as in a normal cell; errors show the cell as written, with its
         line numbers. With no TPU backend, `auto` runs a dry run on the CPU.
         """
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         args = magic_arguments.parse_argstring(self.tpu, line)
         plan = check(args)
         if not cell.strip():
@@ -452,7 +452,7 @@ class TPUMagics(Magics):
         runner = self.runner
 
         def run() -> Any:
-            __tracebackhide__ = True  # noqa: F841
+            __tracebackhide__ = True
             try:
                 with backend.activate():
                     value = execute(prepared, namespace)
@@ -467,7 +467,7 @@ class TPUMagics(Magics):
         return run
 
     def _dry_run(self, prepared: PreparedCell, backend: Backend, label: str, plan: CellPlan) -> Any:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         from IPython.display import display
 
         from ..readiness.dryrun import DryRunDetector
@@ -577,7 +577,7 @@ class TPUMagics(Magics):
         self, cell: str, backend: Backend, plan: CellPlan, number: int, header: list[str]
     ) -> Any:
         """`%%tpu` over `%%time` (or another Python cell magic): rewrite its body, run it."""
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         from ..rewrite.ipython_syntax import split_cell_magic
 
         device_name = self.runner.device_variable(backend)

@@ -217,7 +217,7 @@ def escape_surrogates(text: str, fmt: str = "text") -> str:
 def _escaped(char: str, byte: str) -> str:
     code = ord(char)
     if 0xDC80 <= code <= 0xDCFF:
-        return byte % (code - 0xDC00)  # noqa: UP031 (the pattern is chosen above)
+        return byte % (code - 0xDC00)  # the pattern is chosen above
     return f"\\u{code:04x}"
 
 
@@ -339,7 +339,8 @@ def _stdin_outcome(
     result: Result | NotebookResult
     try:
         if notebook:
-            from .notebook import NotebookError, notebook_diff, rewrite_notebook
+            from .notebook import rewrite_notebook
+            from .notebook_json import NotebookError, notebook_diff
 
             try:
                 text, encoding = data.decode("utf-8"), "utf-8"

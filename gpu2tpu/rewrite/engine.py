@@ -280,7 +280,7 @@ def _notebook_tokens(path: str, data: bytes) -> bool:
     """Notebooks have checks of their own (GPU runtime metadata, `!nvidia-smi`)."""
     if not path.endswith(".ipynb"):
         return False
-    from .notebook import NOTEBOOK_TOKENS
+    from .notebook_shell import NOTEBOOK_TOKENS
 
     return any(t in data for t in NOTEBOOK_TOKENS)
 
@@ -307,7 +307,8 @@ def _read(path: str, config: Config) -> tuple[bytes, Snapshot]:
 def _process_notebook(
     path: str, data: bytes, snapshot: Snapshot, config: Config, mode: Mode
 ) -> FileOutcome:
-    from .notebook import NotebookError, local_module_findings, notebook_diff, rewrite_notebook
+    from .notebook import local_module_findings, rewrite_notebook
+    from .notebook_json import NotebookError, notebook_diff
     from .torch_target import rewrite_for_target
 
     try:

@@ -7,31 +7,25 @@ that needs it defines it after its imports, later cells reuse it, and a device v
 notebook already builds with the usual `'cuda' if torch.cuda.is_available() else 'cpu'` idiom
 is kept and reused.
 
-Fidelity: the JSON is edited as text, not re-serialised through nbformat. When `json.dumps`
-with the file's own indent and escaping reproduces the file exactly, the changed notebook is
-dumped the same way; otherwise (hand-edited JSON) only the changed values are spliced into the
-original text. Either way the result is checked to hold exactly the intended JSON, so outputs,
-ids, metadata, key order, indent, escapes and the trailing newline stay byte for byte.
+Fidelity: the JSON is edited as text, never re-serialised through nbformat, so everything but
+the changed sources stays byte for byte (notebook_json.py reads, writes and diffs it).
 
 Notebook-only checks (IPython syntax and metadata that libcst never sees):
 G2T510 NVIDIA tools in shell escapes, G2T511 `CUDA_VISIBLE_DEVICES`, G2T512 installing a
-CUDA-only package, G2T513 a notebook that asks Colab or Kaggle for a GPU runtime, G2T519 a
-local module it imports that holds CUDA code (`local_module_findings` reads those files: the
-one check here that looks beyond the notebook's text).
+CUDA-only package (notebook_shell.py), G2T513 a notebook that asks Colab or Kaggle for a GPU
+runtime, G2T519 a local module it imports that holds CUDA code (`local_module_findings` reads
+those files: the one check here that looks beyond the notebook's text).
 """
 
 from __future__ import annotations
 
 import ast
-import difflib
 import functools
 import json
 import os
 import re
-import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from json.decoder import scanstring  # type: ignore[attr-defined]  # there at run time; typeshed omits it
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +34,6 @@ from .analysis.names import variable_names
 from .ipython_syntax import (
     PYTHON_CELL_MAGICS,
     SCOPED_CELL_MAGICS,
-    Escape,
     MaskedCell,
     MaskError,
     line_ending,
@@ -48,16 +41,25 @@ from .ipython_syntax import (
     split_cell_magic,
 )
 from .model import CellFinding, Finding, Options, Result, Severity
-from .rules.base import DEVICE_NAMES, rule_by_code
+from .notebook_json import (
+    MetaPath,
+    NotebookError,
+    cell_label,
+    cell_source,
+    load_notebook,
+    notebook_language,
+    render_notebook,
+    value_at,
+    value_spans,
+)
+from .notebook_shell import (
+    SHELL_CELL_MAGICS,
+    escape_findings,
+    notebook_finding,
+    shell_body_findings,
+)
+from .rules.base import DEVICE_NAMES
 from .source import SourceError, prefilter_tokens, rewrite_source
-
-
-class NotebookError(ValueError):
-    """The file as a whole cannot be handled (not JSON, not nbformat 4, no cells...)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -79,351 +81,14 @@ class NotebookResult:
     withheld: tuple[CellFinding, ...] = ()  # findings whose fix the safety net held back
 
 
-def cell_label(index: int) -> str:
-    """How a cell is named in messages and diff headers (as the report names it)."""
-    return f"cell {index}"
-
-
-# -- the notebook checks (G2T51x; rules/notebook_checks.py declares them) ----------------------
-
-
+# The runtimes a notebook may ask Colab and Kaggle for (G2T513; the other notebook checks, on
+# IPython syntax, are in notebook_shell.py).
 COLAB_TPU = {"accelerator": "TPU", "gpuType": "V5E1"}
 COLAB_TPU_TYPES = frozenset({"V28", "V5E1", "V6E1"})
 KAGGLE_TPU = "tpuV5e8"
 
-# Packages with no TPU build, by normalised name, and what to use instead.
-CUDA_ONLY_PACKAGES: dict[str, str] = {
-    "flash-attn": "use `torch.nn.functional.scaled_dot_product_attention` (a Pallas kernel on TPU)",
-    "xformers": "use `torch.nn.functional.scaled_dot_product_attention`",
-    "bitsandbytes": "no TPU build: train in bf16, or quantise with torchao",
-    "apex": "use `torch.amp` and the fused optimizers in `torch.optim`",
-    "triton": "Triton kernels do not run on TPUs; Pallas is the TPU kernel language",
-    "pynvml": "NVML only sees NVIDIA GPUs; `%tpu_info` shows the TPU",
-    "nvidia-ml-py": "NVML only sees NVIDIA GPUs; `%tpu_info` shows the TPU",
-    "pycuda": "use PyTorch or jax.numpy operations",
-    "cupy": "use NumPy, PyTorch or jax.numpy",
-    "onnxruntime-gpu": "use `onnxruntime` (CPU) or export to PyTorch/XLA",
-    "tensorrt": "TensorRT is NVIDIA-only; use `torch.compile` or XLA",
-    "torch-tensorrt": "TensorRT is NVIDIA-only; use `torch.compile` or XLA",
-    "mamba-ssm": "its selective-scan kernels are CUDA-only; use a pure PyTorch scan",
-    "causal-conv1d": "CUDA-only kernel; use `torch.nn.Conv1d` with left padding",
-    "auto-gptq": "GPTQ kernels are CUDA-only; serve in bf16 on TPU",
-    "autoawq": "AWQ kernels are CUDA-only; serve in bf16 on TPU",
-    "deepspeed": "DeepSpeed targets CUDA; use FSDP (torch.distributed) or PyTorch/XLA SPMD",
-}
-_CUDA_NAME = re.compile(r"(^nvidia-|^cupy-cuda|cuda|-cu\d+$)")
-_CUDA_INDEX = re.compile(r"/whl/cu\d+|\+cu\d+|/cu\d{2,3}(?:/|$)")
-# pip and conda options that take a value (the value is not a package name)
-_PIP_VALUE_OPTION_NAMES = (
-    "-r --requirement -c --constraint -e --editable -i --index-url --extra-index-url -f "
-    "--find-links -t --target --prefix --root --src --upgrade-strategy --progress-bar "
-    "--trusted-host --cache-dir --log --proxy --retries --timeout --exists-action --cert "
-    "--client-cert --platform --python-version --implementation --abi -C --config-settings "
-    "--channel --override --python -p --name -n"
-)
-_PIP_VALUE_OPTIONS = frozenset(_PIP_VALUE_OPTION_NAMES.split())
-_INDEX_OPTIONS = frozenset({"-i", "--index-url", "--extra-index-url", "-f", "--find-links"})
-_WRAPPERS = frozenset({"sudo", "time", "watch", "nohup", "exec", "command", "env"})
-_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=")
-_SHELL_MAGICS = frozenset({"system", "sx"})
-_INSTALLER_MAGICS = frozenset({"pip", "conda", "mamba", "micromamba", "uv"})
-_SHELL_CELL_MAGICS = frozenset({"bash", "sh", "system"})
-
-# Byte strings at least one of which a notebook must contain for G2T510-513 to fire; the
-# engine's prefilter should let notebooks with any of them through.
-NOTEBOOK_TOKENS: tuple[bytes, ...] = (
-    b"nvidia",
-    b"nvcc",
-    b"CUDA_VISIBLE_DEVICES",
-    b"GPU",
-    b"gpu",
-    b"Gpu",
-    b"cuda",
-    b"/cu1",
-    *(name.encode() for name in CUDA_ONLY_PACKAGES),
-    b"flash_attn",
-    b"mamba_ssm",
-)
-
-
-def _finding(
-    code: str,
-    line: int,
-    col: int,
-    message: str,
-    hint: str,
-    *,
-    fixed: bool = False,
-    fixable: bool = False,
-    before: str = "",
-    after: str = "",
-) -> Finding:
-    """A finding of one of the notebook checks (rules/notebook_checks.py declares them)."""
-    rule = rule_by_code(code)
-    return Finding(
-        code=code,
-        name=rule.name,
-        line=line,
-        col=col,
-        message=message,
-        hint=hint,
-        safety=rule.safety,
-        severity=rule.severity,
-        fixed=fixed,
-        fixable=fixable,
-        before=before,
-        after=after,
-    )
-
-
-# -- shell commands (G2T510-512) ------------------------------------------------------------
-
-
-def _words(command: str) -> list[list[str]]:
-    """The simple commands of a shell line, each as its words (`a && b | c` -> 3 commands)."""
-    try:
-        lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|")
-        lexer.whitespace_split = True
-        lexer.commenters = "#"
-        tokens = list(lexer)
-    except ValueError:  # unbalanced quotes: IPython passes `{var}` and `$var` through as is
-        tokens = command.split()
-    commands: list[list[str]] = [[]]
-    for token in tokens:
-        if token and set(token) <= set(";&|"):
-            commands.append([])
-        else:
-            commands[-1].append(token)
-    return [c for c in commands if c]
-
-
-def _normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _cuda_only(spec: str) -> tuple[str, str] | None:
-    """(package, hint) when a requirement names a CUDA-only package or a CUDA extra."""
-    hit = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?", spec)
-    if hit is None:
-        return None
-    name = _normalise(hit.group(1))
-    extras = (hit.group(2) or "").lower()
-    if name in CUDA_ONLY_PACKAGES:
-        return name, CUDA_ONLY_PACKAGES[name]
-    if name.startswith("cupy-cuda") or name.startswith("cupy-rocm"):
-        return name, CUDA_ONLY_PACKAGES["cupy"]
-    if name.startswith("nvidia-"):
-        return name, "NVIDIA's CUDA libraries; a TPU machine needs none of them"
-    if "cuda" in extras:
-        return f"{name}{hit.group(2)}", f"install `{name}[tpu]` (or the plain package) instead"
-    if _CUDA_NAME.search(name):
-        return name, "a CUDA build; install the plain (CPU/TPU) package instead"
-    return None
-
-
-def _install_findings(args: list[str], tool: str) -> list[tuple[str, str, str]]:
-    """(needle, message, hint) for each CUDA-only thing in a `pip install ...` argument list."""
-    out: list[tuple[str, str, str]] = []
-    it = iter(args)
-    for arg in it:
-        if arg in _INDEX_OPTIONS:
-            url = next(it, "")
-            if _CUDA_INDEX.search(url):
-                out.append(
-                    (
-                        url,
-                        f"`{tool} install` uses a CUDA wheel index ({url})",
-                        "install the default wheels; on a TPU add torch_tpu or torch_xla",
-                    )
-                )
-            continue
-        if arg.startswith("-"):
-            name = arg.split("=", 1)[0]
-            if "=" in arg and name in _INDEX_OPTIONS and _CUDA_INDEX.search(arg):
-                out.append(
-                    (
-                        arg,
-                        f"`{tool} install` uses a CUDA wheel index",
-                        "install the default wheels; on a TPU add torch_tpu or torch_xla",
-                    )
-                )
-            elif name in _PIP_VALUE_OPTIONS and "=" not in arg:
-                next(it, None)
-            continue
-        hit = _cuda_only(arg)
-        if hit:
-            package, hint = hit
-            out.append((arg, f"`{tool} install {package}` installs a CUDA-only package", hint))
-    return out
-
-
-def shell_findings(command: str, line: int, col: int, lines: list[str]) -> list[Finding]:
-    """G2T510-512 findings for one shell command (`!cmd`, a `%%bash` line, `%pip ...`).
-
-    `lines` are the physical lines the command was written on, the first being `line`; a
-    finding points at the word it is about, else at (`line`, `col`).
-    """
-    found: list[Finding] = []
-
-    def at(needle: str) -> tuple[int, int]:
-        for k, text in enumerate(lines):
-            pos = text.find(needle)
-            if pos >= 0:
-                return line + k, pos + 1
-        return line, col
-
-    for words in _words(command):
-        while words and (hit := _ASSIGNMENT.match(words[0])):
-            if hit.group(1) == "CUDA_VISIBLE_DEVICES":
-                found.append(_cuda_visible(*at("CUDA_VISIBLE_DEVICES")))
-            words = words[1:]
-        if words and words[0] in ("export", "set"):
-            for w in words[1:]:
-                if w.startswith("CUDA_VISIBLE_DEVICES"):
-                    found.append(_cuda_visible(*at("CUDA_VISIBLE_DEVICES")))
-            continue
-        while words and words[0] in _WRAPPERS:
-            words = words[1:]
-            while words and (
-                words[0].startswith("-") or words[0].isdigit() or _ASSIGNMENT.match(words[0])
-            ):
-                words = words[1:]
-        if not words:
-            continue
-        tool = words[0].rsplit("/", 1)[-1]
-        rest = words[1:]
-        if tool == "nvidia-smi":
-            found.append(
-                _finding(
-                    "G2T510",
-                    *at("nvidia-smi"),
-                    "`!nvidia-smi` has no TPU equivalent; `%tpu_info` shows the TPU",
-                    "use `%tpu_info` after `%load_ext gpu2tpu`, or drop the line",
-                )
-            )
-            continue
-        if tool == "nvcc":
-            found.append(
-                _finding(
-                    "G2T510",
-                    *at("nvcc"),
-                    "`nvcc` is NVIDIA's CUDA compiler; a TPU machine has none",
-                    "drop it: TPU kernels are written in Pallas, not CUDA",
-                )
-            )
-            continue
-        if re.fullmatch(r"python[\d.]*", tool) and rest[:2] == ["-m", "pip"]:
-            tool, rest = "pip", rest[2:]
-        elif tool == "uv" and rest[:1] == ["pip"]:
-            tool, rest = "uv pip", rest[1:]
-        installer = re.fullmatch(r"pip[\d.]*", tool) or tool in (
-            "uv pip",
-            "conda",
-            "mamba",
-            "micromamba",
-        )
-        if installer and rest[:1] == ["install"]:
-            for needle, message, hint in _install_findings(rest[1:], tool):
-                found.append(_finding("G2T512", *at(needle), message, hint))
-    return found
-
-
-def _cuda_visible(line: int, col: int) -> Finding:
-    return _finding(
-        "G2T511",
-        line,
-        col,
-        "`CUDA_VISIBLE_DEVICES` selects NVIDIA GPUs and does nothing on a TPU",
-        "drop it; on a TPU VM `TPU_VISIBLE_CHIPS` selects chips",
-    )
-
-
-def escape_findings(escape: Escape, lines: list[str]) -> list[Finding]:
-    """G2T510-512 for one piece of IPython syntax (`!cmd`, `%pip ...`, `%env ...`)."""
-    written = lines[escape.line - 1 : escape.end_line]
-    first = written[0] if written else ""
-    if escape.kind in ("shell", "shell_capture"):
-        return shell_findings(escape.command, escape.line, escape.col, written)
-    if escape.kind != "line_magic":
-        return []
-    args = escape.command[len(escape.magic) :].strip()
-    if escape.magic in _SHELL_MAGICS:
-        return shell_findings(args, escape.line, escape.col, written)
-    if escape.magic in _INSTALLER_MAGICS:
-        return shell_findings(f"{escape.magic} {args}", escape.line, escape.col, written)
-    if escape.magic in ("env", "set_env"):
-        name = re.split(r"[=\s]", args, maxsplit=1)[0]
-        if name == "CUDA_VISIBLE_DEVICES" and args != name:
-            pos = first.find(name)
-            return [_cuda_visible(escape.line, pos + 1 if pos >= 0 else escape.col)]
-    return []
-
-
-def shell_body_findings(body: str, first_line: int) -> list[Finding]:
-    """G2T510-512 for the body of a `%%bash`-style cell; `first_line` is its first line."""
-    found: list[Finding] = []
-    lines = python_lines(body)
-    i = 0
-    while i < len(lines):
-        start = i
-        text = lines[i].rstrip("\r\n")
-        while text.endswith("\\") and i + 1 < len(lines):
-            i += 1
-            text = text[:-1] + " " + lines[i].rstrip("\r\n")
-        found += shell_findings(text, first_line + start, 1, lines[start : i + 1])
-        i += 1
-    return found
-
 
 # -- the notebook -----------------------------------------------------------------------------
-
-
-def _load(text: str) -> dict[str, Any]:
-    try:
-        nb = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise NotebookError(
-            f"not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})"
-        ) from None
-    except RecursionError:
-        raise NotebookError("JSON nested too deeply to read") from None
-    if not isinstance(nb, dict):
-        raise NotebookError("not a Jupyter notebook: the JSON is not an object")
-    version = nb.get("nbformat")
-    if version == 3 or "worksheets" in nb:
-        raise NotebookError(
-            "nbformat 3 notebook; convert it first with "
-            "`jupyter nbconvert --to notebook --nbformat 4`"
-        )
-    if version is None:
-        raise NotebookError("not a Jupyter notebook: no `nbformat` version")
-    if version != 4:
-        raise NotebookError(f"nbformat {version!r} is not supported (only nbformat 4)")
-    if not isinstance(nb.get("cells"), list):
-        raise NotebookError("not a Jupyter notebook: it has no `cells` list")
-    return nb
-
-
-def _language(nb: dict[str, Any]) -> str | None:
-    meta = nb.get("metadata")
-    if not isinstance(meta, dict):
-        return None
-    for key, field_name in (("language_info", "name"), ("kernelspec", "language")):
-        section = meta.get(key)
-        if isinstance(section, dict):
-            value = section.get(field_name)
-            if isinstance(value, str):
-                return value
-    return None
-
-
-def _source_text(cell: dict[str, Any]) -> str | None:
-    source = cell.get("source")
-    if isinstance(source, str):
-        return source
-    if isinstance(source, list) and all(isinstance(s, str) for s in source):
-        return "".join(source)
-    return None
 
 
 @dataclass
@@ -451,7 +116,7 @@ class _CodeCell:
 
 
 def _prepare(index: int, cell: dict[str, Any], *, facts: bool = True) -> _CodeCell:
-    source = _source_text(cell)
+    source = cell_source(cell)
     cell_id = cell.get("id") if isinstance(cell.get("id"), str) else None
     if source is None:
         return _CodeCell(index, cell_id, "", error="`source` is neither text nor a list of lines")
@@ -462,7 +127,7 @@ def _prepare(index: int, cell: dict[str, Any], *, facts: bool = True) -> _CodeCe
     while (magic := split_cell_magic(body)) is not None:
         if magic.name not in PYTHON_CELL_MAGICS:
             script = magic.args.split()[:1]
-            if magic.name in _SHELL_CELL_MAGICS or (
+            if magic.name in SHELL_CELL_MAGICS or (
                 magic.name == "script" and script and script[0] in ("bash", "sh", "zsh")
             ):
                 code.findings += shell_body_findings(magic.body, code.offset + magic.head_lines + 1)
@@ -667,8 +332,8 @@ def rewrite_notebook(text: str, options: Options) -> NotebookResult:
     rewritten. Nothing but code-cell sources (and, with unsafe fixes, the runtime metadata)
     changes in the text. Cells without any CUDA token are not parsed.
     """
-    nb = _load(text)
-    language = _language(nb)
+    nb = load_notebook(text)
+    language = notebook_language(nb)
     if language is not None and not language.lower().startswith(("python", "ipython")):
         return NotebookResult(text, skipped=f"the notebook's language is {language}, not Python")
     cells = [
@@ -712,7 +377,11 @@ def rewrite_notebook(text: str, options: Options) -> NotebookResult:
     meta_findings, meta_changes = _metadata(text, nb, options)
     for f in meta_findings:
         (edits if f.fixed else findings).append(CellFinding(-1, None, f))
-    new_text = _render(text, nb, new_sources, meta_changes) if new_sources or meta_changes else text
+    new_text = (
+        render_notebook(text, nb, new_sources, meta_changes)
+        if new_sources or meta_changes
+        else text
+    )
     return NotebookResult(
         new_text,
         tuple(edits),
@@ -805,8 +474,6 @@ def _shift(f: Finding, cell: _CodeCell) -> Finding:
 
 # -- runtime metadata (G2T513) --------------------------------------------------------------
 
-MetaPath = tuple[str, ...]
-
 
 def _metadata(
     text: str, nb: dict[str, Any], options: Options
@@ -850,13 +517,6 @@ def _metadata(
     return found, changes
 
 
-def _get(nb: dict[str, Any], path: MetaPath) -> object:
-    value: object = nb
-    for key in path:
-        value = value[key]  # type: ignore[index]  # a path found in the notebook's JSON: dicts along it
-    return value
-
-
 def _runtime_finding(
     text: str,
     nb: dict[str, Any],
@@ -866,11 +526,11 @@ def _runtime_finding(
     apply: bool,
 ) -> Finding:
     """One G2T513 finding, placed at the first metadata value its fix would change."""
-    before = ", ".join(f"{p[-1]}: {json.dumps(_get(nb, p))}" for p in fix)
+    before = ", ".join(f"{p[-1]}: {json.dumps(value_at(nb, p))}" for p in fix)
     after = ", ".join(f"{p[-1]}: {json.dumps(v)}" for p, v in fix.items())
     first = next(iter(fix))
-    start, _ = _spans(text, [first])[first]
-    return _finding(
+    start, _ = value_spans(text, [first])[first]
+    return notebook_finding(
         "G2T513",
         text.count("\n", 0, start) + 1,
         start - (text.rfind("\n", 0, start) + 1) + 1,
@@ -966,7 +626,7 @@ def local_module_findings(
     if not options.enabled("G2T519"):
         return []
     try:
-        nb = _load(text)
+        nb = load_notebook(text)
     except NotebookError:
         return []
     folder = Path(notebook_path).resolve().parent
@@ -989,7 +649,7 @@ def local_module_findings(
                 continue
             shown = os.path.relpath(path, folder)
             finding = replace(
-                _finding(
+                notebook_finding(
                     "G2T519",
                     line,
                     col,
@@ -1005,211 +665,3 @@ def local_module_findings(
 
 def _inside(path: str, roots: tuple[str, ...]) -> bool:
     return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
-
-
-# -- writing the JSON back ------------------------------------------------------------------
-
-_WS = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
-JsonPath = tuple[object, ...]
-
-
-def _matches(path: JsonPath, pattern: JsonPath) -> bool:
-    return len(path) == len(pattern) and all(
-        p == "*" or p == x for x, p in zip(path, pattern, strict=True)
-    )
-
-
-def _spans(text: str, patterns: list[JsonPath]) -> dict[JsonPath, tuple[int, int]]:
-    """Start and end offsets in `text` of the JSON values at `patterns` ("*": any key/index).
-
-    Only containers on the way to a pattern are walked; every other value is skipped with the
-    C decoder. With duplicate keys the last one wins, as in `json.loads`.
-    """
-    found: dict[JsonPath, tuple[int, int]] = {}
-
-    def descend(path: JsonPath) -> bool:
-        return any(len(p) > len(path) and _matches(path, p[: len(path)]) for p in patterns)
-
-    def walk(i: int, path: JsonPath) -> int:
-        i = _WS.match(text, i).end()  # type: ignore[union-attr]  # the pattern matches the empty string too
-        start, ch = i, text[i : i + 1]
-        if ch in ("{", "[") and descend(path):
-            close = "}" if ch == "{" else "]"
-            i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]  # the pattern matches the empty string too
-            n = 0
-            while text[i] != close:
-                if ch == "{":
-                    key, i = scanstring(text, i + 1)
-                    i = _WS.match(text, i).end()  # type: ignore[union-attr]  # the pattern matches the empty string too
-                    i = walk(i + 1, (*path, key))  # skips the ':'
-                else:
-                    i = walk(i, (*path, n))
-                n += 1
-                i = _WS.match(text, i).end()  # type: ignore[union-attr]  # the pattern matches the empty string too
-                if text[i] == ",":
-                    i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]  # the pattern matches the empty string too
-            end = i + 1
-        else:
-            _, end = _DECODER.raw_decode(text, i)
-        if any(_matches(path, p) for p in patterns):
-            found[path] = (start, end)
-        return end
-
-    walk(0, ())
-    return found
-
-
-def _split_newlines(text: str) -> list[str]:
-    return re.findall(r"[^\n]*\n|[^\n]+$", text)
-
-
-def _split_like(new: str, old: list[str]) -> list[str]:
-    """Split a new source into list items the way the original list was split."""
-    joined = "".join(old)
-    if old == joined.splitlines(keepends=True):
-        return new.splitlines(keepends=True)
-    return _split_newlines(new)
-
-
-def _reproduces(text: str, nb: dict[str, Any]) -> tuple[int | None, bool, str] | None:
-    """(indent, ensure_ascii, tail) with which `json.dumps` gives back `text` exactly, if any."""
-    hit = re.match(r"[{\[](?:\r?\n)( *)\S", text)
-    indent = len(hit.group(1)) if hit else None
-    ensure_ascii = text.isascii()
-    dumped = json.dumps(nb, indent=indent, ensure_ascii=ensure_ascii)
-    tail = text[len(dumped) :]
-    if text.startswith(dumped) and not tail.strip():
-        return indent, ensure_ascii, tail
-    return None
-
-
-def _ensure_ascii(piece: str, text: str) -> bool:
-    """Whether a changed value is written with `\\uXXXX` escapes, as the value it replaces was."""
-    if not piece.isascii():
-        return False
-    if any(int(h, 16) >= 0x80 for h in re.findall(r"\\u([0-9a-fA-F]{4})", piece)):
-        return True
-    return text.isascii()
-
-
-def _render(
-    text: str, nb: dict[str, Any], new_sources: dict[int, str], meta: dict[MetaPath, object]
-) -> str:
-    """The file's new text: `nb` with the new sources and metadata values, in the file's layout.
-
-    Raises `NotebookError` rather than return text that holds anything else.
-    """
-    layout = _reproduces(text, nb)
-    for index, new in new_sources.items():
-        cell = nb["cells"][index]
-        old = cell["source"]
-        cell["source"] = new if isinstance(old, str) else _split_like(new, old)
-    for path, value in meta.items():
-        parent = _get(nb, path[:-1])
-        parent[path[-1]] = value  # type: ignore[index]  # a path found in the notebook's JSON: dicts along it
-    if layout is not None:
-        indent, ensure_ascii, tail = layout
-        out = json.dumps(nb, indent=indent, ensure_ascii=ensure_ascii) + tail
-    else:
-        out = _splice(text, nb, new_sources, meta)
-    if not _same_json(out, nb):
-        raise NotebookError(
-            "the notebook's JSON layout cannot be kept while changing it; file left as it is"
-        )
-    return out
-
-
-def _same_json(text: str, value: object) -> bool:
-    """Whether `text` holds exactly `value` (NaN and Infinity compared as written)."""
-
-    def constant(name: str) -> tuple[str, str]:
-        return ("json constant", name)
-
-    try:
-        got = json.loads(text, parse_constant=constant)
-    except json.JSONDecodeError:
-        return False
-    return bool(got == json.loads(json.dumps(value), parse_constant=constant))
-
-
-def _splice(
-    text: str, nb: dict[str, Any], new_sources: dict[int, str], meta: dict[MetaPath, object]
-) -> str:
-    """Replace only the changed values in the original text, formatted as their originals."""
-    patterns: list[JsonPath] = list(meta)
-    for index in new_sources:
-        patterns += [("cells", index, "source"), ("cells", index, "source", "*")]
-    spans = _spans(text, patterns)
-    pieces: list[tuple[int, int, str]] = []
-    for index in new_sources:
-        start, end = spans[("cells", index, "source")]
-        value = nb["cells"][index]["source"]
-        ascii_ = _ensure_ascii(text[start:end], text)
-        if isinstance(value, str):
-            pieces.append((start, end, json.dumps(value, ensure_ascii=ascii_)))
-            continue
-        items = sorted((k[3], v) for k, v in spans.items() if len(k) == 4 and k[1] == index)
-        pieces.append(
-            (start, end, _list_like(text, start, end, [s for _, s in items], value, ascii_))
-        )
-    for path, value in meta.items():
-        start, end = spans[path]
-        pieces.append(
-            (start, end, json.dumps(value, ensure_ascii=_ensure_ascii(text[start:end], text)))
-        )
-    parts: list[str] = []
-    done = 0
-    for start, end, piece in sorted(pieces):
-        parts += [text[done:start], piece]
-        done = end
-    return "".join([*parts, text[done:]])
-
-
-def _list_like(
-    text: str, start: int, end: int, items: list[tuple[int, int]], value: list[str], ascii_: bool
-) -> str:
-    """A JSON list of strings laid out as the list at text[start:end] was."""
-    encoded = [json.dumps(s, ensure_ascii=ascii_) for s in value]
-    if not items:
-        return "[" + ", ".join(encoded) + "]"
-    opening = text[start + 1 : items[0][0]]
-    closing = text[items[-1][1] : end - 1]
-    if len(items) > 1:
-        separator = text[items[0][1] : items[1][0]]
-    else:  # one item: take the space before commas from elsewhere in the file
-        comma = re.search(r'"([ \t]*),', text)
-        separator = (comma.group(1) if comma else "") + "," + opening
-    return "[" + opening + separator.join(encoded) + closing + "]" if encoded else "[]"
-
-
-# -- diff ------------------------------------------------------------------------------------
-
-
-def notebook_diff(path: str, old_text: str, new_text: str) -> str:
-    """A unified diff per changed cell (headers `path:cell N`) and for changed metadata."""
-    if old_text == new_text:
-        return ""
-    old, new = _load(old_text), _load(new_text)
-    out: list[str] = []
-    if old.get("metadata") != new.get("metadata"):
-        out += _diff(
-            json.dumps(old.get("metadata"), indent=1, ensure_ascii=False) + "\n",
-            json.dumps(new.get("metadata"), indent=1, ensure_ascii=False) + "\n",
-            f"{path}:metadata",
-        )
-    for index, (a, b) in enumerate(zip(old["cells"], new["cells"], strict=False)):
-        if not (isinstance(a, dict) and isinstance(b, dict)):
-            continue
-        before, after = _source_text(a) or "", _source_text(b) or ""
-        if before != after:
-            out += _diff(before, after, f"{path}:{cell_label(index)}")
-    return "".join(out)
-
-
-def _diff(before: str, after: str, name: str) -> list[str]:
-    a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
-    for lines in (a, b):
-        if lines and not lines[-1].endswith(("\n", "\r")):
-            lines[-1] += "\n"
-    return list(difflib.unified_diff(a, b, name, name))

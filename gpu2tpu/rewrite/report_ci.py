@@ -74,7 +74,7 @@ def notebook_locator(read: Callable[[str], str] | None = None) -> CellLocator:
     `read` returns a file's text (default: read it from disk as UTF-8); a notebook that
     cannot be read or parsed gives None for every line.
     """
-    from .notebook import _spans
+    from .notebook_json import value_spans
 
     cache: dict[str, dict[tuple[object, ...], tuple[int, int]] | None] = {}
     texts: dict[str, str] = {}
@@ -88,7 +88,7 @@ def notebook_locator(read: Callable[[str], str] | None = None) -> CellLocator:
         if path not in cache:
             try:
                 texts[path] = read(path)
-                cache[path] = _spans(
+                cache[path] = value_spans(
                     texts[path], [("cells", "*", "source", "*"), ("cells", "*", "source")]
                 )
             except (OSError, ValueError, IndexError, KeyError):

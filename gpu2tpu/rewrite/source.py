@@ -22,15 +22,16 @@ import libcst as cst
 
 from . import net, statements
 from .analysis.edits import merge_guards
-from .analysis.flow import FlowRecorder
+from .analysis.flow_recorder import FlowRecorder
 from .analysis.lines import python_lines
 from .analysis.names import ModuleNames, caller_names
 from .analysis.placement import device_line_after, device_line_blocked, leading_imports_end
 from .analysis.values import ordinal_argument_lines
 from .model import Options, Result
+from .module_state import Fix, ModuleState, Pending
 from .parsing import Prepared, SourceError, parse_module, prepare
 from .positions import source_span, statement_position
-from .rules.base import Fix, Rule, RuleContext, _Pending, finalize, rules_for
+from .rules.base import Rule, RuleContext, hook_methods, rules_for
 from .verify import Problem
 
 __all__ = ["SourceError", "one_parse", "parse_module", "prefilter_tokens", "rewrite_source"]
@@ -189,28 +190,29 @@ def _run_rules(
     module = prepared.module
     assert module is not None
     tree, known = (prepared.tree, names) if prepared.text is text else (None, None)
-    ctx = RuleContext(prepared.text, options, module, tree, known)
+    state = ModuleState(prepared.text, module, tree)
+    ctx = RuleContext(prepared.text, options, module, tree, known, state)
     if prepared.skipped is not None:
-        ctx.unparsed = _unparsed(prepared, module)
+        state.unparsed = _unparsed(prepared, module)
     if statement_level:
-        ctx.fast_position = statement_position
-        ctx.fast_span = source_span
-    ctx.index_statements()
-    _module_imports(module, ctx)
+        state.fast_position = statement_position
+        state.fast_span = source_span
+    state.index_statements()
+    _module_imports(module, ctx, state)
     rules: list[Rule] = [rule(ctx) for rule in selected]
     keep = _statements_to_visit(ctx, selected) if prefilter else None
     _Dispatch(ctx, rules, keep).walk(module)
-    ctx.resolve_pending()
+    state.resolve_pending(ctx)
     ctx.decide_device_name()
-    if not ctx.fixes or not options.fix:
-        _, findings = finalize(ctx)
+    if not state.fixes or not options.fix:
+        _, findings = state.finalize()
         return net.Attempt(text, Result(text, (), tuple(findings), ctx.device_name_or_none()))
-    failed: list[tuple[_Pending | None, Exception]] = []
-    for key, entries in ctx.fixes.items():
-        ctx.fixes[key] = [(_guarded(fix, pending, failed), pending) for fix, pending in entries]
+    failed: list[tuple[Pending | None, Exception]] = []
+    for key, entries in state.fixes.items():
+        state.fixes[key] = [(_guarded(fix, pending, failed), pending) for fix, pending in entries]
     try:
-        new_module = module.visit(_ApplyFixes(ctx))
-        new_module = _define_device(new_module, ctx)
+        new_module = module.visit(_ApplyFixes(ctx, state))
+        new_module = _define_device(new_module, ctx, state)
         code = _spliced(module, new_module, ctx, prepared) if statement_level else None
         if (
             code is not None
@@ -221,7 +223,7 @@ def _run_rules(
         else:
             new_text, moved = prepared.restore(new_module.code if code is None else code)
     except Exception as err:  # a fix that raises is withheld like one that breaks the text
-        edits, findings = finalize(ctx)
+        edits, findings = state.finalize()
         pending, cause = failed[0] if failed else (None, err)
         culprit = (pending.rule.code, pending.line, pending.col) if pending is not None else None
         problem = Problem("fix-error", 0, detail=f"{type(cause).__name__}: {cause}")
@@ -229,22 +231,22 @@ def _run_rules(
         return net.Attempt(text, result, problem=problem, culprit=culprit)
     if text.endswith("\r") and not new_text.endswith(("\r", "\n")):
         new_text += "\r"  # libcst drops the last newline of a file that ends lines with CR
-    edits, findings = finalize(ctx)
+    edits, findings = state.finalize()
     if moved:
         result = Result(text, tuple(edits), tuple(findings), ctx.device_name_or_none())
         return net.Attempt(text, result, problem=Problem("held", moved))
     if new_text == text:
         return net.Attempt(text, Result(text, (), tuple(findings), ctx.device_name_or_none()))
     device_keys = frozenset(
-        (p.rule.code, p.line, p.col) for p in ctx.pending if p.fixed and p.uses_device
+        (p.rule.code, p.line, p.col) for p in state.pending if p.fixed and p.uses_device
     )
     result = Result(
         new_text,
         tuple(edits),
         tuple(findings),
         ctx.device_name_or_none(),
-        ctx.device_defined,
-        required_imports=tuple(ctx.required_imports),
+        state.device_defined,
+        required_imports=tuple(state.required_imports),
     )
     return net.Attempt(new_text, result, device_keys)
 
@@ -340,7 +342,7 @@ def _binding_header(group: statements.Group, lines: list[str]) -> str | None:
 
 
 def _guarded(
-    fix: Fix, pending: _Pending | None, failed: list[tuple[_Pending | None, Exception]]
+    fix: Fix, pending: Pending | None, failed: list[tuple[Pending | None, Exception]]
 ) -> Fix:
     """`fix`, recording which fix raised (the transformer's traceback does not say)."""
 
@@ -363,13 +365,13 @@ def _top_level_spans(prepared: Prepared) -> list[tuple[int, int]]:
     return spans
 
 
-def _module_imports(module: cst.Module, ctx: RuleContext) -> None:
+def _module_imports(module: cst.Module, ctx: RuleContext, state: ModuleState) -> None:
     """The module-wide facts the rules need before the traversal, from the whole text with
     Python's own parser: imports and scopes (`ctx.names`), and whether a device line may go
-    into this module at all (`ctx.device_line_blocked`)."""
+    into this module at all (`state.device_line_blocked`)."""
     del module  # the facts come from the text, not from the libcst tree
     _ = ctx.names
-    ctx.device_line_blocked = device_line_blocked(ctx.tree, ctx.source)
+    state.device_line_blocked = device_line_blocked(ctx.tree, ctx.source)
 
 
 def _statements_to_visit(ctx: RuleContext, rules: list[type[Rule]]) -> set[int] | None:
@@ -409,7 +411,6 @@ class _Dispatch:
     Whitespace, commas, parentheses and operators are not descended into unless a rule asks.
     """
 
-    _tables: ClassVar[dict[type, tuple[tuple[str, str], ...]]] = {}
     _fields: ClassVar[dict[type, tuple[str, ...]]] = {}
     # What a field value's type is to the walk, per set of skipped trivia types (they depend
     # on which types the rules visit): `issubclass` on libcst's abstract classes is slow.
@@ -424,7 +425,7 @@ class _Dispatch:
         if any(rule.uses_flow for rule in rules):
             visitors.insert(0, FlowRecorder(ctx))  # records before any rule visits a node
         for rule in visitors:
-            for attr, node_type in self._methods(type(rule)):
+            for attr, node_type in hook_methods(type(rule)):
                 table = self.visit_fns if attr.startswith("visit_") else self.leave_fns
                 table.setdefault(node_type, []).append(getattr(rule, attr))
         # The rules that decide from the others' findings decide after them (stable order).
@@ -434,24 +435,6 @@ class _Dispatch:
         wanted = set(self.visit_fns) | set(self.leave_fns)
         self.skip_types = tuple(t for t in _TRIVIA if t.__name__ not in wanted)
         self.kinds = self._kinds.setdefault(self.skip_types, {})
-
-    @classmethod
-    def _methods(cls, rule_type: type) -> tuple[tuple[str, str], ...]:
-        found = cls._tables.get(rule_type)
-        if found is None:
-            names: dict[str, str] = {}
-            # Only methods the rules (and the flow recorder) define: libcst's base classes
-            # define a no-op for each type.
-            for klass in rule_type.__mro__:
-                if klass.__module__.startswith("libcst") or klass is object:
-                    continue
-                for attr in vars(klass):
-                    prefix, _, node_type = attr.partition("_")
-                    if prefix in ("visit", "leave") and node_type and "_" not in node_type:
-                        if isinstance(getattr(cst, node_type, None), type):
-                            names[attr] = node_type
-            found = cls._tables[rule_type] = tuple(names.items())
-        return found
 
     @classmethod
     def _child_fields(cls, node_type: type) -> tuple[str, ...]:
@@ -566,14 +549,14 @@ class _ApplyFixes(cst.CSTTransformer):
     original module), so that new statements can be placed relative to the original ones.
     """
 
-    def __init__(self, ctx: RuleContext) -> None:
+    def __init__(self, ctx: RuleContext, state: ModuleState) -> None:
         super().__init__()
         self.ctx = ctx
-        self.fixes = ctx.fixes
+        self.fixes = state.fixes
         self.blank = cst.Module(body=[])
-        self.top = ctx.statement_index()
-        self.new_top: dict[int, object] = ctx.rewritten_statements
-        self.wanted = _fix_paths(ctx)
+        self.top = state.statement_index()
+        self.new_top: dict[int, object] = state.rewritten_statements
+        self.wanted = _fix_paths(ctx, state)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         # A subtree without a fix is kept as it is: libcst rebuilds every node it passes,
@@ -609,13 +592,13 @@ class _ApplyFixes(cst.CSTTransformer):
         return node
 
 
-def _fix_paths(ctx: RuleContext) -> set[int] | None:
+def _fix_paths(ctx: RuleContext, state: ModuleState) -> set[int] | None:
     """Ids of the nodes with a fix and of all their ancestors (the traversal recorded the
     parents); None when a fix sits on a node whose ancestors are unknown (visit all)."""
     module = ctx.module
     wanted = {id(module)}
     parents = ctx.parents
-    for key in ctx.fixes:
+    for key in state.fixes:
         node_id = key
         while node_id not in wanted:
             wanted.add(node_id)
@@ -626,7 +609,7 @@ def _fix_paths(ctx: RuleContext) -> set[int] | None:
     return wanted
 
 
-def _define_device(module: cst.Module, ctx: RuleContext) -> cst.Module:
+def _define_device(module: cst.Module, ctx: RuleContext, state: ModuleState) -> cst.Module:
     """Insert `import torch` and the device definition where the module's start-up is done.
 
     The place comes from the original text (`placement.device_line_after`): after the start-up
@@ -635,17 +618,17 @@ def _define_device(module: cst.Module, ctx: RuleContext) -> cst.Module:
     module through what became of each original statement. A module whose torch may be None
     (`torch = None` when the import fails) gets a device line that is None there too.
     """
-    if not (ctx.device_defined or ctx.needs_torch_import):
+    if not (state.device_defined or state.needs_torch_import):
         return module
     body = list(module.body)
-    insert_at = _new_index(module, ctx)
+    insert_at = _new_index(module, ctx, state)
     new: list[cst.BaseStatement] = []
-    if ctx.device_defined:
+    if state.device_defined:
         expr = cst.Module(body=[]).code_for_node(ctx.device_expression())
         torch = ctx.torch_alias
         if torch is not None and torch in ctx.names.optional:
             expr = f"({expr}) if {torch} is not None else None"
-        if ctx.device_lazy:
+        if state.device_lazy:
             # A library module asks when a function needs the device, not at import.
             definition = cst.parse_statement(
                 f"def {ctx.device_name()}():\n"
@@ -654,29 +637,29 @@ def _define_device(module: cst.Module, ctx: RuleContext) -> cst.Module:
             )
         else:
             definition = cst.parse_statement(f"{ctx.device_name()} = {expr}\n")
-        spaced = insert_at or ctx.needs_torch_import
-        blanks = [cst.EmptyLine()] * (2 if ctx.device_lazy else 1)  # a function: two, as PEP 8
+        spaced = insert_at or state.needs_torch_import
+        blanks = [cst.EmptyLine()] * (2 if state.device_lazy else 1)  # a function: two, as PEP 8
         new.append(definition.with_changes(leading_lines=blanks if spaced else []))
-    if ctx.needs_torch_import:
+    if state.needs_torch_import:
         new.insert(0, cst.parse_statement("import torch\n"))
-    if insert_at < len(body) and insert_at > 0 and ctx.device_defined:
+    if insert_at < len(body) and insert_at > 0 and state.device_defined:
         nxt = body[insert_at]
         lines = list(nxt.leading_lines)
         blank = 0
         while blank < len(lines) and lines[blank].comment is None:
             blank += 1
-        if ctx.device_lazy and blank < 2:  # after a function: two blank lines, as PEP 8
+        if state.device_lazy and blank < 2:  # after a function: two blank lines, as PEP 8
             lines = [cst.EmptyLine()] * (2 - blank) + lines
         elif not lines:
             lines = [cst.EmptyLine()]
         body[insert_at] = nxt.with_changes(leading_lines=lines)
-    elif insert_at == 0 and body and ctx.device_defined:
+    elif insert_at == 0 and body and state.device_defined:
         nxt = body[0]
         body[0] = nxt.with_changes(leading_lines=[cst.EmptyLine(), *nxt.leading_lines])
     return module.with_changes(body=[*body[:insert_at], *new, *body[insert_at:]])
 
 
-def _new_index(module: cst.Module, ctx: RuleContext) -> int:
+def _new_index(module: cst.Module, ctx: RuleContext, state: ModuleState) -> int:
     """Where, in the rewritten module's body, the new statements go."""
     original = ctx.module
     assert original is not None
@@ -691,7 +674,7 @@ def _new_index(module: cst.Module, ctx: RuleContext) -> int:
     k = next((i + 1 for i, (_, last) in enumerate(spans) if last >= last_line), len(spans))
     positions = {id(stmt): i for i, stmt in enumerate(module.body)}
     for j in range(k - 1, -1, -1):
-        node = ctx.rewritten_statements.get(j, original.body[j])
+        node = state.rewritten_statements.get(j, original.body[j])
         if isinstance(node, cst.FlattenSentinel):
             node = node.nodes[-1] if node.nodes else None
         if not isinstance(node, cst.CSTNode):

@@ -36,7 +36,7 @@ class RecordingHandler(SimpleHTTPRequestHandler):
         status = int(code) if str(code).isdigit() else 0
         self.site.requests.append((self.path, status))
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, format: str, *args: object) -> None:  # the base class's name
         return None
 
 

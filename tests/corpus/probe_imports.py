@@ -47,7 +47,7 @@ def main(root: str, package: str, out: str) -> None:
     for name in module_names(base, package):
         try:
             importlib.import_module(name)
-        except BaseException as err:  # noqa: BLE001 - SystemExit too: a module may call exit()
+        except BaseException as err:  # SystemExit too: a module may call exit()
             path, line = where(err, base)
             text = f"{type(err).__name__}: {err}".splitlines()[0][:300]
             if path:

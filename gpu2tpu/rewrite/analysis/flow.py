@@ -15,7 +15,7 @@ is never flagged.
 
 Cost: libcst's scope and parent metadata each cost more than a parse, so neither is used. Name
 bindings and the calls in each loop are recorded while the engine's one traversal passes by
-(`FlowRecorder` does it, for runs with a rule that sets `uses_flow`), parents come from that
+(`flow_recorder.FlowRecorder` does it, for runs with a rule that sets `uses_flow`), parents come from that
 traversal, and rules decide in `leave_Module`, once everything is recorded. Bindings of the
 top-level statements the engine skips are read on demand, one level deep.
 """
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, cast
 
 import libcst as cst
 
+from .flow_recorder import Binding, FlowRecord
 from .literals import code_for, last_segment, short
 from .names import qualified
 
@@ -259,19 +260,10 @@ def _is_string(node: cst.CSTNode) -> bool:
     return isinstance(node, cst.SimpleString | cst.ConcatenatedString | cst.FormattedString)
 
 
-@dataclass(frozen=True)
-class Binding:
-    """One way a name gets its value in a scope."""
-
-    how: str  # "assign", "aug" (+=), "for" (loop target), "param", "class", "def"
-    value: cst.CSTNode | None  # the value, the iterable, the Param or the ClassDef
-    path: tuple[int, ...] = ()  # position inside a tuple target: `x, (y, z) = ...`
-
-
 class FlowFacts:
     """Control-flow and value facts about one module, shared by all rules of one run.
 
-    The facts are recorded by a `FlowRecorder` while the engine traverses the module and
+    The facts are recorded by a `FlowRecorder` (analysis/flow_recorder.py) while the engine traverses the module and
     answered lazily (with caches) when a rule asks, from `leave_Module` on.
     """
 
@@ -279,63 +271,19 @@ class FlowFacts:
         # Weak: the context holds these facts, and a strong path back would make a cycle that
         # keeps every parsed module alive until the next garbage collection.
         self._ctx_ref = weakref.ref(ctx)
-        self._bindings: dict[int, dict[str, list[Binding]]] = {}
-        self._scope_parent: dict[int, int | None] = {}
-        self._scopes: list[int] = []
-        self._loops: list[int | None] = []  # enclosing loops; None marks a function boundary
-        self._loop_calls: dict[int, list[cst.Call]] = {}
+        # What the traversal recorded (`FlowRecorder`): bindings, scopes, the calls in loops.
+        self.record = FlowRecord()
         self._name_kinds: dict[tuple[int, str], Kind | None] = {}
         self._kinds: dict[int, Kind | None] = {}
         self._training: dict[int, bool] = {}
         self._roles: dict[tuple[str, int], str | None] = {}
         self._exits: dict[int, list[tuple[int, cst.If]]] = {}
-        self._skipped_bound = False
 
     @property
     def ctx(self) -> RuleContext:
         ctx = self._ctx_ref()
         assert ctx is not None, "flow facts are asked only while their run lasts"
         return ctx
-
-    # -- recording, during the traversal --------------------------------------------------
-
-    def enter_scope(self, node: cst.CSTNode) -> None:
-        self._scope_parent[id(node)] = self._scopes[-1] if self._scopes else None
-        self._scopes.append(id(node))
-        if not isinstance(node, cst.Module | cst.ClassDef):
-            self._loops.append(None)
-
-    def leave_scope(self, node: cst.CSTNode) -> None:
-        if self._scopes and self._scopes[-1] == id(node):
-            self._scopes.pop()
-            if not isinstance(node, cst.Module | cst.ClassDef):
-                self._loops.pop()
-
-    def enter_loop(self, node: cst.For | cst.While) -> None:
-        self._loops.append(id(node))
-        self._loop_calls[id(node)] = []
-
-    def leave_loop(self) -> None:
-        self._loops.pop()
-
-    def record_call(self, node: cst.Call) -> None:
-        """Remember a call made directly in the innermost loop (a possible training step)."""
-        if self._loops and self._loops[-1] is not None:
-            self._loop_calls[self._loops[-1]].append(node)
-
-    def bind(self, target: cst.CSTNode, how: str, value: cst.CSTNode | None) -> None:
-        """Record the names an assignment target binds in the current scope."""
-        if not self._scopes:
-            return
-        table = self._bindings.setdefault(self._scopes[-1], {})
-        for name, path in _target_names(target, ()):
-            table.setdefault(name, []).append(Binding(how, value, path))
-
-    def bind_name(self, name: str, how: str, value: cst.CSTNode) -> None:
-        if self._scopes:
-            self._bindings.setdefault(self._scopes[-1], {}).setdefault(name, []).append(
-                Binding(how, value)
-            )
 
     # -- tree ------------------------------------------------------------------------------
 
@@ -360,10 +308,11 @@ class FlowFacts:
     def _scope_of(self, node: cst.CSTNode) -> int:
         """The function, class or lambda around `node`; else the module (also for nodes in
         top-level statements the traversal skipped, which have no recorded parents)."""
-        if self.parent(node) is None and node is not self.ctx.module and self._scopes:
+        scopes = self.record.scopes
+        if self.parent(node) is None and node is not self.ctx.module and scopes:
             # Not reached by the traversal yet (a part of the node a rule is visiting): it is
             # in the scope the traversal is in.
-            return self._scopes[-1]
+            return scopes[-1]
         for parent, _child in self._ancestors(node):
             if isinstance(parent, (*_SCOPE_BOUNDARIES, cst.Module)):
                 return id(parent)
@@ -373,43 +322,16 @@ class FlowFacts:
         """The scope that binds `name` where it is used, and its bindings there."""
         scope: int | None = self._scope_of(name)
         module = id(self.ctx.module)
+        record = self.record
         while scope is not None:
             if scope == module:
-                self._bind_skipped_statements()
-            found = self._bindings.get(scope, {}).get(name.value)
+                ctx = self.ctx
+                record.bind_skipped_statements(ctx.module, ctx.parents, ctx.real_statement)
+            found = record.bindings.get(scope, {}).get(name.value)
             if found:
                 return scope, found
-            scope = self._scope_parent.get(scope, module if scope != module else None)
+            scope = record.scope_parent.get(scope, module if scope != module else None)
         return None
-
-    def _bind_skipped_statements(self) -> None:
-        """Record the bindings of the top-level statements the traversal skipped (no token of
-        any selected rule), once: plain assignments, classes and functions, no deeper."""
-        module = self.ctx.module
-        if self._skipped_bound or module is None:
-            return
-        self._skipped_bound = True
-        table = self._bindings.setdefault(id(module), {})
-        visited = self.ctx.parents
-        for stmt in map(self.ctx.real_statement, module.body):
-            if any(id(child) in visited for child in stmt.children[:1]):
-                continue  # visited: its bindings are recorded already
-            if isinstance(stmt, cst.ClassDef):
-                table.setdefault(stmt.name.value, []).append(Binding("class", stmt))
-            elif isinstance(stmt, cst.FunctionDef):
-                table.setdefault(stmt.name.value, []).append(Binding("def", stmt))
-            elif isinstance(stmt, cst.SimpleStatementLine):
-                for small in stmt.body:
-                    pairs: list[tuple[cst.CSTNode, str, cst.CSTNode | None]] = []
-                    if isinstance(small, cst.Assign):
-                        pairs = [(t.target, "assign", small.value) for t in small.targets]
-                    elif isinstance(small, cst.AnnAssign) and small.value is not None:
-                        pairs = [(small.target, "assign", small.value)]
-                    elif isinstance(small, cst.AugAssign):
-                        pairs = [(small.target, "aug", small.value)]
-                    for target, how, value in pairs:
-                        for name, path in _target_names(target, ()):
-                            table.setdefault(name, []).append(Binding(how, value, path))
 
     # -- loops -----------------------------------------------------------------------------
 
@@ -478,7 +400,7 @@ class FlowFacts:
     def _compute_training(self, loop: cst.For | cst.While) -> bool:
         if isinstance(loop, cst.For) and self.iterates_loader(loop.iter):
             return True
-        calls = self._loop_calls.get(id(loop), [])
+        calls = self.record.loop_calls.get(id(loop), [])
         return any(self._is_optimizer_step(c) for c in calls) or any(
             self._calls_model(c) for c in calls
         )
@@ -950,74 +872,6 @@ class FlowFacts:
         return method == "log" and bool(TRACKER_NAME.search(receiver))
 
 
-class FlowRecorder:
-    """Records bindings, scopes, loops and the calls in each loop into `FlowFacts` while the
-    engine's one traversal passes by. The engine runs it, ahead of the rules, whenever a
-    selected rule sets `uses_flow`; its methods follow the rules' `visit_`/`leave_` naming."""
-
-    def __init__(self, ctx: RuleContext) -> None:
-        self.facts = ctx.flow
-
-    def visit_Module(self, node: cst.Module) -> None:
-        self.facts.enter_scope(node)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.facts.bind_name(node.name.value, "def", node)
-        self.facts.enter_scope(node)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.facts.leave_scope(original_node)
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.facts.bind_name(node.name.value, "class", node)
-        self.facts.enter_scope(node)
-
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self.facts.leave_scope(original_node)
-
-    def visit_Lambda(self, node: cst.Lambda) -> None:
-        self.facts.enter_scope(node)
-
-    def leave_Lambda(self, original_node: cst.Lambda) -> None:
-        self.facts.leave_scope(original_node)
-
-    def visit_Param(self, node: cst.Param) -> None:
-        self.facts.bind_name(node.name.value, "param", node)
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            self.facts.bind(target.target, "assign", node.value)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if node.value is not None:
-            self.facts.bind(node.target, "assign", node.value)
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self.facts.bind(node.target, "aug", node.value)
-
-    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
-        self.facts.bind(node.target, "assign", node.value)
-
-    def visit_CompFor(self, node: cst.CompFor) -> None:
-        self.facts.bind(node.target, "for", node.iter)
-
-    def visit_For(self, node: cst.For) -> None:
-        self.facts.bind(node.target, "for", node.iter)
-        self.facts.enter_loop(node)
-
-    def leave_For(self, original_node: cst.For) -> None:
-        self.facts.leave_loop()
-
-    def visit_While(self, node: cst.While) -> None:
-        self.facts.enter_loop(node)
-
-    def leave_While(self, original_node: cst.While) -> None:
-        self.facts.leave_loop()
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.facts.record_call(node)
-
-
 # Words that name evaluation: `val_loader`, `evaluate`, `test_set`, `validation`.
 EVAL_NAME = re.compile(r"(?i)(?:^|[^a-z])(?:val|valid|validation|eval|evaluate|test)(?:[^a-z]|$)")
 NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.autograd.grad_mode.no_grad")
@@ -1026,21 +880,6 @@ NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.autograd.grad_mode.no
 def _is_no_grad(facts: FlowFacts, expr: cst.BaseExpression) -> bool:
     target = expr.func if isinstance(expr, cst.Call) else expr
     return bool(facts.qualified(target) & set(NO_GRAD))
-
-
-def _target_names(
-    target: cst.CSTNode, path: tuple[int, ...]
-) -> Iterator[tuple[str, tuple[int, ...]]]:
-    """The names an assignment target binds, with their positions in nested tuples."""
-    if isinstance(target, cst.Name):
-        yield target.value, path
-    elif isinstance(target, cst.Tuple | cst.List):
-        for i, element in enumerate(target.elements):
-            inner = element.value
-            if isinstance(element, cst.StarredElement):
-                yield from _target_names(inner, (*path, -1))
-            else:
-                yield from _target_names(inner, (*path, i))
 
 
 MASK_TORCH = frozenset(

@@ -1,7 +1,7 @@
 """The rule framework: a rule is one small class that visits a libcst tree and reports.
 
-Every rule of a run shares one `RuleContext` and runs in one batched pass
-(`MetadataWrapper.visit_batched`). A rule never edits the tree itself: it registers a fix, a
+Every rule of a run shares one `RuleContext` and runs in the engine's one traversal
+(`source._Dispatch`, which finds each rule's hooks with `hook_methods`). A rule never edits the tree itself: it registers a fix, a
 function from the *updated* node to its replacement, keyed by the original node. The engine
 applies all fixes in one transformer pass, so nested fixes compose (`torch.zeros(2,
 device="cuda").cuda()` gets both) and each rule stays a pure decision.
@@ -18,26 +18,23 @@ import ast
 import dis
 import functools
 import keyword
-import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from collections.abc import Callable
+from typing import ClassVar
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import PositionProvider
 
 from ..analysis import names
 from ..analysis.branches import in_compat_fallback
 from ..analysis.flow import FlowFacts
-from ..analysis.lines import python_lines
 from ..analysis.literals import code_for, shorten
 from ..analysis.names import ModuleNames, enclosing_scopes, variable_names
 from ..analysis.placement import runs_as_script
 from ..analysis.torch_api import checks_available, float16_tests
 from ..cst_internals import layout
-from ..model import Finding, Options, Safety, Severity
-
-Fix = Callable[[cst.CSTNode], cst.CSTNode]
+from ..model import Options, Safety, Severity
+from ..module_state import Fix as Fix  # the type of the fixes rules build
+from ..module_state import ModuleState, Pending
 
 # The device definition the codemod writes: checked, because a CUDA build of torch without a
 # GPU reports `cuda` from a plain `current_accelerator()` (docs/backends.md).
@@ -51,51 +48,20 @@ DEVICE_NAMES = ("device", "accel_device", "torch_device")
 # The same, as a function a library module defines instead (asked when needed, not at import).
 DEVICE_FUNCTIONS = ("accelerator_device", "accel_device", "torch_device")
 
-_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z0-9, ]+))?", re.IGNORECASE)
-
 # Every rule by code: the libcst rules (`Rule`) and the notebook checks (`NotebookRule`).
 REGISTRY: dict[str, type[BaseRule]] = {}
 
 
-def _compound_types() -> tuple[type, ...]:
-    import ast
-
-    kinds = ("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try", "TryStar",
-             "FunctionDef", "AsyncFunctionDef", "ClassDef", "Match")  # fmt: skip
-    return tuple(getattr(ast, n) for n in kinds if hasattr(ast, n))
-
-
-_COMPOUND = _compound_types()
-
-
-@dataclass
-class _Pending:
-    rule: type[Rule]
-    node: cst.CSTNode
-    message: str
-    hint: str
-    before: str
-    fixed: bool
-    fixable: bool
-    uses_device: bool = False
-    line: int = 0
-    col: int = 0
-    after: list[str] = field(default_factory=list)
-
-    def settled(self, options: Options) -> bool:
-        """Whether the rewrite takes care of it: fixed, or (in `check`, which fixes nothing)
-        fixable under these options."""
-        if self.fixed or options.fix:
-            return self.fixed
-        return self.fixable and (self.rule.safety is Safety.SAFE or options.unsafe_fixes)
-
-
 class RuleContext:
-    """State shared by all rules of one `rewrite_source` call.
+    """What the rules of one `rewrite_source` call see: the facade over the engine's state.
 
-    It also answers the questions rules ask about the tree — qualified names, parents,
-    positions, other metadata — cheaply and lazily: libcst's metadata providers each cost
-    several times a parse, and most nodes are never asked about (docs/architecture.md).
+    It answers the questions rules ask about the tree — qualified names and scopes, parents,
+    positions, flow facts — cheaply and lazily: libcst's metadata providers each cost
+    several times a parse, and most nodes are never asked about (docs/architecture.md). It
+    builds the names fixes write (`torch_attr`, `device`, ...) and takes what rules report
+    (`Rule.report`, `add_fix`, `claim`, ...). The engine's bookkeeping behind it is a
+    `ModuleState` (rewrite/module_state.py) that `source.py` makes and the context keeps
+    private; rules use only the public attributes and methods (tests/test_rule_api.py).
     """
 
     def __init__(
@@ -105,26 +71,15 @@ class RuleContext:
         module: cst.Module | None = None,
         tree: ast.Module | None = None,
         module_names: ModuleNames | None = None,
+        state: ModuleState | None = None,
     ) -> None:
         self.options = options
         self.source = source
         self.module = module
-        # `tree`, `module_names`: made from `source` already by the caller (source.py).
-        self._tree: ast.Module | None | Literal[False] = tree
-        # Top-level statements libcst did not parse (nothing in them is rewritten; see
-        # rewrite/statements.py): id of the placeholder in `module.body` -> a function that
-        # parses the real statement on demand (for module-wide facts such as bindings).
-        self.unparsed: dict[int, Callable[[], cst.BaseStatement]] = {}
-        # A faster way to place a node, tried first by `position` (rewrite/positions.py: lay
-        # out the innermost statement only); None from it, or no function: the layout below.
-        self.fast_position: Callable[[RuleContext, cst.CSTNode], tuple[int, int] | None] | None
-        self.fast_position = None
-        # (line, column, text) of a node from Python's tree (positions.source_span), or None
-        self.fast_span: (
-            Callable[[RuleContext, cst.CSTNode], tuple[int, int, str | None] | None] | None
-        )
-        self.fast_span = None
-        self._node_spans: dict[int, tuple[int, int, str | None] | None] = {}
+        # The engine's bookkeeping (source.py makes it; rewrite/module_state.py): reports,
+        # fixes, statement spans, placeholders, positions. Rules reach it only through the
+        # methods below.
+        self._state = state if state is not None else ModuleState(source, module, tree)
         self._module_names: ModuleNames | None = module_names
         self.parents: dict[int, cst.CSTNode] = {}
         self.qualified_cache: dict[int, str | None] = {}
@@ -139,44 +94,14 @@ class RuleContext:
         self.removals: dict[int, list[tuple[str, int]]] = {}
         self._flow: FlowFacts | None = None
         self._float16_tests: tuple[int, ...] | None = None
-        self._wrapper: MetadataWrapper | None = None
-        self._stmt_lines: list[int] | None = None
-        self._stmt_index: dict[int, int] = {}
-        self._stmt_code: list[str] | None = None
-        self._spans: list[tuple[int, int]] | bool | None = None
-        self._positions: dict[int, Mapping[cst.CSTNode, CodeRange]] = {}
-        self.fixes: dict[int, list[tuple[Fix, _Pending | None]]] = {}
-        self.pending: list[_Pending] = []
         self._names: frozenset[str] | None = None
-        self.adopted_device: tuple[str, int] | None = None  # (name, line) of an idiom variable
-        self.adopted_kind: str = "device"  # "device" (torch.device) or "str"
-        self.device_use_lines: list[int] = []
-        self.needs_torch_import = False
-        # Import statements the new text needs but may not add (`insert_statements=False`).
-        self.required_imports: list[str] = []
-        # Why the module may not get a device line of its own (a fix needing one is then
-        # reported); None when it may.
-        self.device_line_blocked: str | None = None
-        # What each top-level statement became once the fixes ran, by its original index.
-        self.rewritten_statements: dict[int, object] = {}
-        self._device_name: str | None = None
-        self.device_defined = False
-        # In a library module: the device is a function the fixes call (`device()`).
-        self.device_lazy = False
-        self._noqa = self._noqa_lines(source)
-        self.claimed: set[int] = set()
 
     # -- questions about the tree -------------------------------------------------------------
 
     @property
     def tree(self) -> ast.Module | None:
         """The text as Python's own parser sees it (C speed; None if it does not parse)."""
-        if self._tree is None:
-            try:
-                self._tree = ast.parse(self.source)
-            except (SyntaxError, ValueError, RecursionError, MemoryError):
-                self._tree = False
-        return self._tree or None
+        return self._state.tree
 
     @property
     def names(self) -> ModuleNames:
@@ -227,13 +152,6 @@ class RuleContext:
             return False
         return rule.safety is Safety.SAFE or options.unsafe_fixes
 
-    def lazy_metadata(self, key: type) -> object:
-        """Any libcst metadata provider's mapping, computed on first use only."""
-        assert self.module is not None
-        if self._wrapper is None:
-            self._wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-        return self._wrapper.resolve(key)
-
     def position(self, node: cst.CSTNode) -> tuple[int, int]:
         """1-based line and column of `node` in the original text.
 
@@ -245,8 +163,9 @@ class RuleContext:
         span = self._span(node)
         if span is not None:
             return span[0], span[1]
-        if self.fast_position is not None:
-            found = self.fast_position(self, node)
+        state = self._state
+        if state.fast_position is not None:
+            found = state.fast_position(self, node)
             if found is not None:
                 return found
         top = node
@@ -255,19 +174,18 @@ class RuleContext:
             if parent is None or parent is self.module:
                 break
             top = parent
-        index = self._stmt_index.get(id(top))
+        index = state.statement_index().get(id(top))
         if index is None:
-            pos = self.lazy_metadata(PositionProvider)[node]  # type: ignore[index]  # the provider's mapping, typed object by lazy_metadata
+            pos = state.lazy_metadata(PositionProvider)[node]  # type: ignore[index]  # the provider's mapping, typed object by lazy_metadata
             return pos.start.line, pos.start.column + 1
-        if self._stmt_lines is None:
-            self._stmt_lines = self._statement_first_lines()
-        computed = self._positions.get(index)
+        first_lines = state.statement_first_lines()
+        computed = state.positions.get(index)
         if computed is None:
-            computed = self._positions[index] = layout(
+            computed = state.positions[index] = layout(
                 top, self.module.default_indent, self.module.default_newline, fast=False
             )
         pos = computed[node]
-        return self._stmt_lines[index] + pos.start.line - 1, pos.start.column + 1
+        return first_lines[index] + pos.start.line - 1, pos.start.column + 1
 
     def reach(self, node: cst.CSTNode) -> None:
         """Record the parents down to `node` when it is a part of the node being visited that
@@ -296,12 +214,13 @@ class RuleContext:
             stack.append(iter(child.children))
 
     def _span(self, node: cst.CSTNode) -> tuple[int, int, str | None] | None:
-        if self.fast_span is None:
+        state = self._state
+        if state.fast_span is None:
             return None
         key = id(node)
-        if key not in self._node_spans:
-            self._node_spans[key] = self.fast_span(self, node)
-        return self._node_spans[key]
+        if key not in state.node_spans:
+            state.node_spans[key] = state.fast_span(self, node)
+        return state.node_spans[key]
 
     def source_of(self, node: cst.CSTNode) -> str:
         """The node's text as written (libcst's `code_for_node` of the original node)."""
@@ -309,172 +228,88 @@ class RuleContext:
         span = self._span(node)
         return span[2] if span is not None and span[2] is not None else code_for(node)
 
-    def _statement_first_lines(self) -> list[int]:
-        """The line each top-level statement starts on (its leading comments included)."""
-        assert self.module is not None
-        spans = self._statement_spans()
-        if spans is not None:
-            return [
-                first - len(getattr(stmt, "leading_lines", ()))
-                for (first, _), stmt in zip(spans, self.module.body, strict=True)
-            ]
-        lines = []
-        line = 1 + len(self.module.header)
-        for code in self.statement_code():
-            lines.append(line)
-            line += code.count("\n")
-        return lines
-
-    def _statement_spans(self) -> list[tuple[int, int]] | None:
-        """(first, last) line of each top-level statement, from Python's own parser (fast, in
-        C), grouped like libcst's (`a = 1; b = 2` is one statement); None if they differ."""
-        if self._spans is False:
-            return None
-        if self._spans is None:
-            assert self.module is not None
-            tree = self.tree
-            if tree is None:
-                self._spans = False
-                return None
-            body = tree.body
-            spans: list[tuple[int, int]] = []
-            previous_end = -1
-            for stmt in body:
-                first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
-                last = stmt.end_lineno or stmt.lineno
-                if spans and first == previous_end and not isinstance(stmt, _COMPOUND):
-                    spans[-1] = (spans[-1][0], last)  # `a = 1; b = 2`: one libcst statement
-                else:
-                    spans.append((first, last))
-                previous_end = last
-            if len(spans) != len(self.module.body):
-                self._spans = False
-                return None
-            self._spans = spans
-        return self._spans  # type: ignore[return-value]  # a list here: False and None returned above
-
     def real_statement(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
         """A top-level statement of `module.body` as written (parsed now if libcst was given
         a placeholder for it)."""
-        load = self.unparsed.get(id(stmt))
-        return stmt if load is None else load()
-
-    def statement_index(self) -> dict[int, int]:
-        """Original top-level statement id -> its index in the module's body."""
-        return self._stmt_index
+        return self._state.real_statement(stmt)
 
     def statement_spans(self) -> list[tuple[int, int]] | None:
         """(first, last) line of each top-level statement, as libcst groups them; None when
         Python's parser and libcst do not agree on the statements."""
-        return self._statement_spans()
-
-    def index_statements(self) -> None:
-        assert self.module is not None
-        self._stmt_index = {id(stmt): i for i, stmt in enumerate(self.module.body)}
+        return self._state.statement_spans()
 
     def statement_code(self) -> list[str]:
-        """The text of each top-level statement (computed once; from the source's lines when
-        Python's parser agrees with libcst's statements, else by libcst's codegen)."""
-        assert self.module is not None
-        if self._stmt_code is None:
-            spans = self._statement_spans()
-            if spans is not None:
-                lines = python_lines(self.source)  # Python's line ends only, not \f or \x85
-                self._stmt_code = ["".join(lines[a - 1 : b]) for a, b in spans]
-            else:
-                self._stmt_code = [self.module.code_for_node(s) for s in self.module.body]
-        return self._stmt_code
-
-    def resolve_pending(self) -> None:
-        """After the traversal: place every report, drop those silenced by `# noqa`."""
-        kept: list[_Pending] = []
-        dropped: set[int] = set()
-        for p in self.pending:
-            p.line, p.col = self.position(p.node)
-            p.before = self.source_of(p.node)
-            if self.suppressed(p.rule.code, p.line):
-                dropped.add(id(p))
-                continue
-            if p.fixed and p.uses_device:
-                self.device_use_lines.append(p.line)
-            kept.append(p)
-        self.pending = kept
-        if dropped:
-            for key in list(self.fixes):
-                fixes = [f for f in self.fixes[key] if f[1] is None or id(f[1]) not in dropped]
-                if fixes:
-                    self.fixes[key] = fixes
-                else:
-                    del self.fixes[key]
+        """The text of each top-level statement, as written."""
+        return self._state.statement_code()
 
     # -- what the rules have said so far: the rules' way to read and add to it ---------------
     #
-    # `pending`, `fixes` and `claimed` are the engine's state: a rule adds to them through
-    # `Rule.report` or these methods, and reads them through `reports`, so that what it may
-    # change is in one place.
+    # The reports, fixes and claims are the engine's state (`ModuleState`): a rule adds to them
+    # through `Rule.report` or these methods, and reads them through `reports`, so that what
+    # it may change is in one place.
 
     def claim(self, node: cst.CSTNode) -> None:
         """Mark the nodes under `node` as handled by its fix, so no other rule reports them."""
         stack = list(node.children)
         while stack:
             child = stack.pop()
-            self.claimed.add(id(child))
+            self._state.claimed.add(id(child))
             stack.extend(child.children)
 
     def claim_node(self, node: cst.CSTNode) -> None:
         """Mark `node` itself as handled, so no other rule reports it."""
-        self.claimed.add(id(node))
+        self._state.claimed.add(id(node))
 
     def is_claimed(self, node: cst.CSTNode) -> bool:
         """Whether a fix has claimed `node` (`claim`, `claim_node`)."""
-        return id(node) in self.claimed
+        return id(node) in self._state.claimed
 
-    def reports(self, start: int = 0) -> list[_Pending]:
+    def reports(self, start: int = 0) -> list[Pending]:
         """The findings and edits reported so far, in order, from the `start`-th on (a copy:
         `report_count()` before a call and `reports(count)` after give what it reported)."""
-        return self.pending[start:]
+        return self._state.pending[start:]
 
-    def last_report(self) -> _Pending:
+    def last_report(self) -> Pending:
         """The finding or edit reported last (to tie another part of its edit to it)."""
-        return self.pending[-1]
+        return self._state.pending[-1]
 
     def report_count(self) -> int:
         """How many findings and edits have been reported so far."""
-        return len(self.pending)
+        return len(self._state.pending)
 
-    def add_fix(self, node: cst.CSTNode, fix: Fix, report: _Pending | None = None) -> None:
+    def add_report(self, report: Pending) -> None:
+        """Record a finding or edit (`Rule.report` makes it; a rule calls that)."""
+        self._state.pending.append(report)
+
+    def add_fix(self, node: cst.CSTNode, fix: Fix, report: Pending | None = None) -> None:
         """Apply `fix` to `node` too: a fix with no finding of its own (an import it needs, a
         line it removes), or, with `report`, one more part of that finding's edit (a `noqa`
         on the finding's line then drops both)."""
-        self.fixes.setdefault(id(node), []).append((fix, report))
+        self._state.fixes.setdefault(id(node), []).append((fix, report))
 
     def move_last_fix(self, node: cst.CSTNode, target: cst.CSTNode | None) -> None:
         """Move the fix just registered at `node` to `target` (None: drop it); its finding
         stays at `node`."""
-        entries = self.fixes[id(node)]
+        fixes = self._state.fixes
+        entries = fixes[id(node)]
         entry = entries.pop()
         if not entries:
-            del self.fixes[id(node)]
+            del fixes[id(node)]
         if target is not None:
-            self.fixes.setdefault(id(target), []).append(entry)
+            fixes.setdefault(id(target), []).append(entry)
 
-    @staticmethod
-    def _noqa_lines(source: str) -> dict[int, frozenset[str] | None]:
-        found: dict[int, frozenset[str] | None] = {}
-        if "noqa" not in source:
-            return found
-        for i, text in enumerate(source.splitlines(), 1):
-            hit = _NOQA.search(text)
-            if hit:
-                codes = hit.group("codes")
-                found[i] = frozenset(c.strip() for c in codes.split(",")) if codes else None
-        return found
+    def adopt_device(self, name: str, node: cst.CSTNode, kind: str) -> None:
+        """Offer the module's own device variable (`name`, bound by `node`; `kind` "device"
+        for a torch.device, "str" for its type string) for the fixes to reuse: the first one
+        offered is kept."""
+        if self._state.adopted_device is None:
+            self._state.adopted_device = (name, self.position(node)[0])
+            self._state.adopted_kind = kind
 
-    def suppressed(self, code: str, line: int) -> bool:
-        if line not in self._noqa:
-            return False
-        codes = self._noqa[line]
-        return codes is None or code in codes
+    def require_import(self, statement: str) -> None:
+        """An import statement the new text needs where the rewrite may add none
+        (`Options.insert_statements=False`): the caller runs it (`Result.required_imports`)."""
+        self._state.required_imports.append(statement)
 
     # -- names the fixes refer to ------------------------------------------------------------
 
@@ -489,9 +324,9 @@ class RuleContext:
                 return local
         if self.torch_alias is None:
             if self.options.insert_statements:
-                self.needs_torch_import = True
-            elif "import torch" not in self.required_imports:
-                self.required_imports.append("import torch")
+                self._state.needs_torch_import = True
+            elif "import torch" not in self._state.required_imports:
+                self._state.required_imports.append("import torch")
             return "torch"
         return self.torch_alias
 
@@ -501,11 +336,11 @@ class RuleContext:
         The variable is the caller's (`Options.device_name`), the module's own (an adopted
         idiom variable already seen), or a new device line, which may be impossible.
         """
-        if self.options.device_name or self.adopted_device is not None:
+        if self.options.device_name or self._state.adopted_device is not None:
             return None
         if not self.options.insert_statements:
             return "no device variable is given and no statement may be added here"
-        return self.device_line_blocked
+        return self._state.device_line_blocked
 
     def shadowed_at(self, node: cst.CSTNode) -> str | None:
         """A name a fix at `node` would emit that means something else there (a parameter or
@@ -539,13 +374,13 @@ class RuleContext:
 
     def device_name(self) -> str:
         """The module's device variable; decided once all rules have visited."""
-        assert self._device_name is not None, "device name is decided before fixes run"
-        return self._device_name
+        assert self._state.device_name is not None, "device name is decided before fixes run"
+        return self._state.device_name
 
     def device(self) -> cst.BaseExpression:
         """The module's device: its variable, or in a library module a call of its device
         function (`accelerator_device()`, asked when needed, not at import)."""
-        if self.device_lazy:
+        if self._state.device_lazy:
             return cst.Call(func=cst.Name(self.device_name()))
         return cst.Name(self.device_name())
 
@@ -558,9 +393,9 @@ class RuleContext:
     def device_is_str(self) -> bool:
         return (
             self.options.device_name is None
-            and self.adopted_device is not None
-            and self._device_name == self.adopted_device[0]
-            and self.adopted_kind == "str"
+            and self._state.adopted_device is not None
+            and self._state.device_name == self._state.adopted_device[0]
+            and self._state.adopted_kind == "str"
         )
 
     def indexed_device(self, index: str | cst.BaseExpression) -> cst.Call:
@@ -609,40 +444,37 @@ class RuleContext:
         """The device variable later text (a notebook's next cell) may reuse, if any."""
         if self.options.device_name:
             return self.options.device_name
-        if self.device_defined and not self.device_lazy:
-            return self._device_name
-        if self.adopted_device and self._device_name == self.adopted_device[0]:
-            return self._device_name
+        if self._state.device_defined and not self._state.device_lazy:
+            return self._state.device_name
+        if self._state.adopted_device and self._state.device_name == self._state.adopted_device[0]:
+            return self._state.device_name
         return None
 
     def decide_device_name(self) -> None:
         """Reuse the caller's or the module's idiom variable, else pick a free name."""
         if self.options.device_name:
-            self._device_name = self.options.device_name
+            self._state.device_name = self.options.device_name
             return
-        first_use = min(self.device_use_lines, default=None)
+        use_lines = [p.line for p in self._state.pending if p.fixed and p.uses_device]
+        first_use = min(use_lines, default=None)
         if (
-            self.adopted_device
-            and (first_use is None or self.adopted_device[1] <= first_use)
+            self._state.adopted_device
+            and (first_use is None or self._state.adopted_device[1] <= first_use)
             and not any(
-                self.binds_in_scopes(self.adopted_device[0], p.node)
-                for p in self.pending
+                self.binds_in_scopes(self._state.adopted_device[0], p.node)
+                for p in self._state.pending
                 if p.fixed and p.uses_device
             )
         ):
-            self._device_name = self.adopted_device[0]
+            self._state.device_name = self._state.adopted_device[0]
             return
-        defined = (
-            bool(self.device_use_lines)
-            and self.options.define_device
-            and self.options.insert_statements
-        )
-        self.device_lazy = defined and self._lazy_device()
-        names = DEVICE_FUNCTIONS if self.device_lazy else DEVICE_NAMES
+        defined = bool(use_lines) and self.options.define_device and self.options.insert_statements
+        self._state.device_lazy = defined and self._lazy_device()
+        names = DEVICE_FUNCTIONS if self._state.device_lazy else DEVICE_NAMES
         for candidate in (*names, *(f"{names[0]}_{i}" for i in range(2, 100))):
             if not self.name_in_use(candidate):
-                self._device_name = candidate
-                self.device_defined = defined
+                self._state.device_name = candidate
+                self._state.device_defined = defined
                 return
         raise RuntimeError("no free name for the device variable")
 
@@ -659,7 +491,7 @@ class RuleContext:
             return False
         return all(
             any(kind in ("def", "lambda") for kind, _ in enclosing_scopes(self, p.node))
-            for p in self.pending
+            for p in self._state.pending
             if p.fixed and p.uses_device
         )
 
@@ -702,7 +534,7 @@ class NotebookRule(BaseRule):
     message: ClassVar[str] = ""
 
 
-class Rule(BaseRule, cst.BatchableCSTVisitor):
+class Rule(BaseRule):
     """A rule on Python text: it visits the libcst tree and reports, with or without a fix.
 
     It declares what `BaseRule` says, and how the engine may take its shortcuts.
@@ -731,12 +563,14 @@ class Rule(BaseRule, cst.BatchableCSTVisitor):
     - `decides_last`: the rule decides from what the other rules found (a test is widened
       only where all it guards is fixed): its `leave_Module` runs after every other rule's.
 
-    The walk. A rule inherits libcst's visitor class for its hook names, but the engine walks
-    the tree itself (`source._Dispatch`, one traversal for every rule; docs/architecture.md
-    says why), and someone who knows libcst's visitors should know where it differs:
+    The walk. A rule is a class of this project, not a libcst visitor: the engine walks the
+    tree itself (`source._Dispatch`, one traversal for every rule; docs/architecture.md says
+    why). Its hooks are found by name (`hook_methods`), and someone who knows libcst's
+    visitors should know where the walk differs:
 
     - it calls `visit_<Node>(node)` on the way down and `leave_<Node>(original_node)` on the
-      way up, for `<Node>` a libcst node class, defined on the rule (not libcst's no-ops);
+      way up, for `<Node>` a libcst node class (`cst.Call`), for each such method the rule's
+      class or a base class of it defines;
     - the value a `visit_` method returns is ignored: children are always visited (libcst
       skips them on False);
     - libcst's attribute hooks (`visit_<Node>_<field>`, `leave_<Node>_<field>`) are never
@@ -752,7 +586,6 @@ class Rule(BaseRule, cst.BatchableCSTVisitor):
     the engine's lists.
     """
 
-    METADATA_DEPENDENCIES = ()
     uses_flow: ClassVar[bool] = False
     tokens: ClassVar[tuple[bytes, ...]] = (b"cuda",)
     whole_module: ClassVar[bool] = False
@@ -765,7 +598,6 @@ class Rule(BaseRule, cst.BatchableCSTVisitor):
         super().__init_subclass__(**kwargs)
 
     def __init__(self, ctx: RuleContext) -> None:
-        super().__init__()
         self.ctx = ctx
 
     # -- helpers for subclasses ------------------------------------------------------------
@@ -806,7 +638,7 @@ class Rule(BaseRule, cst.BatchableCSTVisitor):
         Returns whether the fix will be applied to the text.
         """
         ctx = self.ctx
-        if id(node) in ctx.claimed:
+        if ctx.is_claimed(node):
             return False
         if in_compat_fallback(ctx, node):
             return False  # the fallback for a torch without the new API: left alone
@@ -826,7 +658,7 @@ class Rule(BaseRule, cst.BatchableCSTVisitor):
         message = message or self.message
         if "{call}" in message:  # the rule's message names the user's construct
             message = message.replace("{call}", self.short(node, 50))
-        pending = _Pending(
+        pending = Pending(
             rule=type(self),
             node=node,
             message=message,
@@ -836,10 +668,10 @@ class Rule(BaseRule, cst.BatchableCSTVisitor):
             fixable=bool(can_fix),
             uses_device=uses_device,
         )
-        self.ctx.pending.append(pending)
+        ctx.add_report(pending)
         if apply:
             assert fix is not None
-            self.ctx.fixes.setdefault(id(node), []).append((fix, pending))
+            ctx.add_fix(node, fix, pending)
         return bool(apply)
 
     def _fix_blocked(self, node: cst.CSTNode, uses_device: bool) -> str | None:
@@ -886,6 +718,30 @@ def check_hooks(rule: type[Rule]) -> None:
             )
 
 
+_HOOKS: dict[type, tuple[tuple[str, str], ...]] = {}
+
+
+def hook_methods(visitor_type: type) -> tuple[tuple[str, str], ...]:
+    """The hooks the engine's walk calls on an instance of `visitor_type` (a `Rule`, or the
+    flow recorder), as (method name, libcst node class name): every `visit_<Node>` and
+    `leave_<Node>` that the class or a base class defines, `<Node>` a libcst node class.
+    Computed once per class; the walk looks nothing else up."""
+    known = _HOOKS.get(visitor_type)
+    if known is not None:
+        return known
+    found: dict[str, str] = {}
+    for klass in visitor_type.__mro__:
+        if klass is object:
+            continue
+        for attr in vars(klass):
+            prefix, _, node_type = attr.partition("_")
+            if prefix in ("visit", "leave") and node_type and "_" not in node_type:
+                if isinstance(getattr(cst, node_type, None), type):
+                    found[attr] = node_type
+    known = _HOOKS[visitor_type] = tuple(found.items())
+    return known
+
+
 def _returns_a_value(fn: Callable[..., object]) -> bool:
     """Whether `fn` returns something other than None: its annotation says so, or its code
     returns a constant (`return False`). Read from the bytecode, not by `dis`, which costs
@@ -919,29 +775,6 @@ def _returns_a_value(fn: Callable[..., object]) -> bool:
         ):
             return True
     return False
-
-
-def finalize(ctx: RuleContext) -> tuple[list[Finding], list[Finding]]:
-    """Turn the context's pending reports into edits and findings, in text order."""
-    edits: list[Finding] = []
-    findings: list[Finding] = []
-    for p in sorted(ctx.pending, key=lambda p: (p.line, p.col, p.rule.code)):
-        rec = Finding(
-            code=p.rule.code,
-            name=p.rule.name,
-            line=p.line,
-            col=p.col,
-            message=p.message,
-            hint=p.hint,
-            safety=p.rule.safety,
-            severity=p.rule.severity,
-            fixed=p.fixed,
-            fixable=p.fixable,
-            before=p.before,
-            after=p.after[-1] if p.after else "",
-        )
-        (edits if p.fixed else findings).append(rec)
-    return edits, findings
 
 
 def rules_for(options: Options) -> list[type[Rule]]:

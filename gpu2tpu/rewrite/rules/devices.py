@@ -719,9 +719,7 @@ class CudaDeviceIdiom(Rule):
             return
         if not self.ctx.names.bound_once_at_module(target.value, self.ctx.source):
             return  # reassigned elsewhere: other fixes must not rely on its value
-        if self.ctx.adopted_device is None:
-            self.ctx.adopted_device = (target.value, self.position(node)[0])
-            self.ctx.adopted_kind = kind
+        self.ctx.adopt_device(target.value, node, kind)
 
     def _fix(
         self, node: cst.CSTNode, kind: str, message: str | None = None, index: str = ""

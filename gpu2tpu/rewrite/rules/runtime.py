@@ -179,7 +179,7 @@ class CudaEventTiming(Rule):
             if self.ctx.options.insert_statements:
                 self.ctx.add_fix(original_node, partial(add_stdlib_import, name="time"))
             else:
-                self.ctx.required_imports.append("import time")
+                self.ctx.require_import("import time")
 
     def _plan(self, call: cst.Call, module: cst.Module) -> _EventPlan:
         plan = _EventPlan(call=call)
