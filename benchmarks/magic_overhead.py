@@ -34,8 +34,8 @@ from traitlets.config import Config
 
 from gpu2tpu.magics.cells import compile_cell, prior_imports
 from gpu2tpu.readiness.dryrun import dry_run
-from gpu2tpu.rewrite.model import Options
-from gpu2tpu.rewrite.notebook import rewrite_cell
+from gpu2tpu.rewrite.core.model import Options
+from gpu2tpu.rewrite.notebooks.notebook import rewrite_cell
 
 SIZES = (20, 200, 2000)
 CELL_GOAL_MS = 15.0

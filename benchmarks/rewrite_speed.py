@@ -159,9 +159,9 @@ def copy_torch(root: Path) -> None:
 
 def floor_files(root: Path) -> tuple[list[Path], list[Path]]:
     """The files `check` parses (a token of some rule) and those holding `cuda`."""
-    from gpu2tpu.rewrite.engine import holds_token
-    from gpu2tpu.rewrite.model import Options
-    from gpu2tpu.rewrite.source import prefilter_tokens
+    from gpu2tpu.rewrite.core.model import Options
+    from gpu2tpu.rewrite.core.source import prefilter_tokens
+    from gpu2tpu.rewrite.files.engine import holds_token
 
     tokens = prefilter_tokens(Options())
     parsed, cuda = [], []

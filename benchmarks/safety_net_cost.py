@@ -34,7 +34,7 @@ from rewrite_speed import build_tree
 @contextmanager
 def setup(name: str) -> Iterator[None]:
     """Switch the guard and the net off as `name` says, for the duration."""
-    from gpu2tpu.rewrite import net, parsing, source
+    from gpu2tpu.rewrite.core import net, parsing, source
 
     real_prepare, real_verified = source.prepare, net.verified
     if name in ("bare", "guard"):
@@ -54,8 +54,8 @@ def setup(name: str) -> Iterator[None]:
 
 
 def measure(texts: list[str], fix: bool) -> dict[str, float]:
-    from gpu2tpu.rewrite.model import Options
-    from gpu2tpu.rewrite.source import SourceError, rewrite_source
+    from gpu2tpu.rewrite.core.model import Options
+    from gpu2tpu.rewrite.core.source import SourceError, rewrite_source
 
     options = Options(fix=fix)
     spent = {"bare": 0.0, "guard": 0.0, "net": 0.0}
@@ -99,7 +99,7 @@ def read_all(paths: list[Path]) -> list[str]:
 
 
 def count_changed(texts: list[str]) -> int:
-    from gpu2tpu.rewrite.source import SourceError, rewrite_source
+    from gpu2tpu.rewrite.core.source import SourceError, rewrite_source
 
     n = 0
     for text in texts:

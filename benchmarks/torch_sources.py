@@ -51,8 +51,8 @@ def rewrite_all(files: list[Path], root: Path) -> tuple[dict, float, float, list
     """{relative path: (old, new, result)} for the files the rewrite changes or withholds in;
     seconds in `rewrite_source`; seconds of those inside the net; the files whose text before
     the net did not compile."""
-    from gpu2tpu.rewrite import net
-    from gpu2tpu.rewrite.source import SourceError, rewrite_source
+    from gpu2tpu.rewrite.core import net
+    from gpu2tpu.rewrite.core.source import SourceError, rewrite_source
 
     real = net.verified
     in_net = [0.0]
@@ -131,7 +131,7 @@ def peak_memory(files: list[Path], root: Path, jobs: int) -> list[int]:
         listing.write_text("\n".join(str(p) for p in files))
         script = (
             "import resource, sys, os\n"
-            "from gpu2tpu.rewrite import pool\n"
+            "from gpu2tpu.rewrite.files import pool\n"
             "serve = pool._serve\n"
             "def measured(conn, work, parent):\n"
             "    try:\n"
@@ -171,7 +171,7 @@ def main() -> int:
         print(f"  {name}")
     failures: list[str] = []
     withheld: list[dict] = []
-    from gpu2tpu.rewrite.source import rewrite_source
+    from gpu2tpu.rewrite.core.source import rewrite_source
 
     changed = {n: v for n, v in netted.items() if v[1] != v[0]}
     for name, (old, new, result) in netted.items():

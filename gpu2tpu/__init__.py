@@ -22,9 +22,9 @@ __version__ = "0.1.0"
 
 # public name -> (module, attribute), imported on first use
 _LAZY: dict[str, tuple[str, str]] = {
-    "rewrite_source": ("gpu2tpu.rewrite.source", "rewrite_source"),
-    "Options": ("gpu2tpu.rewrite.model", "Options"),
-    "rewrite_notebook": ("gpu2tpu.rewrite.notebook", "rewrite_notebook"),
+    "rewrite_source": ("gpu2tpu.rewrite.core.source", "rewrite_source"),
+    "Options": ("gpu2tpu.rewrite.core.model", "Options"),
+    "rewrite_notebook": ("gpu2tpu.rewrite.notebooks.notebook", "rewrite_notebook"),
     "profile": ("gpu2tpu.measure", "profile"),
     "Profiler": ("gpu2tpu.measure", "Profiler"),
     "forecast": ("gpu2tpu.forecasting.forecast", "forecast"),

@@ -16,7 +16,7 @@ from typing import Any
 
 from . import __version__
 from ._extras import MissingExtraError, extra_needed
-from .rewrite.interrupts import checkpoint, release, watch
+from .rewrite.files.interrupts import checkpoint, release, watch
 
 # name -> (help, where the command lives: "module" or "module:attribute"). Each command
 # exposes `add_arguments(parser)` and `run(args) -> int`; only the one asked for is imported,
@@ -40,7 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "rules": (
         "list the rules, or explain one (`gpu2tpu rules G2T101`)",
-        "gpu2tpu.rewrite.rules_doc:Rules",
+        "gpu2tpu.rewrite.reports.rules_doc:Rules",
     ),
 }
 

@@ -140,7 +140,7 @@ def describe_setup(progress: Progress) -> bool:
 
 def migrate_examples(examples: Path, workdir: Path) -> Any:
     """Copy the examples into workdir/migrated and rewrite the copies; return the engine's report."""
-    from .rewrite.engine import Config, Mode, run
+    from .rewrite.files.engine import Config, Mode, run
 
     target = workdir / "migrated"
     target.mkdir()
@@ -153,8 +153,8 @@ def migrate_examples(examples: Path, workdir: Path) -> Any:
 
 def print_migration_report(report: Any, progress: Progress) -> None:
     """Per file: the fixes made (by rule) and each finding left for a person, with its hint."""
-    from .rewrite.model import CellFinding
-    from .rewrite.report import finding_line, summary_text
+    from .rewrite.core.model import CellFinding
+    from .rewrite.reports.report import finding_line, summary_text
 
     for outcome in report.files:
         progress.say(f"{outcome.path}: {outcome.status}")

@@ -63,8 +63,8 @@ def corpus_files() -> Iterator[tuple[str, str]]:
 
 
 def _record_one(item: tuple[str, str]) -> tuple[str, dict[str, object]]:
-    from gpu2tpu.rewrite.model import Options
-    from gpu2tpu.rewrite.source import rewrite_source
+    from gpu2tpu.rewrite.core.model import Options
+    from gpu2tpu.rewrite.core.source import rewrite_source
 
     name, text = item
     out: dict[str, object] = {}

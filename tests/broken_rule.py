@@ -1,4 +1,4 @@
-"""A rule whose fix is broken on purpose, to test the safety net (gpu2tpu/rewrite/net.py).
+"""A rule whose fix is broken on purpose, to test the safety net (gpu2tpu/rewrite/core/net.py).
 
 `breakme("syntax")` is rewritten to code that does not parse (`return` as a value),
 `breakme("undefined")` to a name nothing defines, `breakme("unbound")` to `late_binding`, which
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gpu2tpu.rewrite.model import Safety
+from gpu2tpu.rewrite.core.model import Safety
 from gpu2tpu.rewrite.rules.base import REGISTRY, Rule
 
 CODE = "G2T999"

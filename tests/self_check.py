@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gpu2tpu.rewrite.model import Options, Result
-from gpu2tpu.rewrite.source import SourceError, rewrite_source
+from gpu2tpu.rewrite.core.model import Options, Result
+from gpu2tpu.rewrite.core.source import SourceError, rewrite_source
 
 
 def disagreements(text: str, options: Options | None = None) -> list[str]:

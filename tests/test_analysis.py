@@ -17,8 +17,8 @@ from gpu2tpu.rewrite.analysis.placement import (
     device_line_blocked,
     setup_block_end,
 )
-from gpu2tpu.rewrite.model import Options
-from gpu2tpu.rewrite.source import rewrite_source
+from gpu2tpu.rewrite.core.model import Options
+from gpu2tpu.rewrite.core.source import rewrite_source
 
 # -- names and scopes ------------------------------------------------------------------------
 

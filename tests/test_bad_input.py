@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from gpu2tpu.rewrite.engine import Config, Mode, Status, run
+from gpu2tpu.rewrite.files.engine import Config, Mode, Status, run
 
 GOOD = "import torch\nx = torch.zeros(1).cuda()\n"
 
@@ -194,7 +194,7 @@ def _crash_on(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the worker die in native code (SIGSEGV) on the file called `name`."""
     import signal
 
-    from gpu2tpu.rewrite import engine
+    from gpu2tpu.rewrite.files import engine
 
     real = engine._process_file
 
@@ -231,8 +231,8 @@ def test_a_crashing_worker_costs_one_file(
 
 
 def test_positions_after_a_held_statement_are_the_original_ones() -> None:
-    from gpu2tpu.rewrite.model import Options
-    from gpu2tpu.rewrite.source import rewrite_source
+    from gpu2tpu.rewrite.core.model import Options
+    from gpu2tpu.rewrite.core.source import rewrite_source
 
     chain = " and ".join(["a"] * 400)  # held out of libcst's parse: a placeholder stands in
     text = f"import torch\nok = ({chain}\n      and b); y = torch.ones(1).cuda()\nx = torch.zeros(1).cuda()\n"

@@ -186,11 +186,11 @@ def test_cuda_sources_beside_python_are_reported(tmp_path: Path) -> None:
 
 
 def test_rules_doc_is_current() -> None:
-    from gpu2tpu.rewrite.rules_doc import rules_markdown
+    from gpu2tpu.rewrite.reports.rules_doc import rules_markdown
 
     doc = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
     assert doc.read_text() == rules_markdown(), (
-        "run: python -m gpu2tpu.rewrite.rules_doc > docs/rules.md"
+        "run: python -m gpu2tpu.rewrite.reports.rules_doc > docs/rules.md"
     )
 
 
@@ -221,9 +221,9 @@ def test_the_prefilter_answers_as_every_token_would() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from gpu2tpu.rewrite.engine import holds_token
-    from gpu2tpu.rewrite.model import Options
-    from gpu2tpu.rewrite.source import prefilter_tokens
+    from gpu2tpu.rewrite.core.model import Options
+    from gpu2tpu.rewrite.core.source import prefilter_tokens
+    from gpu2tpu.rewrite.files.engine import holds_token
 
     tokens = prefilter_tokens(Options())
     pieces = st.sampled_from([*tokens, b"x", b" ", b".", b"(", b"\n", b"_", b"c", b"da"])
@@ -458,8 +458,8 @@ def git_tree(tmp_path: Path, *, repository: bool = True) -> Path:
 
 def found(root: Path, *paths: str, respect_gitignore: bool | None = None) -> set[str]:
     """The files a run from `root` takes (discovery with each folder's configuration)."""
-    from gpu2tpu.rewrite.config import Overrides, ProjectConfigs
-    from gpu2tpu.rewrite.discovery import discover
+    from gpu2tpu.rewrite.files.config import Overrides, ProjectConfigs
+    from gpu2tpu.rewrite.files.discovery import discover
 
     configs = ProjectConfigs(Overrides(respect_gitignore=respect_gitignore), root)
     files, errors = discover(paths, configs.scope)

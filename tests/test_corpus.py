@@ -22,8 +22,8 @@ import torch
 from corpus import harness
 
 from conftest import run_cli
-from gpu2tpu.rewrite.model import Options
-from gpu2tpu.rewrite.source import rewrite_source
+from gpu2tpu.rewrite.core.model import Options
+from gpu2tpu.rewrite.core.source import rewrite_source
 
 PACKAGES = harness.load_manifest()
 

@@ -1,4 +1,4 @@
-"""libcst's private parts the codemod uses, in one module (gpu2tpu/rewrite/cst_internals.py).
+"""libcst's private parts the codemod uses, in one module (gpu2tpu/rewrite/core/cst_internals.py).
 
 A libcst release that drops or changes them must fail here, naming what changed, and not as
 wrong lines and columns in every finding.
@@ -13,7 +13,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from gpu2tpu.rewrite import cst_internals
+from gpu2tpu.rewrite.core import cst_internals
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,7 @@ class Model(torch.nn.Module):
 
 def test_the_private_names_are_there() -> None:
     assert cst_internals.missing() == [], (
-        "libcst changed what gpu2tpu/rewrite/cst_internals.py uses; adapt that module "
+        "libcst changed what gpu2tpu/rewrite/core/cst_internals.py uses; adapt that module "
         "(or pin libcst below the release that changed it)"
     )
 

@@ -30,8 +30,8 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 
-from gpu2tpu.rewrite.model import Options, Result
-from gpu2tpu.rewrite.source import rewrite_source
+from gpu2tpu.rewrite.core.model import Options, Result
+from gpu2tpu.rewrite.core.source import rewrite_source
 
 SCRIPT = Path(__file__).parent / "fixtures" / "e2e" / "train_cuda.py"
 STEPS = 4

@@ -31,9 +31,9 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from gpu2tpu.rewrite.model import Options
-from gpu2tpu.rewrite.notebook import rewrite_notebook
-from gpu2tpu.rewrite.source import rewrite_source
+from gpu2tpu.rewrite.core.model import Options
+from gpu2tpu.rewrite.core.source import rewrite_source
+from gpu2tpu.rewrite.notebooks.notebook import rewrite_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

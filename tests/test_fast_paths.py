@@ -3,7 +3,7 @@
 `rewrite_source` takes two shortcuts a rule author can break without noticing: the byte
 prefilter (a rule runs only on a text that holds one of its `tokens`, and visits only the
 top-level statements that hold one) and the statement-level parse (libcst parses only those
-statements; gpu2tpu/rewrite/statements.py). A rule that fires on code without its tokens, or
+statements; gpu2tpu/rewrite/core/statements.py). A rule that fires on code without its tokens, or
 reads a statement it was not given, would silently lose findings on real files. This test runs
 every rule fixture and a fixed sample of torch's own CUDA-heavy sources with both shortcuts on
 (what users get) and both off (`prefilter=False, statement_level=False`: every rule over every
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from test_rule_fixtures import CASES, options_for
 
-from gpu2tpu.rewrite.model import Options
-from gpu2tpu.rewrite.source import SourceError, rewrite_source
+from gpu2tpu.rewrite.core.model import Options
+from gpu2tpu.rewrite.core.source import SourceError, rewrite_source
 
 # torch's packages where CUDA is named most; the sample takes from each the files with the
 # most occurrences of "cuda" (ties in path order), up to ten, and fills up to SAMPLE from the
@@ -88,7 +88,7 @@ def test_torch_sources_without_fast_paths(path: Path, options: Options) -> None:
 def test_the_switches_take_the_slow_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the prefilter a rule runs on a text that lacks its tokens: the reference is
     not the fast path under another name."""
-    import gpu2tpu.rewrite.source as source
+    import gpu2tpu.rewrite.core.source as source
 
     seen: list[int] = []
     real = source._run_rules

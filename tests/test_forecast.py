@@ -313,8 +313,8 @@ def test_missing_extra_is_one_sentence_and_the_rest_of_gpu2tpu_works():
             sys.modules[name] = None  # as if not installed
         import torch
         import gpu2tpu
-        from gpu2tpu.rewrite.model import Options
-        from gpu2tpu.rewrite.source import rewrite_source
+        from gpu2tpu.rewrite.core.model import Options
+        from gpu2tpu.rewrite.core.source import rewrite_source
         from gpu2tpu.forecasting.forecast import ForecastUnavailable, forecast
         rewritten = rewrite_source("import torch\\nx = torch.zeros(1).cuda()\\n", Options())
         assert ".to(device)" in rewritten.new_text

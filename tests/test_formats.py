@@ -304,11 +304,11 @@ def test_markdown_report_renders_in_headless_chromium(tmp_path: Path) -> None:
 def test_withheld_fixes_have_their_own_category_and_summary_line() -> None:
     """A fix the safety net withheld (`FileOutcome.withheld`) is counted apart, in every
     format: not as a fix, and not mixed with the findings that have no fix."""
-    from gpu2tpu.rewrite.engine import FileOutcome, Mode, RunReport, Status
-    from gpu2tpu.rewrite.model import Finding, Safety, Severity
-    from gpu2tpu.rewrite.report import render_json, summary_text
-    from gpu2tpu.rewrite.report_ci import render_github, render_sarif
-    from gpu2tpu.rewrite.report_markdown import render_markdown
+    from gpu2tpu.rewrite.core.model import Finding, Safety, Severity
+    from gpu2tpu.rewrite.files.engine import FileOutcome, Mode, RunReport, Status
+    from gpu2tpu.rewrite.reports.report import render_json, summary_text
+    from gpu2tpu.rewrite.reports.report_ci import render_github, render_sarif
+    from gpu2tpu.rewrite.reports.report_markdown import render_markdown
 
     held = Finding(
         "G2T101", "cuda-method", 3, 9,

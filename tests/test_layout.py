@@ -5,6 +5,7 @@ docs/architecture.md ("Layout" and "Import rules") says why each rule exists:
 - no import cycles between gpu2tpu's modules (imports under `if TYPE_CHECKING:` do not
   count: they never run);
 - the packages form layers, and a package imports only from its own layer or lower ones;
+- inside the codemod, core < notebooks < files < reports < cli_run, the same way;
 - the models (measure, pricing, forecasting, readiness) import `gpu2tpu.views` only inside a
   function (a `__repr__`, `_repr_html_`, `widget()`), never when their module loads;
 - `gpu2tpu.views` imports the models only for types, so a view never decides anything;
@@ -203,6 +204,50 @@ def test_views_import_models_only_for_types():
     assert wrong == []
 
 
+# Inside the codemod, the same: the pure engine (with the analysis layer and the rules, which
+# it runs and which import its records) below the notebooks, below the files and workers, below
+# the reports, below the commands (docs/architecture.md, "Layout").
+REWRITE_LAYERS: dict[str, int] = {
+    "gpu2tpu.rewrite.core": 0,
+    "gpu2tpu.rewrite.analysis": 0,
+    "gpu2tpu.rewrite.rules": 0,
+    "gpu2tpu.rewrite.notebooks": 1,
+    "gpu2tpu.rewrite.files": 2,
+    "gpu2tpu.rewrite.reports": 3,
+    "gpu2tpu.rewrite.cli_run": 4,
+}
+
+
+def _rewrite_layer(module: str) -> int | None:
+    for name, layer in REWRITE_LAYERS.items():
+        if _within(module, name):
+            return layer
+    return None
+
+
+def test_every_rewrite_module_has_a_layer():
+    assert [
+        m for m in MODULES if m.startswith("gpu2tpu.rewrite.") and _rewrite_layer(m) is None
+    ] == []
+    # a table that matched nothing would pass the layer test below
+    assert any(
+        _within(i.source, "gpu2tpu.rewrite.files") and _within(i.target, "gpu2tpu.rewrite.core")
+        for i in IMPORTS
+    )
+
+
+def test_rewrite_layers_import_only_their_own_layer_or_lower():
+    wrong = [
+        f"{i.source}:{i.line} imports {i.target}"
+        for i in IMPORTS
+        if not i.typing_only
+        and (source := _rewrite_layer(i.source)) is not None
+        and (target := _rewrite_layer(i.target)) is not None
+        and target > source
+    ]
+    assert wrong == []
+
+
 @pytest.mark.parametrize(
     "module",
     sorted(
@@ -212,7 +257,11 @@ def test_views_import_models_only_for_types():
     ),
 )
 def test_rule_modules_import_only_the_analysis_layer_and_the_rule_base(module: str):
-    allowed = ("gpu2tpu.rewrite.analysis", "gpu2tpu.rewrite.rules.base", "gpu2tpu.rewrite.model")
+    allowed = (
+        "gpu2tpu.rewrite.analysis",
+        "gpu2tpu.rewrite.rules.base",
+        "gpu2tpu.rewrite.core.model",
+    )
     wrong = [
         f"{i.source}:{i.line} imports {i.target}"
         for i in IMPORTS
@@ -229,10 +278,16 @@ SEAMS: dict[str, tuple[str, ...]] = {
     # the recorder fills the flow facts' record; the facts read it, never the other way
     "gpu2tpu.rewrite.analysis.flow_recorder": ("gpu2tpu.rewrite.analysis.flow",),
     # a notebook's JSON in and out, and its shell checks, below the notebook rewrite
-    "gpu2tpu.rewrite.notebook_json": ("gpu2tpu.rewrite.notebook", "gpu2tpu.rewrite.source"),
-    "gpu2tpu.rewrite.notebook_shell": ("gpu2tpu.rewrite.notebook", "gpu2tpu.rewrite.source"),
+    "gpu2tpu.rewrite.notebooks.notebook_json": (
+        "gpu2tpu.rewrite.notebooks.notebook",
+        "gpu2tpu.rewrite.core.source",
+    ),
+    "gpu2tpu.rewrite.notebooks.notebook_shell": (
+        "gpu2tpu.rewrite.notebooks.notebook",
+        "gpu2tpu.rewrite.core.source",
+    ),
     # the engine's state holds no rule and no engine code
-    "gpu2tpu.rewrite.module_state": ("gpu2tpu.rewrite.rules", "gpu2tpu.rewrite.source"),
+    "gpu2tpu.rewrite.core.module_state": ("gpu2tpu.rewrite.rules", "gpu2tpu.rewrite.core.source"),
 }
 
 

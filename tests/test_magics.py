@@ -678,8 +678,8 @@ def test_tpu_doctor_reports_the_cpu_environment_as_usable(ip: InteractiveShell) 
 
 def test_problem_lines_count_lines_of_the_notebook_cell() -> None:
     from gpu2tpu.magics.cells import problem_lines
-    from gpu2tpu.rewrite.model import Finding, Safety, Severity
-    from gpu2tpu.rewrite.notebook import CellRewrite
+    from gpu2tpu.rewrite.core.model import Finding, Safety, Severity
+    from gpu2tpu.rewrite.notebooks.notebook import CellRewrite
 
     inside = Finding(
         "G2T601",

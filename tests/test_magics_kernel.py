@@ -27,8 +27,8 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from gpu2tpu.rewrite.model import Options
-from gpu2tpu.rewrite.notebook import rewrite_notebook
+from gpu2tpu.rewrite.core.model import Options
+from gpu2tpu.rewrite.notebooks.notebook import rewrite_notebook
 from gpu2tpu.templates import TEMPLATES, template_text
 
 ROOT = Path(__file__).resolve().parent.parent

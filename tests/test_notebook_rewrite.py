@@ -17,12 +17,16 @@ from hypothesis import strategies as st
 from IPython.core.inputtransformer2 import TransformerManager
 
 from gpu2tpu.rewrite.analysis.lines import python_lines
-from gpu2tpu.rewrite.ipython_syntax import mask
-from gpu2tpu.rewrite.model import Options, Safety
-from gpu2tpu.rewrite.notebook import NotebookResult, local_module_findings, rewrite_notebook
-from gpu2tpu.rewrite.notebook_json import NotebookError, notebook_diff
+from gpu2tpu.rewrite.core.model import Options, Safety
+from gpu2tpu.rewrite.core.source import SourceError, rewrite_source
+from gpu2tpu.rewrite.notebooks.ipython_syntax import mask
+from gpu2tpu.rewrite.notebooks.notebook import (
+    NotebookResult,
+    local_module_findings,
+    rewrite_notebook,
+)
+from gpu2tpu.rewrite.notebooks.notebook_json import NotebookError, notebook_diff
 from gpu2tpu.rewrite.rules.base import NotebookRule, all_rules, rules_for
-from gpu2tpu.rewrite.source import SourceError, rewrite_source
 
 SETUP = "import torch\nt = torch.zeros(2)"
 DEVICE_DEF = "torch.accelerator.current_accelerator(check_available=True)"

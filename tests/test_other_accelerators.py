@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from gpu2tpu.backends.base import accelerator_answers
-from gpu2tpu.rewrite.model import Options
-from gpu2tpu.rewrite.source import rewrite_source
+from gpu2tpu.rewrite.core.model import Options
+from gpu2tpu.rewrite.core.source import rewrite_source
 
 # name -> (snippet, what the rewrite's `result` must be on the simulated accelerator)
 SNIPPETS: dict[str, tuple[str, object]] = {

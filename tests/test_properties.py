@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_rule_fixtures import options_for
 
-from gpu2tpu.rewrite.model import Options
-from gpu2tpu.rewrite.source import rewrite_source
+from gpu2tpu.rewrite.core.model import Options
+from gpu2tpu.rewrite.core.source import rewrite_source
 
 CUDA_STATEMENTS = [
     "{v} = torch.zeros({n}).cuda()",

@@ -13,7 +13,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from gpu2tpu.rewrite.model import Safety
+from gpu2tpu.rewrite.core.model import Safety
 from gpu2tpu.rewrite.rules.base import REGISTRY, Rule, all_rules
 
 RULES = Path(__file__).resolve().parent.parent / "gpu2tpu" / "rewrite" / "rules"
@@ -118,9 +118,9 @@ def test_a_rule_is_not_a_libcst_visitor_and_the_walk_finds_its_hooks(
     """`Rule` is the project's own class: libcst's visitor semantics (return values,
     attribute hooks) are not inherited to mislead, and the walk finds hooks by name."""
     from gpu2tpu.rewrite.analysis.flow_recorder import FlowRecorder
-    from gpu2tpu.rewrite.model import Options
+    from gpu2tpu.rewrite.core.model import Options
+    from gpu2tpu.rewrite.core.source import rewrite_source
     from gpu2tpu.rewrite.rules.base import hook_methods
-    from gpu2tpu.rewrite.source import rewrite_source
 
     assert not issubclass(Rule, cst.CSTVisitor | cst.BatchableCSTVisitor | cst.CSTTransformer)
     assert not any(klass.__module__.startswith("libcst") for klass in Rule.__mro__)
@@ -140,17 +140,17 @@ def test_a_rule_is_not_a_libcst_visitor_and_the_walk_finds_its_hooks(
     assert dict(hook_methods(Probe)) == {"leave_Module": "Module", "visit_Call": "Call"}
     assert ("visit_Module", "Module") in hook_methods(FlowRecorder)
 
-    monkeypatch.setattr("gpu2tpu.rewrite.source.rules_for", lambda options: [Probe])
+    monkeypatch.setattr("gpu2tpu.rewrite.core.source.rules_for", lambda options: [Probe])
     rewrite_source("print(1)\nprint(2)\n", Options())
     assert seen == ["call", "call", "module"]
 
 
 def test_rules_see_only_the_contexts_public_facade() -> None:
     """The engine's bookkeeping (reports, fixes, claims, statement spans, placeholders,
-    positions) lives in `ModuleState` (rewrite/module_state.py), which `source.py` makes and
+    positions) lives in `ModuleState` (rewrite/core/module_state.py), which `source.py` makes and
     the context keeps private: rules and the analysis layer use only `RuleContext`'s public
     attributes and methods, and never its private ones."""
-    from gpu2tpu.rewrite.model import Options
+    from gpu2tpu.rewrite.core.model import Options
     from gpu2tpu.rewrite.rules.base import RuleContext
 
     ctx = RuleContext("x = 1\n", Options())

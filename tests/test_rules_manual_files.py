@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
-from gpu2tpu.rewrite.model import Options, Safety
+from gpu2tpu.rewrite.core.model import Options, Safety
 from gpu2tpu.rewrite.rules.manual import CudaSourceFile, cuda_sources_beside
 
 TREE = [

@@ -1,7 +1,7 @@
 """The statement-level path gives the same answers as a whole-module parse.
 
 `rewrite_source` lets libcst parse only the top-level statements that hold a token of a
-selected rule (gpu2tpu/rewrite/statements.py); `statement_level=False` parses the whole module.
+selected rule (gpu2tpu/rewrite/core/statements.py); `statement_level=False` parses the whole module.
 Both must return the same `Result`: the same text byte for byte, the same edits and findings
 with the same lines and columns, in `check` (no fixes) and in `rewrite` — on generated files
 built to stress what a placeholder could change (comments and blank lines after blocks,
@@ -22,9 +22,9 @@ from corpus import harness
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu2tpu.rewrite import parsing, statements
-from gpu2tpu.rewrite.model import Options
-from gpu2tpu.rewrite.source import SourceError, rewrite_source
+from gpu2tpu.rewrite.core import parsing, statements
+from gpu2tpu.rewrite.core.model import Options
+from gpu2tpu.rewrite.core.source import SourceError, rewrite_source
 
 # The CLI's modes, and those of the notebook callers (a `%%tpu` cell: the kernel's device
 # variable, earlier cells' imports, no statement may be added).
@@ -161,7 +161,7 @@ def _held_lines(text: str) -> int:
         seen.append(real(*args, **kwargs))
         return seen[-1]
 
-    import gpu2tpu.rewrite.source as source
+    import gpu2tpu.rewrite.core.source as source
 
     source.prepare = spy  # type: ignore[assignment]
     try:
@@ -345,7 +345,7 @@ def test_every_node_placed_from_pythons_tree_is_where_libcst_lays_it_out(path: P
     import libcst as cst
     from libcst.metadata import MetadataWrapper, PositionProvider
 
-    from gpu2tpu.rewrite.positions import source_span
+    from gpu2tpu.rewrite.core.positions import source_span
 
     text = path.read_text(encoding="utf-8")
     module = cst.parse_module(text)
@@ -384,7 +384,7 @@ def test_a_held_definition_binds_as_the_whole_would(path: Path) -> None:
     import libcst as cst
 
     from gpu2tpu.rewrite.analysis.lines import python_lines
-    from gpu2tpu.rewrite.source import _binding_header
+    from gpu2tpu.rewrite.core.source import _binding_header
 
     text = path.read_text(encoding="utf-8")
     lines = python_lines(text)

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from gpu2tpu.rewrite import source
-from gpu2tpu.rewrite.model import CellFinding, Options
-from gpu2tpu.rewrite.notebook import rewrite_notebook
-from gpu2tpu.rewrite.source import rewrite_source
-from gpu2tpu.rewrite.torch_target import (
+from gpu2tpu.rewrite.core import source
+from gpu2tpu.rewrite.core.model import CellFinding, Options
+from gpu2tpu.rewrite.core.source import rewrite_source
+from gpu2tpu.rewrite.core.torch_target import (
     TargetError,
     iter_pins,
     lower_bound,
@@ -25,6 +24,7 @@ from gpu2tpu.rewrite.torch_target import (
     rewrite_for_target,
     rule_min_torch,
 )
+from gpu2tpu.rewrite.notebooks.notebook import rewrite_notebook
 
 SCRIPT = """import torch
 

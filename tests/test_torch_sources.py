@@ -21,9 +21,9 @@ import device_flow_oracle
 import pytest
 import self_check
 
-from gpu2tpu.rewrite import verify
-from gpu2tpu.rewrite.model import Options
-from gpu2tpu.rewrite.source import SourceError, rewrite_source
+from gpu2tpu.rewrite.core import verify
+from gpu2tpu.rewrite.core.model import Options
+from gpu2tpu.rewrite.core.source import SourceError, rewrite_source
 
 PACKAGES = ("cuda", "amp", "backends/cuda", "nn/parallel", "distributed/elastic/utils")
 

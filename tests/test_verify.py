@@ -17,12 +17,12 @@ from pathlib import Path
 import broken_rule
 import pytest
 
-from gpu2tpu.rewrite import net, verify
-from gpu2tpu.rewrite.engine import Config, Mode, Status, run
-from gpu2tpu.rewrite.model import Options
-from gpu2tpu.rewrite.notebook import rewrite_notebook
+from gpu2tpu.rewrite.core import net, verify
+from gpu2tpu.rewrite.core.model import Options
+from gpu2tpu.rewrite.core.source import rewrite_source
+from gpu2tpu.rewrite.files.engine import Config, Mode, Status, run
+from gpu2tpu.rewrite.notebooks.notebook import rewrite_notebook
 from gpu2tpu.rewrite.rules.base import REGISTRY
-from gpu2tpu.rewrite.source import rewrite_source
 
 TESTS = Path(__file__).parent
 KINDS = ("syntax", "undefined", "unbound", "raises")
@@ -145,7 +145,7 @@ def test_withheld_per_statement_and_rule(broken: None) -> None:
 def test_a_device_line_above_its_import_is_withheld(monkeypatch: pytest.MonkeyPatch) -> None:
     # the rewrite used to put the device line above `import torch`; a placement that does so
     # again must cost only the fixes that need the device variable
-    from gpu2tpu.rewrite import source
+    from gpu2tpu.rewrite.core import source
 
     monkeypatch.setattr(source, "device_line_after", lambda tree: 0)
     text = '"""A script."""\nimport torch\nx = torch.zeros(1).cuda()\ntorch.cuda.synchronize()\n'
@@ -287,7 +287,7 @@ def test_notebook_file_mode(tmp_path: Path) -> None:
 def test_the_magic_gets_the_net_too(broken: None) -> None:
     # `%%tpu` and `%tpu_auto` run what `rewrite_cell` makes of a cell, with the device variable
     # of the notebook's session and the imports earlier cells ran
-    from gpu2tpu.rewrite.notebook import rewrite_cell
+    from gpu2tpu.rewrite.notebooks.notebook import rewrite_cell
 
     source = 'x = torch.zeros(1).cuda()\ny = breakme("syntax")\n%time z = breakme("undefined")\n'
     options = Options(device_name="device", define_device=False)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu2tpu.rewrite.engine import Config, Mode, Status, run
+from gpu2tpu.rewrite.files.engine import Config, Mode, Status, run
 
 BODY = "import torch\r\nx = torch.zeros(1).cuda()\r\n"
 
@@ -133,7 +133,7 @@ def _temporary(folder: Path, name: str, age_s: float) -> Path:
 
 def _ours(folder: Path, pid: int, age_s: float, data: bytes = b"half a file") -> Path:
     """A temporary named as a write names it, holding the bytes its name's digest says."""
-    from gpu2tpu.rewrite.atomic_write import digest
+    from gpu2tpu.rewrite.files.atomic_write import digest
 
     p = folder / f".m.py.{pid}.abcd1234.{digest(data)}.gpu2tpu"
     p.write_bytes(data)
@@ -281,7 +281,7 @@ def test_workers_stop_when_the_run_is_killed(tmp_path: Path) -> None:
 
 
 def run_text(text: str) -> str:
-    from gpu2tpu.rewrite.source import rewrite_source
+    from gpu2tpu.rewrite.core.source import rewrite_source
 
     return rewrite_source(text).new_text
 
@@ -310,7 +310,7 @@ def _killed_before_replace(path: Path) -> None:
     import multiprocessing
 
     def child() -> None:
-        from gpu2tpu.rewrite import atomic_write
+        from gpu2tpu.rewrite.files import atomic_write
 
         def die(*args: object) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -340,7 +340,7 @@ def test_a_temporary_a_killed_write_left_is_removed(tmp_path: Path) -> None:
 
 def _edit_during_the_run(monkeypatch: pytest.MonkeyPatch, edit) -> None:  # type: ignore[no-untyped-def]
     """Call `edit(path)` after the rewrite has read a file, before it writes it back."""
-    from gpu2tpu.rewrite import torch_target
+    from gpu2tpu.rewrite.core import torch_target
 
     real = torch_target.rewrite_for_target
 

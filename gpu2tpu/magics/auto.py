@@ -43,16 +43,16 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
     from ..backends import Backend
-    from ..rewrite.notebook import CellRewrite
+    from ..rewrite.notebooks.notebook import CellRewrite
     from .execution import CellRunner
 
 
 @functools.cache
 def _needs_rewrite() -> re.Pattern[str]:
     """Text at least one of which a cell must hold for the rewrite to change or report it."""
-    from ..rewrite.model import Options
-    from ..rewrite.notebook_shell import NOTEBOOK_TOKENS
-    from ..rewrite.source import prefilter_tokens
+    from ..rewrite.core.model import Options
+    from ..rewrite.core.source import prefilter_tokens
+    from ..rewrite.notebooks.notebook_shell import NOTEBOOK_TOKENS
 
     tokens = {t.decode() for t in (*prefilter_tokens(Options()), *NOTEBOOK_TOKENS)}
     return re.compile("|".join(re.escape(t) for t in sorted(tokens)))
@@ -158,7 +158,7 @@ class AutoMode:
         if not text.strip():
             return lines
         number = self.shell.execution_count  # the cell's number: IPython counts it later
-        from ..rewrite.ipython_syntax import split_cell_magic
+        from ..rewrite.notebooks.ipython_syntax import split_cell_magic
 
         magic = split_cell_magic(text)
         if (magic is not None and magic.name == "tpu") or not _needs_rewrite().search(text):

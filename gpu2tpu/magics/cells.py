@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
     from ..backends import Backend
-    from ..rewrite.notebook import CellRewrite
+    from ..rewrite.notebooks.notebook import CellRewrite
 
 # The variable rewritten cells use for the device; another name when the user has one of
 # their own that is not a device.
@@ -686,8 +686,8 @@ def local_module_lines(python: str, offset: int, said: set[tuple[str, int]]) -> 
     import importlib.util
 
     from ..readiness.user_code import UserCode
-    from ..rewrite.model import Options
-    from ..rewrite.notebook import imported_modules, module_file, module_with_cuda
+    from ..rewrite.core.model import Options
+    from ..rewrite.notebooks.notebook import imported_modules, module_file, module_with_cuda
 
     local = UserCode(cells={})
     out = []

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
     from ..readiness.dryrun import DryRunReport
-    from ..rewrite.notebook import CellRewrite
+    from ..rewrite.notebooks.notebook import CellRewrite
     from .auto import AutoMode
 
 # Cell magics whose body is Python run in the user namespace: `%%tpu` over one of them
@@ -81,8 +81,8 @@ def _rewrite(
     there before the cell, so every line stays where the user wrote it. `taken` are names
     the namespace holds that those imports must not overwrite.
     """
-    from ..rewrite.model import Options
-    from ..rewrite.notebook import rewrite_cell
+    from ..rewrite.core.model import Options
+    from ..rewrite.notebooks.notebook import rewrite_cell
 
     options = Options(
         device_name=device_name,
@@ -170,7 +170,7 @@ class CellRunner:
                 result = _rewrite(text, device_name, imports, taken)
             return result
         except Exception as err:  # a bug in the codemod must not stop the notebook: say it
-            from ..rewrite.notebook import CellRewrite
+            from ..rewrite.notebooks.notebook import CellRewrite
 
             reason = f"the rewrite failed ({type(err).__name__}: {err}); please report it"
             return CellRewrite(text, text, error=reason)
@@ -578,7 +578,7 @@ class TPUMagics(Magics):
     ) -> Any:
         """`%%tpu` over `%%time` (or another Python cell magic): rewrite its body, run it."""
         __tracebackhide__ = True
-        from ..rewrite.ipython_syntax import split_cell_magic
+        from ..rewrite.notebooks.ipython_syntax import split_cell_magic
 
         device_name = self.runner.device_variable(backend)
         rewritten = cell

@@ -11,11 +11,20 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from .config import ConfigError, Overrides, ProjectConfigs, unknown_codes
-from .discovery import SOURCE_SUFFIXES, is_force_excluded
-from .engine import Config, FileOutcome, Interrupted, Mode, RunReport, Status, decode_source, run
-from .interrupts import checkpoint
-from .report import (
+from .files.config import ConfigError, Overrides, ProjectConfigs, unknown_codes
+from .files.discovery import SOURCE_SUFFIXES, is_force_excluded
+from .files.engine import (
+    Config,
+    FileOutcome,
+    Interrupted,
+    Mode,
+    RunReport,
+    Status,
+    decode_source,
+    run,
+)
+from .files.interrupts import checkpoint
+from .reports.report import (
     RunInfo,
     error_lines,
     exit_code,
@@ -23,11 +32,11 @@ from .report import (
     finding_lines,
     print_summary,
 )
-from .report_output import render_report, write_report
+from .reports.report_output import render_report, write_report
 
 if TYPE_CHECKING:
-    from .model import Result
-    from .notebook import NotebookResult
+    from .core.model import Result
+    from .notebooks.notebook import NotebookResult
 
 
 class UsageError(ValueError):
@@ -329,8 +338,8 @@ def _stdin_outcome(
 ) -> tuple[FileOutcome, bytes | None]:
     """What the engine would say of `data` as a file called `name`, and the bytes to print:
     the new text in the input's encoding (write), the diff (diff), or None."""
-    from .source import SourceError, rewrite_source
-    from .torch_target import rewrite_for_target
+    from .core.source import SourceError, rewrite_source
+    from .core.torch_target import rewrite_for_target
 
     options = config.options
     if mode is Mode.CHECK:
@@ -339,8 +348,8 @@ def _stdin_outcome(
     result: Result | NotebookResult
     try:
         if notebook:
-            from .notebook import rewrite_notebook
-            from .notebook_json import NotebookError, notebook_diff
+            from .notebooks.notebook import rewrite_notebook
+            from .notebooks.notebook_json import NotebookError, notebook_diff
 
             try:
                 text, encoding = data.decode("utf-8"), "utf-8"
@@ -380,7 +389,7 @@ def _stdin_outcome(
         if notebook:
             diff = notebook_diff(name, text, result.new_text)
         else:
-            from .engine import unified_diff
+            from .files.engine import unified_diff
 
             diff = unified_diff(name, text, result.new_text)
         return outcome, diff.encode(encoding.removesuffix("-sig"), "replace")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from ..model import Severity
+from ..core.model import Severity
 from .literals import string_value
 from .names import qualified
 from .torch_api import OTHER_BACKENDS, REWRITTEN_CUDA, cuda_member

@@ -27,7 +27,7 @@ from ..analysis.edits import (
 )
 from ..analysis.literals import attribute_named, cuda_literal, is_false, is_name, string_value
 from ..analysis.names import full_name, is_reference_end, matches, qualified
-from ..model import Safety, Severity
+from ..core.model import Safety, Severity
 from .base import Fix, Rule, RuleContext
 
 CUDA_AUTOCAST = ("torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast")

@@ -31,10 +31,10 @@ from ..analysis.literals import code_for, shorten
 from ..analysis.names import ModuleNames, enclosing_scopes, variable_names
 from ..analysis.placement import runs_as_script
 from ..analysis.torch_api import checks_available, float16_tests
-from ..cst_internals import layout
-from ..model import Options, Safety, Severity
-from ..module_state import Fix as Fix  # the type of the fixes rules build
-from ..module_state import ModuleState, Pending
+from ..core.cst_internals import layout
+from ..core.model import Options, Safety, Severity
+from ..core.module_state import Fix as Fix  # the type of the fixes rules build
+from ..core.module_state import ModuleState, Pending
 
 # The device definition the codemod writes: checked, because a CUDA build of torch without a
 # GPU reports `cuda` from a plain `current_accelerator()` (docs/backends.md).
@@ -60,7 +60,7 @@ class RuleContext:
     several times a parse, and most nodes are never asked about (docs/architecture.md). It
     builds the names fixes write (`torch_attr`, `device`, ...) and takes what rules report
     (`Rule.report`, `add_fix`, `claim`, ...). The engine's bookkeeping behind it is a
-    `ModuleState` (rewrite/module_state.py) that `source.py` makes and the context keeps
+    `ModuleState` (rewrite/core/module_state.py) that `source.py` makes and the context keeps
     private; rules use only the public attributes and methods (tests/test_rule_api.py).
     """
 
@@ -76,7 +76,7 @@ class RuleContext:
         self.options = options
         self.source = source
         self.module = module
-        # The engine's bookkeeping (source.py makes it; rewrite/module_state.py): reports,
+        # The engine's bookkeeping (source.py makes it; rewrite/core/module_state.py): reports,
         # fixes, statement spans, placeholders, positions. Rules reach it only through the
         # methods below.
         self._state = state if state is not None else ModuleState(source, module, tree)
@@ -505,7 +505,7 @@ class BaseRule:
     construct), `hint`, and the docstring with "Why:" and "Example:" that `gpu2tpu rules` and
     docs/rules.md show. `min_torch` is the oldest torch its fix runs on: with
     `--target-torch` older than that, the fix is held back and reported
-    (rewrite/torch_target.py).
+    (rewrite/core/torch_target.py).
     """
 
     code: ClassVar[str]
@@ -527,8 +527,8 @@ class BaseRule:
 class NotebookRule(BaseRule):
     """A check on a notebook's IPython syntax (`!nvidia-smi`, `%pip install`) or metadata.
 
-    It reads no Python, so it has no hooks: rewrite/notebook.py runs the checks and reports
-    under these codes (rules/notebook_checks.py declares them).
+    It reads no Python, so it has no hooks: rewrite/notebooks/notebook.py runs the checks and
+    reports under these codes (rules/notebook_checks.py declares them).
     """
 
     message: ClassVar[str] = ""

@@ -42,7 +42,7 @@ from ..analysis.literals import (
 from ..analysis.names import defines_attribute, is_store, is_torch_device_call
 from ..analysis.ranks import spawn_counts
 from ..analysis.values import module_values
-from ..model import Safety, Severity
+from ..core.model import Safety, Severity
 from .base import Rule, RuleContext
 
 # Calls that skip tests on a condition (pytest, unittest).

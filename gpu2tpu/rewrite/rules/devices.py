@@ -45,7 +45,7 @@ from ..analysis.literals import (
 from ..analysis.names import defines_attribute, is_torch_device_call
 from ..analysis.ranks import device_index_names
 from ..analysis.values import DeviceUse, module_values
-from ..model import Safety
+from ..core.model import Safety
 from .base import Rule, RuleContext
 
 DEVICE_KWARGS = frozenset({"device", "map_location", "output_device"})

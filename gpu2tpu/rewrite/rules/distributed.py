@@ -16,7 +16,7 @@ from ..analysis.edits import is_cuda_only, on_cuda_only, positional_args
 from ..analysis.literals import attribute_named, is_name, last_segment, short, string_value
 from ..analysis.names import module_level_alias
 from ..analysis.ranks import device_index_names
-from ..model import Safety, Severity
+from ..core.model import Safety, Severity
 from .base import Fix, Rule, RuleContext
 
 # Calls that take a process-group backend: qualified name -> its positional index, if any.

@@ -22,7 +22,7 @@ import libcst as cst
 
 from ..analysis.literals import last_segment, short, string_value, strings_in
 from ..analysis.names import full_name
-from ..model import Finding, Options, Safety, Severity
+from ..core.model import Finding, Options, Safety, Severity
 from .base import Rule, RuleContext
 
 CUDA_SOURCE_SUFFIXES = (".cu", ".cuh")

@@ -33,7 +33,7 @@ from ..analysis.edits import (
 from ..analysis.literals import cuda_literal, cuda_string_index
 from ..analysis.names import matches
 from ..analysis.torch_api import MEMORY_TOOLING
-from ..model import Safety, Severity
+from ..core.model import Safety, Severity
 from .base import Rule, RuleContext
 
 

@@ -1,14 +1,14 @@
-"""The notebook checks (G2T51x): declared here, in the one registry, run by rewrite/notebook.py.
+"""The notebook checks (G2T51x): declared here, in the one registry, run by rewrite/notebooks/.
 
 They read a notebook's IPython syntax (`!nvidia-smi`, `%pip install`, `%env`) and metadata,
-which no libcst tree holds, so they have no hooks: rewrite/notebook.py finds what they name
-and reports it under their codes. Being rules of the registry, they are listed by `gpu2tpu
+which no libcst tree holds, so they have no hooks: rewrite/notebooks/notebook.py finds what
+they name and reports it under their codes. Being rules of the registry, they are listed by `gpu2tpu
 rules` and docs/rules.md and follow `--select`, `--ignore` and `noqa` like the others.
 """
 
 from __future__ import annotations
 
-from ..model import Safety, Severity
+from ..core.model import Safety, Severity
 from .base import NotebookRule
 
 

@@ -29,7 +29,7 @@ from ..analysis.literals import attribute_named, is_name, short, string_value
 from ..analysis.names import is_reference_end, matches, qualified
 from ..analysis.placement import add_stdlib_import
 from ..analysis.torch_api import MEMORY_TOOLING, cuda_member
-from ..model import Safety, Severity
+from ..core.model import Safety, Severity
 from .base import Rule, RuleContext
 
 CUDA_EVENT = ("torch.cuda.Event", "torch.cuda.streams.Event")

@@ -15,7 +15,7 @@ from ..analysis.edits import (
     sole_statement,
 )
 from ..analysis.names import is_reference_end, matches, qualified
-from ..model import Safety
+from ..core.model import Safety
 from .base import Rule
 
 CUDA_SEED = ("torch.cuda.manual_seed", "torch.cuda.manual_seed_all")

@@ -21,7 +21,7 @@ import libcst as cst
 from ..analysis.branches import device_branch
 from ..analysis.flow import FlowFacts, Loop
 from ..analysis.literals import is_name, last_segment, short, string_value
-from ..model import Safety, Severity
+from ..core.model import Safety, Severity
 from .base import Rule, RuleContext
 
 # Tokens of the files that can hold a training loop (see FlowFacts.training_loop).

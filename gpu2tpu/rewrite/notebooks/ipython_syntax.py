@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
-from .analysis.lines import python_lines
+from ..analysis.lines import python_lines
 
 if TYPE_CHECKING:
     from IPython.core.inputtransformer2 import TokenTransformBase

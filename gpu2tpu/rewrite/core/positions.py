@@ -23,7 +23,7 @@ from .cst_internals import layout
 from .statements import Group, group_statements
 
 if TYPE_CHECKING:
-    from .rules.base import RuleContext
+    from ..rules.base import RuleContext
 
 _CST_FOR_AST: dict[type, tuple[type, ...]] = {
     cst.FunctionDef: (ast.FunctionDef, ast.AsyncFunctionDef),

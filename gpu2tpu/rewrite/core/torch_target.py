@@ -285,7 +285,7 @@ def project_floor(folder: Path) -> Pin | None:
 @functools.lru_cache(maxsize=1)
 def rule_min_torch() -> dict[str, str]:
     """Rule code -> the torch its fix needs (`Rule.min_torch`; notebook checks: 2.6)."""
-    from .rules.base import all_rules
+    from ..rules.base import all_rules
 
     return {r.code: normalize(r.min_torch) for r in all_rules()}
 
@@ -322,7 +322,7 @@ def rewrite_for_target(rewrite: Callable[[str, Options], R], text: str, options:
     held = held_back(options)
     if not held:
         return rewrite(text, options)
-    from .rules.base import rules_for
+    from ..rules.base import rules_for
     from .source import one_parse
 
     with one_parse(rules_for(options)):  # both runs share each text's parse

@@ -12,7 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .engine import Mode, RunReport
+from ..files.engine import Mode, RunReport
 from .report import RunInfo, finding_lines, render_csv, render_json, summary_text
 
 

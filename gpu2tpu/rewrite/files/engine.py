@@ -20,13 +20,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
+from ..core.model import CellFinding, Finding, Options
 from .atomic_write import ChangedDuringRun, ReadOnly, Snapshot, remove_stale_temporaries
 from .atomic_write import write_atomic as write_atomic
 from .discovery import CUDA_SOURCE_SUFFIXES, Scope, discover, inside, os_reason
 from .discovery import DEFAULT_EXCLUDES as DEFAULT_EXCLUDES
 from .discovery import SOURCE_SUFFIXES as SOURCE_SUFFIXES
 from .interrupts import checkpoint
-from .model import CellFinding, Finding, Options
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 
@@ -174,7 +174,7 @@ def process_file(path: str, config: Config, mode: Mode, tokens: tuple[bytes, ...
 
 
 def _process_file(path: str, config: Config, mode: Mode, tokens: tuple[bytes, ...]) -> FileOutcome:
-    from .source import SourceError
+    from ..core.source import SourceError
 
     read = _read_or_outcome(path, config, tokens)
     if isinstance(read, FileOutcome):
@@ -184,8 +184,8 @@ def _process_file(path: str, config: Config, mode: Mode, tokens: tuple[bytes, ..
         if path.endswith(".ipynb"):
             return _process_notebook(path, data, snapshot, config, mode)
         decoded = decode_source(data)
-        from .source import rewrite_source
-        from .torch_target import rewrite_for_target
+        from ..core.source import rewrite_source
+        from ..core.torch_target import rewrite_for_target
 
         result = rewrite_for_target(rewrite_source, decoded.text, config.options)
     except SourceError as err:
@@ -280,7 +280,7 @@ def _notebook_tokens(path: str, data: bytes) -> bool:
     """Notebooks have checks of their own (GPU runtime metadata, `!nvidia-smi`)."""
     if not path.endswith(".ipynb"):
         return False
-    from .notebook_shell import NOTEBOOK_TOKENS
+    from ..notebooks.notebook_shell import NOTEBOOK_TOKENS
 
     return any(t in data for t in NOTEBOOK_TOKENS)
 
@@ -307,9 +307,9 @@ def _read(path: str, config: Config) -> tuple[bytes, Snapshot]:
 def _process_notebook(
     path: str, data: bytes, snapshot: Snapshot, config: Config, mode: Mode
 ) -> FileOutcome:
-    from .notebook import local_module_findings, rewrite_notebook
-    from .notebook_json import NotebookError, notebook_diff
-    from .torch_target import rewrite_for_target
+    from ..core.torch_target import rewrite_for_target
+    from ..notebooks.notebook import local_module_findings, rewrite_notebook
+    from ..notebooks.notebook_json import NotebookError, notebook_diff
 
     try:
         text = data.decode("utf-8")
@@ -474,7 +474,7 @@ def _process_all(
     files: list[str], file_configs: list[Config], config: Config, mode: Mode
 ) -> list[FileOutcome]:
     try:
-        from .source import prefilter_tokens  # loads libcst and the rules: a while
+        from ..core.source import prefilter_tokens  # loads libcst and the rules: a while
 
         plans: dict[Config, tuple[int, Config, tuple[bytes, ...]]] = {}
         for c in file_configs:
@@ -535,7 +535,7 @@ def _cuda_source_outcomes(found: list[str], config: Config) -> list[FileOutcome]
     """`.cu`/`.cuh` files beside Python code: each one a finding for a person (G2T502)."""
     if not any(f.endswith(CUDA_SOURCE_SUFFIXES) for f in found):
         return []
-    from .rules.manual import cuda_sources_beside
+    from ..rules.manual import cuda_sources_beside
 
     return [
         FileOutcome(str(path), Status.UNCHANGED, findings=[finding])

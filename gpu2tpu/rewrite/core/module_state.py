@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Literal
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper
 
-from .analysis.lines import python_lines
+from ..analysis.lines import python_lines
 from .model import Finding, Options, Safety
 
 if TYPE_CHECKING:
-    from .rules.base import Rule, RuleContext
+    from ..rules.base import Rule, RuleContext
 
 Fix = Callable[[cst.CSTNode], cst.CSTNode]
 
@@ -80,11 +80,11 @@ class ModuleState:
         self.module = module
         self._tree: ast.Module | None | Literal[False] = tree
         # Top-level statements libcst did not parse (nothing in them is rewritten; see
-        # rewrite/statements.py): id of the placeholder in `module.body` -> a function that
+        # rewrite/core/statements.py): id of the placeholder in `module.body` -> a function that
         # parses the real statement on demand (for module-wide facts such as bindings).
         self.unparsed: dict[int, Callable[[], cst.BaseStatement]] = {}
         # A faster way to place a node, tried first by `RuleContext.position`
-        # (rewrite/positions.py: lay out the innermost statement only); None from it, or no
+        # (rewrite/core/positions.py: lay out the innermost statement only); None from it, or no
         # function: the layout of the top-level statement.
         self.fast_position: Callable[[RuleContext, cst.CSTNode], tuple[int, int] | None] | None
         self.fast_position = None

@@ -29,8 +29,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .analysis.lines import python_lines
-from .analysis.names import variable_names
+from ..analysis.lines import python_lines
+from ..analysis.names import variable_names
+from ..core.model import CellFinding, Finding, Options, Result, Severity
+from ..core.source import SourceError, prefilter_tokens, rewrite_source
+from ..rules.base import DEVICE_NAMES
 from .ipython_syntax import (
     PYTHON_CELL_MAGICS,
     SCOPED_CELL_MAGICS,
@@ -40,7 +43,6 @@ from .ipython_syntax import (
     mask,
     split_cell_magic,
 )
-from .model import CellFinding, Finding, Options, Result, Severity
 from .notebook_json import (
     MetaPath,
     NotebookError,
@@ -58,8 +60,6 @@ from .notebook_shell import (
     notebook_finding,
     shell_body_findings,
 )
-from .rules.base import DEVICE_NAMES
-from .source import SourceError, prefilter_tokens, rewrite_source
 
 
 @dataclass(frozen=True)

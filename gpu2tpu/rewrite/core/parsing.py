@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .analysis.lines import python_lines
+from ..analysis.lines import python_lines
 from .statements import Group, Plan, groups
 
 # Weighted nesting levels a statement may have (libcst and the traversal fail near 320 at an

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 import shlex
 
-from .analysis.lines import python_lines
+from ..analysis.lines import python_lines
+from ..core.model import Finding
+from ..rules.base import rule_by_code
 from .ipython_syntax import Escape
-from .model import Finding
-from .rules.base import rule_by_code
 
 # Packages with no TPU build, by normalised name, and what to use instead.
 CUDA_ONLY_PACKAGES: dict[str, str] = {

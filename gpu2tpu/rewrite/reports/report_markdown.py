@@ -14,9 +14,9 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import __version__
-from .engine import FileOutcome, Mode, RunReport
-from .model import CellFinding, Finding
+from ... import __version__
+from ..core.model import CellFinding, Finding
+from ..files.engine import FileOutcome, Mode, RunReport
 from .report import (
     CATEGORY_LABELS,
     CATEGORY_TITLES,

@@ -20,18 +20,18 @@ from typing import ClassVar, cast
 
 import libcst as cst
 
+from ..analysis.edits import merge_guards
+from ..analysis.flow_recorder import FlowRecorder
+from ..analysis.lines import python_lines
+from ..analysis.names import ModuleNames, caller_names
+from ..analysis.placement import device_line_after, device_line_blocked, leading_imports_end
+from ..analysis.values import ordinal_argument_lines
+from ..rules.base import Rule, RuleContext, hook_methods, rules_for
 from . import net, statements
-from .analysis.edits import merge_guards
-from .analysis.flow_recorder import FlowRecorder
-from .analysis.lines import python_lines
-from .analysis.names import ModuleNames, caller_names
-from .analysis.placement import device_line_after, device_line_blocked, leading_imports_end
-from .analysis.values import ordinal_argument_lines
 from .model import Options, Result
 from .module_state import Fix, ModuleState, Pending
 from .parsing import Prepared, SourceError, parse_module, prepare
 from .positions import source_span, statement_position
-from .rules.base import Rule, RuleContext, hook_methods, rules_for
 from .verify import Problem
 
 __all__ = ["SourceError", "one_parse", "parse_module", "prefilter_tokens", "rewrite_source"]

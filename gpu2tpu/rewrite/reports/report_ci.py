@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from .. import __version__
-from .engine import RunReport
-from .model import Finding
+from ... import __version__
+from ..core.model import Finding
+from ..files.engine import RunReport
 from .report import (
     Category,
     RunInfo,
@@ -74,7 +74,7 @@ def notebook_locator(read: Callable[[str], str] | None = None) -> CellLocator:
     `read` returns a file's text (default: read it from disk as UTF-8); a notebook that
     cannot be read or parsed gives None for every line.
     """
-    from .notebook_json import value_spans
+    from ..notebooks.notebook_json import value_spans
 
     cache: dict[str, dict[tuple[object, ...], tuple[int, int]] | None] = {}
     texts: dict[str, str] = {}
@@ -220,7 +220,7 @@ def render_sarif(
     info: RunInfo | None = None,
 ) -> str:
     """One SARIF 2.1.0 log with one run; `root` is the folder relative paths start from."""
-    from .rules.base import all_rules
+    from ..rules.base import all_rules
 
     docs: dict[str, object] = {d.code: d for d in all_rules()}
     rules: list[dict[str, Any]] = []

@@ -28,9 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.model import Options
 from .discovery import Scope
 from .engine import DEFAULT_MAX_BYTES, Config
-from .model import Options
 
 
 class ConfigError(ValueError):
@@ -77,7 +77,7 @@ def _byte_count(value: object) -> int:
 
 
 def _torch_version(value: object) -> str:
-    from .torch_target import TargetError, normalize
+    from ..core.torch_target import TargetError, normalize
 
     if not isinstance(value, str):
         raise _Bad('expected a torch version in quotes, such as "2.6" (a number drops zeros)')
@@ -121,7 +121,7 @@ def unknown_codes(codes: tuple[str, ...]) -> list[str]:
     """The codes that are no rule code and no prefix of one (`ALL` is every rule)."""
     if not codes:
         return []
-    from .rules.base import all_rules
+    from ..rules.base import all_rules
 
     known = [r.code for r in all_rules()]
     return [c for c in codes if c != "ALL" and not any(k.startswith(c) for k in known)]
@@ -279,7 +279,7 @@ class ProjectConfigs:
         return found
 
     def _target(self, folder: str, root: Path, section: ToolSection) -> tuple[str | None, str]:
-        from .torch_target import TargetError, normalize
+        from ..core.torch_target import TargetError, normalize
 
         if self.overrides.target_torch:
             try:
@@ -295,7 +295,7 @@ class ProjectConfigs:
     def _nearest_pin(self, folder: str) -> tuple[str, str] | None:
         """The lowest torch the pins of the nearest folder with any admit, and where it was
         read; the search stops at the top of the folder's git repository."""
-        from .torch_target import project_floor
+        from ..core.torch_target import project_floor
 
         walked = []
         found: tuple[str, str] | None = None

@@ -8,7 +8,7 @@ import json
 import sys
 from typing import TextIO
 
-from .rules.base import BaseRule, all_rules
+from ..rules.base import BaseRule, all_rules
 
 
 def rule_record(rule: type[BaseRule]) -> dict[str, str]:
@@ -53,11 +53,12 @@ def _first_line(rule: type[BaseRule]) -> str:
 
 
 def rules_markdown() -> str:
-    """docs/rules.md, generated from the rules themselves (`python -m gpu2tpu.rewrite.rules_doc`)."""
+    """docs/rules.md, generated from the rules (`python -m gpu2tpu.rewrite.reports.rules_doc`)."""
     lines = [
         "# Rules",
         "",
-        "Generated from the rule classes: `python -m gpu2tpu.rewrite.rules_doc > docs/rules.md`.",
+        "Generated from the rule classes:"
+        " `python -m gpu2tpu.rewrite.reports.rules_doc > docs/rules.md`.",
         "",
     ]
     lines += ["| code | name | safety | what |", "|---|---|---|---|"]

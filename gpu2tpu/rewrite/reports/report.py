@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TextIO
 
-from .engine import FileOutcome, Mode, RunReport, Status
-from .model import CellFinding, Finding, Severity
-from .torch_target import rewrite_floor
+from ..core.model import CellFinding, Finding, Severity
+from ..core.torch_target import rewrite_floor
+from ..files.engine import FileOutcome, Mode, RunReport, Status
 
 DOCS_URL = "https://github.com/gpu2tpu/gpu2tpu/blob/main/docs/rules.md#{anchor}"
 SCHEMA_VERSION = 1

@@ -42,8 +42,8 @@ import tokenize
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .analysis.branches import CUDA_ONLY_PACKAGES
-from .analysis.placement import device_line_after
+from ..analysis.branches import CUDA_ONLY_PACKAGES
+from ..analysis.placement import device_line_after
 
 # Statements that must be parsed for the module-level edits, whatever their text.
 _IMPORTS = (ast.Import, ast.ImportFrom)

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import cast
 
-from .analysis.lines import python_lines
+from ..analysis.lines import python_lines
 
 # Names every module has without binding them, and those a class body has.
 _MODULE_NAMES = frozenset(

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from .analysis.lines import python_lines
+from ..analysis.lines import python_lines
 from .model import Finding, Result
 from .verify import Facts, Problem, facts, new_problems, original_lines
 
