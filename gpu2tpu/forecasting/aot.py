@@ -512,7 +512,10 @@ class TrainingStep:
         from torch.utils import _pytree as pytree
 
         env = torchax.default_env()
-        with env:
+        # Traced: a random op (dropout, randn) rotates torchax's key inside the trace, and the
+        # env would keep the rotated key, a tracer, for whatever runs in it next (an
+        # UnexpectedTracerError there). override_property puts the env's own back afterwards.
+        with env, env.override_property(prng=env.prng_key):
             state = env.j2t_iso({**frozen, **buffers, **trainable})
             leaves = list(self.layout.leaves)
             for position, value in zip(
