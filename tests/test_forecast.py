@@ -265,12 +265,15 @@ def test_compiled_step_is_the_torch_training_step():
     assert int(buffers["1.num_batches_tracked"]) == 1
 
 
-def test_a_random_op_in_the_traced_step_leaves_torchaxs_key_alone():
+def test_a_random_op_in_the_traced_step_leaves_torchaxs_key_alone(monkeypatch):
     """Dropout draws torchax's key inside the trace; the env must keep a concrete key after
-    it (in CI a later torchax test in the same process raised UnexpectedTracerError)."""
+    it (in CI a later torchax test in the same process raised UnexpectedTracerError). No env
+    yet, as in a fresh process: torchax makes it, and its first key, on first use."""
     import jax
     import jax.numpy as jnp
     import torchax
+
+    monkeypatch.setattr(torchax, "_env", None)
 
     model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.Linear(8, 2))
     batch = (torch.randn(4, 8), torch.randint(0, 2, (4,)))
@@ -279,12 +282,15 @@ def test_a_random_op_in_the_traced_step_leaves_torchaxs_key_alone():
     tx = to_optax(plan)
     step = aot.TrainingStep(model, nn.functional.cross_entropy, plan, aot.split_batch(batch))
     trainable = {n: jnp.asarray(p.detach().numpy()) for n, p in model.named_parameters()}
-    before = torchax.default_env().prng_key
     jax.jit(step.function(tx))(
         trainable, {}, {}, tx.init(trainable), [jnp.asarray(t.numpy()) for t in batch]
     )
     env = torchax.default_env()
     assert not isinstance(env.prng_key, jax.core.Tracer)
+    before = env.prng_key
+    jax.jit(step.function(tx))(
+        trainable, {}, {}, tx.init(trainable), [jnp.asarray(t.numpy()) for t in batch]
+    )
     assert env.prng_key is before
     with env:
         assert torch.randn(2, device="jax").shape == (2,)

@@ -539,6 +539,11 @@ class TrainingStep:
         """The pure step: (trainable, frozen, buffers, opt_state, batch) -> (loss, new state)."""
         import jax
         import optax
+        import torchax
+
+        # torchax makes its default env, and the env its first key, on first use: made while
+        # `step` is traced, that key would be a tracer kept for good. Made here, before any trace.
+        torchax.default_env()
 
         def step(
             trainable: dict, frozen: dict, buffers: dict, opt_state: Any, batch: list
