@@ -170,7 +170,8 @@ def _reproduces(text: str, nb: dict[str, Any]) -> tuple[int | None, bool, str] |
 
 
 def _ensure_ascii(piece: str, text: str) -> bool:
-    """Whether a changed value is written with `\\uXXXX` escapes, as the value it replaces was."""
+    """Whether a changed value is written with backslash-u escapes (`\\u00e9`), as the value it
+    replaces was."""
     if not piece.isascii():
         return False
     if any(int(h, 16) >= 0x80 for h in re.findall(r"\\u([0-9a-fA-F]{4})", piece)):
