@@ -667,7 +667,7 @@ def dry_run_html(report: Any) -> str:
     out = [
         f'{STYLE}<div class="g2t-view gpu2tpu-dry-run">',
         f"<p><b>Dry run of {_e(report.label)} on the CPU</b>: {report.total_ops:,} ATen ops "
-        f"({len(report.ops)} distinct) in {report.seconds * 1e3:,.1f} ms</p>",
+        f"({report.distinct_ops} distinct) in {report.seconds * 1e3:,.1f} ms</p>",
     ]
     if report.error:
         out.append(f'<div class="g2t-warn">The run stopped: {_e(report.error)}</div>')
