@@ -1052,7 +1052,11 @@ def test_profile_shows_a_progress_bar_in_a_kernel(
         time.sleep(0.02)
 
     gpu2tpu.profile(step, steps=20, warmup=1, backend="cpu", progress=True, targets=())
-    [box] = shown
+    [data] = shown  # the widget's display data, with our line as its plain text
+    from ipywidgets.widgets.widget import _instances
+
+    box = _instances[data["application/vnd.jupyter.widget-view+json"]["model_id"]]
+    assert data["text/plain"].startswith("gpu2tpu.profile: ")
     bar, label = box.children
     assert isinstance(bar, ipywidgets.IntProgress) and bar.max == 22
     assert bar.value == 22 and bar.bar_style == "success"

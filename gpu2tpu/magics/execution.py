@@ -286,11 +286,12 @@ class TPUMagics(Magics):
         if self._owns_custom_exc:
             shell.set_custom_exc(CELL_SYNTAX_ERRORS, show_cell_syntax_error)
 
-    def _say_choice(self, reason: str) -> None:
-        """Print `auto`'s choice when it is new for this session (not on every cell)."""
+    def _say_choice(self, reason: str, how: str = "") -> None:
+        """Print `auto`'s choice when it is new for this session (not on every cell), with
+        `how` the cell runs there (", as a dry run")."""
         if reason != self._last_reason:
             self._last_reason = reason
-            print(f"gpu2tpu: {reason}")
+            print(f"gpu2tpu: {reason}{how}")
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument(
@@ -429,7 +430,7 @@ class TPUMagics(Magics):
         if plan.backend == "auto" and not plan.dry_run:
             # Only a plain cell is dry-run on the CPU; --profile and --forecast run as asked.
             plain = dry and not (plan.profile or plan.forecast or nested is not None)
-            self._say_choice(f"{reason}, as a dry run" if plain else reason)
+            self._say_choice(reason, ", as a dry run" if plain else "")
         _note_torchax(backend)
         number = cell_number(self.shell)
         depth = _cell_magic_depth()

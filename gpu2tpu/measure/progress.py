@@ -40,6 +40,14 @@ def detect_mode() -> str:
     return "off"
 
 
+def _bundle(widget: Any, text: str) -> dict[str, Any]:
+    """The widget's display data with `text` as its plain-text copy (ipywidgets' own is the
+    widget's repr, frozen at the first frame in a saved notebook)."""
+    data = dict(widget._repr_mimebundle_() or {})
+    data["text/plain"] = text
+    return data
+
+
 def format_eta(seconds: float | None) -> str:
     """ "ETA 0:12", "ETA 1:02:03"; "ETA ?" before there is a step to go by."""
     if seconds is None:
@@ -167,8 +175,11 @@ class StepProgress:
 
             bar = w.IntProgress(value=self.done, min=0, max=self.total, description="")
             label = w.HTML(html.escape(self.text()))
-            display(w.HBox([bar, label]))
-            self._view = (bar, label)
+            box = w.HBox([bar, label])
+            # The output's plain-text copy (what a saved notebook shows without the widget
+            # state) is our line, and `_finish` replaces it with the run's last word.
+            handle = display(_bundle(box, self.text()), raw=True, display_id=True)
+            self._view = (bar, label, box, handle)
         else:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -192,7 +203,7 @@ class StepProgress:
         if view is None:
             return
         if self.mode == "notebook":
-            bar, label = view
+            bar, label = view[:2]
             bar.value = min(self.done, self.total)
             label.value = html.escape(self.text())
         else:
@@ -210,13 +221,14 @@ class StepProgress:
         view, self._view = self._view, None
         elapsed = time.perf_counter() - self._started
         if self.mode == "notebook":
-            bar, label = view
+            bar, label, box, handle = view
             bar.value = self.done if failed else self.total
             bar.bar_style = "danger" if failed else "success"
             state = "stopped" if failed else "done"
-            label.value = html.escape(
-                f"{self.title}: {self.done}/{self.total} steps, {state} in {elapsed:.1f} s"
-            )
+            last = f"{self.title}: {self.done}/{self.total} steps, {state} in {elapsed:.1f} s"
+            label.value = html.escape(last)
+            if handle is not None:
+                handle.update(_bundle(box, last), raw=True)
         else:
             progress, _task = view
             progress.stop()
