@@ -1063,6 +1063,26 @@ def test_profile_shows_a_progress_bar_in_a_kernel(
     assert re.fullmatch(r"gpu2tpu\.profile: 22/22 steps, done in \d+\.\d s", label.value)
 
 
+def test_a_long_dry_run_says_what_it_has_done_in_a_kernel(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """issue 32: a 24 s dry run said nothing until it ended; now a line counts its ops."""
+    import gpu2tpu.measure.progress as progress
+
+    monkeypatch.setattr(ip, "kernel", object(), raising=False)
+    monkeypatch.setattr(progress, "DELAY_S", 0.1)
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, **kw: shown.append(obj))
+    cell = "%%tpu --dry-run\nfor _ in range(6):\n    time.sleep(0.1)\n    torch.ones(3).add_(1)\n"
+    ip.user_ns["time"] = time
+    result, _ = run(ip, cell)
+    assert result.success, result.error_in_exec
+    lines = [d["text/plain"] for d in shown if isinstance(d, dict)]
+    assert lines and lines[0].startswith(f"gpu2tpu: dry run of In[{result.execution_count}]: ")
+    assert " ATen ops, " in lines[0]
+    ip.user_ns.pop("time")
+
+
 def test_tpu_info_widget_says_autos_choice_once() -> None:
     from gpu2tpu.magics.info import collect_info
 

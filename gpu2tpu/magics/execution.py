@@ -480,6 +480,7 @@ class TPUMagics(Magics):
         __tracebackhide__ = True
         from IPython.display import display
 
+        from ..measure.progress import WorkStatus
         from ..readiness.dryrun import DryRunDetector
         from ..readiness.user_code import UserCode, cell_labels
 
@@ -490,8 +491,10 @@ class TPUMagics(Magics):
             {prepared.filename}, label=label, history=history, user_code=user_code
         )
         ns = self.shell.user_ns
+        # A dry run of many seconds says what it has done so far instead of looking hung.
+        status = WorkStatus(f"gpu2tpu: dry run of {label}", lambda: f"{detector.calls:,} ATen ops")
         try:
-            with backend.activate(), detector:
+            with status, backend.activate(), detector:
                 value = execute(prepared, ns)
         except Exception as err:
             add_notes(err, self.runner.recent.values(), backend)

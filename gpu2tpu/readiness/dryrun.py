@@ -391,6 +391,7 @@ class DryRunDetector(TorchDispatchMode):
         self.user_code = user_code if user_code is not None else UserCode()
         self.ops: dict[str, Counter[int | None]] = {}
         self.overloads: dict[str, int] = {}
+        self.calls = 0  # ops run so far, read by the live status line while the code runs
         self.found: dict[tuple[HazardKind, Site | None], Hazard] = {}
         self._started = 0.0
         self.seconds = 0.0
@@ -533,6 +534,7 @@ class DryRunDetector(TorchDispatchMode):
             return out
         info = OP_INFO.get(func) or op_info(func)
         name, overload, kind = info
+        self.calls += 1
         overloads = self.overloads
         overloads[overload] = overloads.get(overload, 0) + 1
         if kind == HOST_READ:
