@@ -447,7 +447,7 @@ def leave_one_source_out(
     runs: Sequence[PublishedRun], catalogue: HardwareCatalogue
 ) -> tuple[HeldOutError, ...]:
     """Every run predicted by a fit on the other sources' runs."""
-    out = []
+    out: list[HeldOutError] = []
     for group in sorted({r.source_group for r in runs}):
         others = [r for r in runs if r.source_group != group]
         if not others:
