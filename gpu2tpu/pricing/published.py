@@ -82,8 +82,9 @@ class PublishedRunsError(ValueError):
 class ModelShape:
     """A dense decoder's shape: enough to build it on the meta device and count its FLOPs.
 
-    `mlp` is "gated" (SwiGLU: three d_model x ffn matrices) or "plain" (two, GELU); `tied`
-    says the output layer shares the token embedding (it is a matmul per token either way).
+    `mlp` is "gated" (SwiGLU: three d_model x ffn matrices) or "plain" (two, with
+    `activation`: "gelu" or "relu"); `tied` says the output layer shares the token embedding
+    (it is a matmul per token either way).
     """
 
     key: str
@@ -98,6 +99,7 @@ class ModelShape:
     mlp: str
     source: str
     tied: bool = False
+    activation: str = "gelu"
 
     def matmul_parameters(self) -> int:
         """Weights of every linear layer: attention, MLP and the output layer."""
@@ -318,6 +320,7 @@ def _model(key: str, table: Mapping[str, Any], path: Path) -> ModelShape | Model
         mlp=str(table["mlp"]),
         source=str(table["source"]),
         tied=bool(table.get("tied", False)),
+        activation=str(table.get("activation", "gelu")),
         **sizes,
     )
 

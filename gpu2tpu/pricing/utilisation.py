@@ -356,11 +356,12 @@ def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
     return [a[i][n] / a[i][i] for i in range(n)]
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
+def _outer_quantile(values: Sequence[float], q: float) -> float:
+    """The order statistic at or beyond the q-quantile, away from the median: a range
+    between two such quantiles holds at least its stated share of `values`."""
     ordered = sorted(values)
     pos = (len(ordered) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    return ordered[math.floor(pos) if q < 0.5 else math.ceil(pos)]
 
 
 def _coefficients(points: Sequence[tuple[_Point, float, float]]) -> dict[str, float]:
@@ -500,8 +501,8 @@ def fit_utilisation(runs: Iterable[PublishedRun], catalogue: HardwareCatalogue) 
         cross_source=cross,
         held_out=held,
         log_range=(
-            _quantile(residuals, RANGE_QUANTILES[0]),
-            _quantile(residuals, RANGE_QUANTILES[1]),
+            _outer_quantile(residuals, RANGE_QUANTILES[0]),
+            _outer_quantile(residuals, RANGE_QUANTILES[1]),
         ),
         sources=full.sources,
     )
