@@ -1056,6 +1056,7 @@ def _price(result: TargetForecast, chip: Chip, tokens_per_step: float | None, pr
     result.cost_per_step = result.cost_per_1m_tokens = result.bound_cost_per_step = None
     result.expected_seconds = result.expected_low = result.expected_high = None
     result.expected_utilisation = result.expected_limited_by = None
+    result.expected_framework = result.expected_ceiling_seconds = None
     result.expected_notes = []
     if result.status != "compiled":
         return
@@ -1075,10 +1076,19 @@ def _price(result: TargetForecast, chip: Chip, tokens_per_step: float | None, pr
     result.bound_cost_per_step = cost_per_step(result.step_seconds, chip, result.chips, price)
     expected = expected_step(_features(result, chip, result.chips, tokens_per_step), chip)
     seconds = result.step_seconds
-    if expected is not None:
+    if expected is not None and expected.kind == "bound":
+        # Nothing calibrates a figure: the row stays a bound, its notes say why.
+        seconds = max(seconds, expected.seconds)
+        result.expected_limited_by, result.expected_notes = (
+            expected.limited_by,
+            list(expected.notes),
+        )
+    elif expected is not None:
         seconds = expected.seconds
         result.expected_seconds, result.expected_low = expected.seconds, expected.low
         result.expected_high, result.expected_utilisation = expected.high, expected.utilisation
+        result.expected_framework = expected.framework
+        result.expected_ceiling_seconds = expected.ceiling_seconds
         result.expected_limited_by, result.expected_notes = (
             expected.limited_by,
             list(expected.notes),
@@ -1189,6 +1199,8 @@ def _tpu_row(
         step_high=result.expected_high,
         bound_seconds=result.step_seconds,
         flops_per_step=result.flops,
+        framework=(result.expected_framework or "") if expected else "",
+        ceiling_seconds=result.expected_ceiling_seconds if expected else None,
     )
 
 
@@ -1208,6 +1220,8 @@ def _gpu_row(
         max(0.0, reference.flops / chips), max(0.0, reference.bytes_accessed / chips), gpu
     )
     expected = expected_step(_features(reference, gpu, chips, tokens_per_step), gpu)
+    if expected is not None and expected.kind == "bound":
+        bound, expected = max(bound, expected.seconds), None
     memory = None
     fits = None
     if reference.devices_per_chip == 1 and reference.memory_per_chip:
@@ -1236,6 +1250,8 @@ def _gpu_row(
         step_high=expected.high if expected else None,
         bound_seconds=bound,
         flops_per_step=reference.flops,
+        framework=expected.framework if expected else "",
+        ceiling_seconds=expected.ceiling_seconds if expected else None,
     )
 
 

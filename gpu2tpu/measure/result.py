@@ -870,6 +870,7 @@ def _estimate(
         attention_flops_per_chip=None if attention is None else attention / chips,
         attention="full",
         bytes_per_chip=(bytes_ or 0.0) / chips,
+        bytes_kind="unfused",  # the profiler's per-op bytes: never a floor
     )
     utilisation = None
     if reference is not None:
@@ -877,7 +878,21 @@ def _estimate(
             reference.utilisation, reference.chip, target, features.attention_share
         )
     expected = expected_step(features, target, utilisation=utilisation)
-    bound = roofline_seconds(flops / chips, (bytes_ or 0.0) / chips, target)
+    # The profiler's bytes are per op, unfused: neither a floor nor a ceiling on a compiled
+    # step's HBM traffic, so the bound is the compute term alone.
+    bound = roofline_seconds(flops / chips, 0.0, target)
+    if expected is not None and expected.kind == "bound":
+        return ComparisonRow.build(
+            target,
+            max(bound, expected.seconds),
+            "estimated",
+            chips=chips,
+            flops_per_step=flops,
+            memory_bytes=device_memory,
+            note="bound only: " + "; ".join(expected.notes),
+            bound_seconds=bound,
+            **common,
+        )
     if expected is None:
         return ComparisonRow.build(
             target,
@@ -920,5 +935,7 @@ def _estimate(
         step_low=expected.low,
         step_high=expected.high,
         bound_seconds=bound,
+        framework=expected.framework,
+        ceiling_seconds=expected.ceiling_seconds,
         **common,
     )
