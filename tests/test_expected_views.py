@@ -84,7 +84,11 @@ def test_every_view_of_a_comparison_carries_the_provenance_line():
     console.print(comparison)
     assert "predicting each source from the others" in console.export_text()
     html = static_html(comparison)
-    assert "g2t-expected" in html and "predicting each source from the others" in html and "range" in html
+    assert (
+        "g2t-expected" in html
+        and "predicting each source from the others" in html
+        and "range" in html
+    )
     widget = comparison.widget()
     assert "predicting each source from the others" in widget.parts["header"].children[0].value
     data = json.loads(comparison.to_json())
@@ -151,9 +155,15 @@ def test_forecast_views_carry_the_provenance_line_and_gpu_rows_use_their_own_uti
         reference=target.label, versions={}, wall_seconds=1.0, cache_dir=None,
     )  # fmt: skip
     assert LINE in repr(result) and "Expected step (range)" in repr(result)
-    assert "predicting each source from the others" in result.to_html() and "Roofline bound" in result.to_html()
+    assert (
+        "predicting each source from the others" in result.to_html()
+        and "Roofline bound" in result.to_html()
+    )
     assert result.details()["Expected"] == LINE
-    assert "predicting each source from the others" in result.widget().parts["header"].children[0].value
+    assert (
+        "predicting each source from the others"
+        in result.widget().parts["header"].children[0].value
+    )
     assert json.loads(result.to_json())["targets"][0]["expected_seconds"] == target.expected_seconds
 
 
