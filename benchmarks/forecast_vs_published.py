@@ -67,14 +67,16 @@ class Comparison:
 
 def analytic(run: PublishedRun, catalogue: HardwareCatalogue, fit: UtilisationFit) -> Comparison:
     """Expected tokens/s/chip from the analytic FLOP count of the published shape, through
-    `expected_step` with the run's chip, framework, class, precision and scale."""
+    `expected_step` with the run's chip, framework, class, precision and scale; the FLOPs are
+    those the chip executes (the run's activation recomputation included)."""
     tokens = run.tokens_per_chip
+    samples = tokens / run.sequence
     features = StepFeatures(
         chip=run.chip,
         chips=run.chips,
-        flops_per_chip=run.flops_per_sample * tokens / run.sequence,
+        flops_per_chip=run.hardware_flops_per_sample * samples,
         tokens_per_chip=tokens,
-        attention_flops_per_chip=run.attention_share * run.flops_per_sample * tokens / run.sequence,
+        attention_flops_per_chip=run.hardware_attention_flops_per_sample * samples,
         attention="causal",
         parameters=None if run.parameters is None else int(run.parameters),
         slices=run.slices,
@@ -187,6 +189,11 @@ def counted(run: PublishedRun, catalogue: HardwareCatalogue) -> Comparison:
     (f1, a1), (f2, a2) = counts
     depth = shape.layers
     flops, attention = f1 + (depth - 1) * (f2 - f1), a1 + (depth - 1) * (a2 - a1)
+    # The meta model is not checkpointed: the run's recomputed forward products are added,
+    # the attention ones as the full matrix, as SDPA's math path counts it here.
+    again = run.hardware_attention_flops_per_sample - run.attention_share * run.flops_per_sample
+    flops += (run.hardware_flops_per_sample - run.flops_per_sample + again) * sequences
+    attention += 2 * again * sequences
     scale = run.tokens_per_chip / (sequences * run.sequence)  # to the optimizer step's tokens
     features = StepFeatures(
         chip=run.chip,

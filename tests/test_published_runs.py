@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu2tpu.pricing import utilisation
 from gpu2tpu.pricing.catalogue import HardwareCatalogue
 from gpu2tpu.pricing.published import (
     CONVENTIONS,
@@ -25,10 +26,12 @@ from gpu2tpu.pricing.published import (
     FRAMEWORKS,
     MODEL_CLASSES,
     PRECISIONS,
+    RECOMPUTE_PARTS,
     PublishedRunsError,
     load_published_runs,
 )
 from gpu2tpu.pricing.utilisation import (
+    ATTENTION_RATE_BOUNDS,
     RANGE_QUANTILES,
     StepFeatures,
     default_fit,
@@ -161,6 +164,95 @@ def test_a_malformed_table_is_refused_naming_the_file_row_and_field(tmp_path):
         load_published_runs(bad)
     with pytest.raises(PublishedRunsError, match="does not exist"):
         load_published_runs(tmp_path / "absent.toml")
+    bad.write_text(text.replace('recompute = ["full"]', 'recompute = ["everything"]', 1))
+    with pytest.raises(PublishedRunsError, match=r"\.recompute: a list of q, k, v"):
+        load_published_runs(bad)
+    bad.write_text(re.sub(r"^recompute = .*\n", "", text, count=1, flags=re.M))
+    with pytest.raises(PublishedRunsError, match="missing recompute"):
+        load_published_runs(bad)
+
+
+def test_every_decoder_row_states_its_recomputation_and_its_hardware_flops_follow():
+    """The chip executes the model's FLOPs plus the forward products its run recomputes:
+    "full" is every product of every layer (not the output layer), a list only those."""
+    for run in RUNS:
+        if run.shape is None:
+            continue
+        assert set(run.recompute) <= {*RECOMPUTE_PARTS, "full"}, run.id
+        assert run.recompute_source or not run.recompute, run.id
+        shape, s = run.shape, run.sequence
+        layer = (run.parameters - shape.vocab * shape.d_model) / shape.layers  # matmul weights
+        forward = {
+            "full": shape.layers * (2 * layer + 2 * s * shape.heads * shape.head_dim),
+            "attention": shape.layers * 2 * s * shape.heads * shape.head_dim,
+        }
+        extra = run.hardware_flops_per_sample - run.flops_per_sample
+        if not run.recompute:
+            assert extra == 0, run.id
+        elif run.recompute in (("full",), ("attention",)):
+            expected = run.recompute_layers * forward[run.recompute[0]] * s
+            assert extra == pytest.approx(expected), run.id
+        else:
+            assert 0 < extra < forward["full"] * s, run.id
+    # What the sources say, spot-checked: llm-foundry's checkpointed rows, NeMo's none.
+    by_id = {r.id: r for r in RUNS}
+    assert by_id["llmfoundry-h100-mpt-1b-65536-8"].recompute == ("full",)
+    assert by_id["llmfoundry-h100-mpt-1b-2048-8"].recompute == ()
+    assert by_id["dgxc-h100-llama3.1-70b-64"].recompute == ()
+
+
+def test_recomputation_is_an_input_of_the_fit():
+    """Each run is fitted on the FLOPs its chip executed: dropping the rows' recomputation
+    changes the fit and every source's cross-source prediction of a checkpointed run."""
+    fit = default_fit()
+    stripped = fit_utilisation([replace(r, recompute=()) for r in RUNS], CATALOGUE)
+    assert stripped.coefficients != fit.coefficients
+    before = {h.run.id: h.expected_tokens_per_s for h in fit.cross_source}
+    for h in stripped.cross_source:
+        if h.run.recompute:
+            assert h.expected_tokens_per_s != pytest.approx(before[h.run.id], rel=1e-3), h.run.id
+    # A step that recomputes runs that many more FLOPs at the same rate: proportionally longer.
+    v6e = CATALOGUE.get("v6e")
+    plain = expected_step(_features(attention_flops_per_chip=0.0), v6e)
+    again = expected_step(_features(flops_per_chip=4e15 * 4 / 3, attention_flops_per_chip=0.0), v6e)
+    assert again.seconds / plain.seconds == pytest.approx(4 / 3)
+
+
+def test_attention_runs_at_its_own_fitted_rate(monkeypatch):
+    """The attention products take 1/r of the time their FLOPs would take as dense matmuls,
+    with r fitted on every run (an attention kernel runs no faster than the matmuls)."""
+    fit = default_fit()
+    rate = fit.attention_rate
+    assert ATTENTION_RATE_BOUNDS[0] < rate < ATTENTION_RATE_BOUNDS[1]
+    v6e = CATALOGUE.get("v6e")
+    none = expected_step(_features(attention_flops_per_chip=0.0), v6e)
+    half = expected_step(_features(attention_flops_per_chip=2e15), v6e)
+    assert half.seconds / none.seconds == pytest.approx(1 + 0.5 * (1 / rate - 1))
+    assert fit.utilisation(v6e, 0.5) == pytest.approx(
+        fit.utilisation(v6e, 0.0) / (0.5 / rate + 0.5)
+    )
+    # Held at the matmuls' rate, the long-context runs are predicted otherwise.
+    monkeypatch.setattr(utilisation, "ATTENTION_RATE_BOUNDS", (1.0, 1.0))
+    flat = fit_utilisation(RUNS, CATALOGUE)
+    assert flat.attention_rate == pytest.approx(1.0)
+    before = {h.run.id: h.expected_tokens_per_s for h in fit.cross_source}
+    for h in flat.cross_source:
+        if h.run.hardware_attention_share > 0.3:
+            assert h.expected_tokens_per_s != pytest.approx(before[h.run.id], rel=0.05), h.run.id
+
+
+def test_scale_terms_are_not_extrapolated_beyond_the_fitted_runs():
+    fit = default_fit()
+    v5e = CATALOGUE.get("v5e")
+    most = fit.max_slices
+    at_most = expected_step(_features(chip="v5e", slices=most), v5e)
+    beyond = expected_step(_features(chip="v5e", slices=most * 8), v5e)
+    assert beyond.seconds == pytest.approx(at_most.seconds)
+    assert any(f"no published run used more than {most}" in n for n in beyond.notes)
+    low, high = fit.size_range
+    big = expected_step(_features(chip="v5e", parameters=int(high)), v5e)
+    bigger = expected_step(_features(chip="v5e", parameters=int(high * 100)), v5e)
+    assert bigger.seconds == pytest.approx(big.seconds)
 
 
 def test_cross_source_predictions_never_see_their_own_source():
@@ -238,7 +330,9 @@ def test_scale_is_an_input_slices_over_dcn_and_model_size():
     assert big.seconds / one.seconds == pytest.approx(
         math.exp(-math.log10(50) * fit.coefficients["size"])
     )
-    assert fit.coefficients["dcn"] < 0 and fit.coefficients["size"] < 0
+    # The network costs time; the size term's sign is the runs' (larger products run at a
+    # higher share of the peak once the recomputed FLOPs are counted).
+    assert fit.coefficients["dcn"] < 0 and fit.coefficients["size"] != 0
 
 
 def test_the_chip_enters_through_its_machine_balance_and_its_own_runs():
@@ -264,18 +358,22 @@ def test_precision_is_an_input_with_each_chips_own_peak(tmp_path):
     if "fp32" not in fit.precisions:
         bound = expected_step(features, a100)
         assert bound.kind == "bound" and bound.peak_flops == pytest.approx(156e12)
-    # With runs in that precision the figure is expected, and moves with the precision's effect.
+    # With runs in a precision the figure is expected, at that precision's peak, and moves
+    # with the precision's effect (the FSDP blog's rows relabelled fp16: A100's and H100's
+    # fp16 peak is their bf16 one, so the relabelled rows stay possible).
+    assert a100.peak_for("fp16")[0] == pytest.approx(a100.peak_bf16_flops)
     runs = [
-        replace(r, precision="fp32") if r.source_group == "pytorch-fsdp-blog" else r for r in RUNS
+        replace(r, precision="fp16") if r.source_group == "pytorch-fsdp-blog" else r for r in RUNS
     ]
     refit = fit_utilisation(runs, CATALOGUE)
-    step = expected_step(features, a100, refit)
-    assert step.kind == "expected" and step.peak_flops == pytest.approx(156e12)
+    fp16 = replace(features, precision="fp16")
+    step = expected_step(fp16, a100, refit)
+    assert step.kind == "expected" and step.peak_flops == pytest.approx(a100.peak_bf16_flops)
     assert step.utilisation < 1
-    bf16 = expected_step(replace(features, precision="bf16"), a100, refit)
-    # Half the peak, the precision's own effect, and the machine balance at that peak.
-    effect = refit.coefficients["precision:fp32"] - refit.coefficients["balance"]
-    assert step.seconds / bf16.seconds == pytest.approx(2 * math.exp(-effect))
+    bf16 = expected_step(replace(fp16, precision="bf16"), a100, refit)
+    effect = refit.coefficients["precision:fp16"]
+    assert effect != 0
+    assert step.seconds / bf16.seconds == pytest.approx(math.exp(-effect))
 
 
 def test_model_class_is_an_input_and_an_uncalibrated_class_is_a_bound():

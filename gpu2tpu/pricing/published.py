@@ -12,6 +12,11 @@ The FLOP count (docs/forecast.md, "FLOPs of a transformer step"): per token of a
 step, 6 x the matmul parameters (every linear layer, the output layer included, the
 embedding lookup excluded) plus the attention products QK^T and PV: 12 x layers x sequence x
 heads x head_dim with the full score matrix, half that for causal attention.
+
+Activation recomputation (checkpointing, MaxText's remat policies) runs part of each layer's
+forward again in the backward pass: FLOPs the chip executes that tokens/s does not show. Each
+row says which products its run recomputed (`recompute`, as its source states); the *hardware*
+FLOPs are the model's plus those (`PublishedRun.hardware_flops_per_sample`).
 """
 
 from __future__ import annotations
@@ -71,6 +76,11 @@ _RUN_FIELDS = (
     "parallelism", "framework", "software", "source_group", "model_class", "measured", "value",
     "source", "date", "held_out",
 )  # fmt: skip
+# The products of one decoder layer a run may compute again in its backward pass
+# (`recompute`): the projections, the attention products (QK^T and PV, causal) and the MLP's.
+# "full" is the whole layer's forward, as PyTorch's checkpoint reruns it and as the sources'
+# hardware-FLOPs counts (llm-foundry's HFU) count it.
+RECOMPUTE_PARTS = ("q", "k", "v", "attention", "o", "mlp_gate", "mlp_up", "mlp_down")
 _DATE = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
 
 
@@ -120,6 +130,24 @@ class ModelShape:
     def flops_per_token(self, sequence: int, causal: bool = True) -> float:
         """Training FLOPs per token: 6 x matmul parameters + attention."""
         return 6.0 * self.matmul_parameters() + self.attention_flops_per_token(sequence, causal)
+
+    def forward_flops_per_token(self, parts: tuple[str, ...], sequence: int) -> float:
+        """Forward FLOPs per token of the named products of every layer (`RECOMPUTE_PARTS`;
+        "full" is all of them); attention causal. The output layer is never among them."""
+        d, q, kv = self.d_model, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        gated = self.mlp == "gated"
+        per_part = {
+            "q": 2.0 * d * q,
+            "k": 2.0 * d * kv,
+            "v": 2.0 * d * kv,
+            "attention": 2.0 * sequence * q,  # 4 x s x h x hd, half of it under the causal mask
+            "o": 2.0 * q * d,
+            "mlp_gate": 2.0 * d * self.ffn if gated else 0.0,
+            "mlp_up": 2.0 * d * self.ffn,
+            "mlp_down": 2.0 * self.ffn * d,
+        }
+        names = RECOMPUTE_PARTS if "full" in parts else parts
+        return self.layers * sum(per_part[p] for p in names)
 
 
 @dataclass(frozen=True)
@@ -173,6 +201,9 @@ class PublishedRun:
     explicit_flops_per_sample: float | None = None
     flops_source: str = ""
     notes: str = ""
+    recompute: tuple[str, ...] = ()
+    recompute_layers: float = 1.0
+    recompute_source: str = ""
 
     @property
     def configuration(self) -> tuple[str, str, str, int, str, str]:
@@ -255,6 +286,41 @@ class PublishedRun:
         return (
             shape.attention_flops_per_token(self.sequence) * self.sequence / self.flops_per_sample
         )
+
+    @property
+    def recompute_flops_per_sample(self) -> float:
+        """Forward FLOPs per sample the run computes again in its backward pass (its
+        `recompute` products on `recompute_layers` of the layers; "full" on a model given by
+        its card: a third of its training FLOPs, the forward)."""
+        if not self.recompute:
+            return 0.0
+        shape = self.shape
+        if shape is None:
+            return self.recompute_layers * self.flops_per_sample / 3
+        per_token = shape.forward_flops_per_token(self.recompute, self.sequence)
+        return self.recompute_layers * per_token * self.sequence
+
+    @property
+    def hardware_flops_per_sample(self) -> float:
+        """FLOPs per sample the chip executes: the model's plus the recomputed ones."""
+        return self.flops_per_sample + self.recompute_flops_per_sample
+
+    @property
+    def hardware_attention_flops_per_sample(self) -> float:
+        """Attention-product FLOPs per sample the chip executes (causal), recomputation included."""
+        shape = self.shape
+        if shape is None:
+            return 0.0
+        model = shape.attention_flops_per_token(self.sequence) * self.sequence
+        again = ("attention" in self.recompute or "full" in self.recompute) * self.recompute_layers
+        return model + again * shape.forward_flops_per_token(("attention",), self.sequence) * (
+            self.sequence
+        )
+
+    @property
+    def hardware_attention_share(self) -> float:
+        """The share of the executed FLOPs in attention products (0 without a decoder shape)."""
+        return self.hardware_attention_flops_per_sample / self.hardware_flops_per_sample
 
     @property
     def parameters(self) -> float | None:
@@ -386,6 +452,12 @@ def _run(
         for name in ("mfu", "tflops_per_chip", "step_seconds", "source_peak_tflops")
     }
     flops = table.get("flops_per_sample")
+    recompute = _recompute(table, model, where)
+    layers_share = table.get("recompute_layers", 1.0)
+    if isinstance(layers_share, bool) or not isinstance(layers_share, int | float):
+        raise PublishedRunsError(f"{where}.recompute_layers: a share of the layers, 0 to 1.")
+    if not 0 < layers_share <= 1:
+        raise PublishedRunsError(f"{where}.recompute_layers: a share of the layers, 0 to 1.")
     return PublishedRun(
         id=str(table["id"]),
         model=model,
@@ -412,5 +484,33 @@ def _run(
         explicit_flops_per_sample=None if flops is None else float(flops),
         flops_source=str(table.get("flops_source", "")),
         notes=str(table.get("notes", "")),
+        recompute=recompute,
+        recompute_layers=float(layers_share),
+        recompute_source=str(table.get("recompute_source", "")),
         **optional,
     )
+
+
+def _recompute(
+    table: Mapping[str, Any], model: ModelShape | ModelCard, where: str
+) -> tuple[str, ...]:
+    """The row's recomputed products: required (with where the source says so) for a decoder,
+    whose hardware FLOPs depend on it; a model given by its card may say ["full"] or nothing."""
+    if "recompute" not in table:
+        if isinstance(model, ModelShape):
+            raise PublishedRunsError(
+                f"{where}: missing recompute (the products its run computes again in the "
+                'backward pass: [] for none, ["full"], or some of '
+                + ", ".join(RECOMPUTE_PARTS)
+                + ")."
+            )
+        return ()
+    value = table["recompute"]
+    allowed = (*RECOMPUTE_PARTS, "full") if isinstance(model, ModelShape) else ("full",)
+    if not isinstance(value, list) or any(p not in allowed for p in value):
+        raise PublishedRunsError(
+            f"{where}.recompute: a list of {', '.join(allowed)}, not {value!r}."
+        )
+    if value and not table.get("recompute_source"):
+        raise PublishedRunsError(f"{where}.recompute_source: where the source states it.")
+    return tuple(str(p) for p in value)

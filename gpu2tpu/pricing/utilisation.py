@@ -3,15 +3,19 @@ published runs (`published_runs.toml`), with its error measured on sources the f
 
 A roofline, `max(FLOPs / peak, bytes / bandwidth)`, is the time at 100% of the chip; public
 training runs reach 15-72% of peak by this project's FLOP count, and which share depends on
-the chip, the framework, the model and its scale. The expected step time is
+the chip, the framework, the model and its scale. The chip executes the model's FLOPs plus
+those its activation recomputation runs again (the *hardware* FLOPs: a compiled or profiled
+step counts them; each published run states its recomputation), and it runs the attention
+products (QK^T, PV: flash kernels) at a lower rate than the dense matmuls. The expected time
+is the matmul part at the predicted utilisation u plus the attention part at `r` times it:
 
-    expected = FLOPs per chip / (peak[precision] x predicted utilisation)
-
-and the utilisation is predicted as
+    expected = (hardware FLOPs - attention FLOPs + attention FLOPs / r) / (peak[precision] x u)
 
     log u = b0 + b_gpu [GPU] + b_bal log2(peak / HBM bandwidth / 250 FLOP/B)
-            - a sqrt(attention share) + g_size log10(parameters / 10B) + g_dcn log2(slices)
+            + g_size log10(parameters / 10B) + g_dcn log2(slices)
             + framework[f] + model_class[c] + precision[p] + chip[k]
+
+with one attention rate `r` for every chip, fitted with the rest (`ATTENTION_RATE_BOUNDS`).
 
 by weighted ridge regression: each configuration (one source's model on one chip at one
 sequence, precision and framework) weighs as much as any other however many chip counts it
@@ -53,6 +57,10 @@ RANGE_QUANTILES = (0.1, 0.9)
 # Chosen once among 0.3, 1 and 3 by the cross-source error: the error printed is therefore a
 # little optimistic (docs/forecast.md says so).
 RIDGE = 1.0
+# The attention rate r (attention products per second over dense-matmul FLOPs per second) is
+# fitted within these bounds: an attention kernel does the same products plus its softmax on
+# the vector units, so it runs no faster than the dense matmuls.
+ATTENTION_RATE_BOUNDS = (0.05, 1.0)
 # Machine balance the balance term is centred on (FLOP per byte of HBM bandwidth).
 BALANCE_CENTRE = 250.0
 # Matmul shares below this are outside what the LLM runs cover (they are ~99% matmuls).
@@ -65,7 +73,7 @@ FRAMEWORK_FALLBACK = {"torchtpu": "pytorch_xla", "torchax": "pytorch_xla"}
 # The backend names of gpu2tpu.backends, as frameworks.
 BACKEND_FRAMEWORK = {"tpu": "torchtpu", "xla": "pytorch_xla", "jax": "torchax", "cuda": "pytorch"}
 
-_NUMERIC = ("gpu", "balance", "attention", "size", "dcn")
+_NUMERIC = ("gpu", "balance", "size", "dcn")
 _PENALISED_NUMERIC = ("size", "dcn")
 
 
@@ -73,9 +81,9 @@ _PENALISED_NUMERIC = ("size", "dcn")
 class StepFeatures:
     """What a compile (or a profiled step) knows about one training step on one target.
 
-    `flops_per_chip` is the step's FLOPs per chip (compiled, counted or analytic);
-    `attention_flops_per_chip` the part of them in attention products (QK^T, PV; None:
-    unknown, taken as none). `attention` says how those are counted: "causal" (half the
+    `flops_per_chip` is the step's FLOPs per chip as the chip executes them (compiled or
+    counted: activation recomputation included); `attention_flops_per_chip` the part of them
+    in attention products (QK^T, PV; None: unknown, taken as none). `attention` says how those are counted: "causal" (half the
     score matrix, as flash kernels compute) or "full" (the whole matrix, as a plain compiled
     SDPA does): the fit counts causal attention, so full attention is halved first.
     `bytes_per_chip` is the step's HBM traffic: "compiled" (XLA's fused program: a floor at
@@ -211,7 +219,7 @@ def _point_of_run(run: PublishedRun, catalogue: HardwareCatalogue) -> _Point | N
         run.framework,
         run.model_class,
         run.precision,
-        run.attention_share,
+        run.hardware_attention_share,
         run.parameters,
         run.slices,
     )
@@ -231,6 +239,8 @@ class UtilisationFit:
     held_out: tuple[HeldOutError, ...] = ()
     log_range: tuple[float, float] = (0.0, 0.0)
     sources: tuple[str, ...] = field(default=())
+    max_slices: int = 1
+    size_range: tuple[float, float] = (0.0, math.inf)
 
     # -- predicting ---------------------------------------------------------------------------
 
@@ -246,8 +256,26 @@ class UtilisationFit:
             )
         return framework, f"no published {framework} training run: its effect is taken as none"
 
+    @property
+    def attention_rate(self) -> float:
+        """The attention products' rate as a share of the dense matmuls' (fitted)."""
+        return self.coefficients.get("attention_rate", 1.0)
+
+    def slowdown(self, attention_share: float) -> float:
+        """How much longer a step with this share of its FLOPs in attention takes than one
+        of pure matmuls with as many FLOPs."""
+        return 1.0 + max(0.0, attention_share) * (1.0 / self.attention_rate - 1.0)
+
     def log_utilisation(self, point: _Point) -> float:
+        """Log of the dense-matmul utilisation predicted for such a step. The scale terms are
+        not extrapolated: slices beyond the most any fitted run used count as that many, and a
+        model size outside the fitted runs' counts as the nearest end of their range."""
         c = self.coefficients
+        if point.slices > self.max_slices:
+            point = replace(point, slices=self.max_slices)
+        if point.parameters:
+            low, high = self.size_range
+            point = replace(point, parameters=min(high, max(low, point.parameters)))
         value = c["intercept"]
         for name, x in _numeric(point).items():
             value += c.get(name, 0.0) * x
@@ -266,8 +294,8 @@ class UtilisationFit:
         parameters: float | None = None,
         slices: int = 1,
     ) -> float | None:
-        """Predicted share of `chip`'s peak (for `precision`) for such a step, or None where
-        the chip has no such peak or is not a TPU or GPU."""
+        """Predicted share of `chip`'s peak (for `precision`) the whole step reaches, attention
+        included, or None where the chip has no such peak or is not a TPU or GPU."""
         peak, _ = chip.peak_for(precision) if chip.kind in ("tpu", "gpu") else (None, "")
         if not peak:
             return None
@@ -282,7 +310,8 @@ class UtilisationFit:
             parameters,
             slices,
         )
-        return min(1.0, math.exp(self.log_utilisation(point)))
+        matmul = min(1.0, math.exp(self.log_utilisation(point)))
+        return matmul / self.slowdown(point.attention_share)
 
     # -- its error ----------------------------------------------------------------------------
 
@@ -321,7 +350,6 @@ def _numeric(point: _Point) -> dict[str, float]:
     return {
         "gpu": 1.0 if point.chip.kind == "gpu" else 0.0,
         "balance": math.log2(balance / BALANCE_CENTRE),
-        "attention": math.sqrt(max(0.0, point.attention_share)),
         "size": math.log10(point.parameters / 1e10) if point.parameters else 0.0,
         "dcn": math.log2(max(1, point.slices)),
     }
@@ -364,8 +392,18 @@ def _outer_quantile(values: Sequence[float], q: float) -> float:
     return ordered[math.floor(pos) if q < 0.5 else math.ceil(pos)]
 
 
-def _coefficients(points: Sequence[tuple[_Point, float, float]]) -> dict[str, float]:
-    """Weighted ridge regression of log utilisation on the model's inputs."""
+@dataclass(frozen=True)
+class _Design:
+    """The weighted ridge regression's fixed part: the regressors do not depend on the
+    attention rate, only the targets do."""
+
+    names: tuple[str, ...]
+    rows: tuple[tuple[tuple[tuple[int, float], ...], float, float, float], ...]
+    normal: tuple[tuple[float, ...], ...]
+    penalised: tuple[int, ...]
+
+
+def _design(points: Sequence[tuple[_Point, float, float]]) -> _Design:
     names = ["intercept", *_NUMERIC]
     for point, _, _ in points:
         for prefix, level in _levels(point).items():
@@ -373,27 +411,71 @@ def _coefficients(points: Sequence[tuple[_Point, float, float]]) -> dict[str, fl
             if _REFERENCE.get(prefix) != level and name not in names:
                 names.append(name)
     index = {n: i for i, n in enumerate(names)}
-    k = len(names)
-    normal = [[0.0] * k for _ in range(k)]
-    rhs = [0.0] * k
-    for point, target, weight in points:
-        x = [0.0] * k
-        x[0] = 1.0
+    normal = [[0.0] * len(names) for _ in names]
+    rows = []
+    for point, overall, weight in points:
+        x = dict.fromkeys([0], 1.0)
         for name, value in _numeric(point).items():
             x[index[name]] = value
         for prefix, level in _levels(point).items():
-            name = f"{prefix}:{level}"
-            if name in index:
-                x[index[name]] = 1.0
-        nonzero = [(i, v) for i, v in enumerate(x) if v]
+            if f"{prefix}:{level}" in index:
+                x[index[f"{prefix}:{level}"]] = 1.0
+        nonzero = tuple((i, v) for i, v in x.items() if v)
+        rows.append((nonzero, overall, point.attention_share, weight))
         for i, vi in nonzero:
-            rhs[i] += weight * vi * target
             for j, vj in nonzero:
                 normal[i][j] += weight * vi * vj
-    for name, i in index.items():
-        if ":" in name or name in _PENALISED_NUMERIC:
-            normal[i][i] += RIDGE
-    return dict(zip(names, _solve(normal, rhs), strict=True))
+    penalised = tuple(i for n, i in index.items() if ":" in n or n in _PENALISED_NUMERIC)
+    for i in penalised:
+        normal[i][i] += RIDGE
+    return _Design(tuple(names), tuple(rows), tuple(tuple(r) for r in normal), penalised)
+
+
+def _coefficients(design: _Design, rate: float) -> tuple[list[float], float]:
+    """Weighted ridge regression of log matmul utilisation (each step's overall utilisation
+    with its attention part taken at `rate`); the solution and its penalised loss."""
+    rhs = [0.0] * len(design.names)
+    targets = []
+    for nonzero, overall, share, weight in design.rows:
+        target = overall + math.log(1.0 + share * (1.0 / rate - 1.0))
+        targets.append(target)
+        for i, v in nonzero:
+            rhs[i] += weight * v * target
+    solution = _solve([list(r) for r in design.normal], rhs)
+    loss = sum(
+        w * (y - sum(solution[i] * v for i, v in nz)) ** 2
+        for (nz, _, _, w), y in zip(design.rows, targets, strict=True)
+    )
+    return solution, loss + RIDGE * sum(solution[i] ** 2 for i in design.penalised)
+
+
+def _fit_coefficients(points: Sequence[tuple[_Point, float, float]]) -> dict[str, float]:
+    """The coefficients and the attention rate that minimise the penalised loss (the rate by
+    golden-section search on its logarithm, within `ATTENTION_RATE_BOUNDS`)."""
+    design = _design(points)
+
+    def loss(log_rate: float) -> float:
+        return _coefficients(design, math.exp(log_rate))[1]
+
+    low, high = (math.log(b) for b in ATTENTION_RATE_BOUNDS)
+    golden = (math.sqrt(5) - 1) / 2
+    a, b = high - golden * (high - low), low + golden * (high - low)
+    fa, fb = loss(a), loss(b)
+    for _ in range(24):  # the bracket shrinks to 1e-5 of its width
+        if fa <= fb:
+            high, b, fb = b, a, fa
+            a = high - golden * (high - low)
+            fa = loss(a)
+        else:
+            low, a, fa = a, b, fb
+            b = low + golden * (high - low)
+            fb = loss(b)
+    bounds = [math.log(v) for v in ATTENTION_RATE_BOUNDS]
+    log_rate = min([(a + b) / 2, *bounds], key=loss)
+    rate = math.exp(log_rate)
+    coefficients = dict(zip(design.names, _coefficients(design, rate)[0], strict=True))
+    coefficients["attention_rate"] = rate
+    return coefficients
 
 
 def _training_points(
@@ -405,8 +487,8 @@ def _training_points(
         point = _point_of_run(run, catalogue)
         if point is None:
             continue
-        target = math.log(run.utilisation(point.peak))
-        points.append((point, target, 1.0 / per_configuration[run.configuration]))
+        overall = run.samples_per_s_per_chip * run.hardware_flops_per_sample / point.peak
+        points.append((point, math.log(overall), 1.0 / per_configuration[run.configuration]))
     return points
 
 
@@ -414,14 +496,17 @@ def _bare_fit(runs: Sequence[PublishedRun], catalogue: HardwareCatalogue) -> Uti
     points = _training_points(runs, catalogue)
     if not points:
         raise ValueError("no published run can be fitted: the table is empty.")
+    sizes = [p.parameters for p, _, _ in points if p.parameters]
     return UtilisationFit(
-        coefficients=_coefficients(points),
+        coefficients=_fit_coefficients(points),
         fitted_runs=len(points),
         frameworks=frozenset(p.framework for p, _, _ in points),
         model_classes=frozenset(p.model_class for p, _, _ in points),
         precisions=frozenset(p.precision for p, _, _ in points),
         chips=frozenset(p.chip.key for p, _, _ in points),
         sources=tuple(sorted({r.source_group for r in runs})),
+        max_slices=max(p.slices for p, _, _ in points),
+        size_range=(min(sizes), max(sizes)) if sizes else (0.0, math.inf),
     )
 
 
@@ -429,8 +514,9 @@ def _predict(fit: UtilisationFit, run: PublishedRun, catalogue: HardwareCatalogu
     point = _point_of_run(run, catalogue)
     assert point is not None  # only runs with a peak are predicted
     point = replace(point, framework=fit.resolve_framework(run.framework)[0])
-    utilisation = math.exp(fit.log_utilisation(point))
-    samples = utilisation * point.peak / run.flops_per_sample
+    matmul = min(1.0, math.exp(fit.log_utilisation(point)))
+    utilisation = matmul / fit.slowdown(point.attention_share)
+    samples = utilisation * point.peak / run.hardware_flops_per_sample
     return HeldOutError(run, samples * run.sequence, run.tokens_per_s_per_chip)
 
 
@@ -479,6 +565,8 @@ def fit_utilisation(runs: Iterable[PublishedRun], catalogue: HardwareCatalogue) 
         cross_source=cross,
         held_out=held,
         sources=full.sources,
+        max_slices=full.max_slices,
+        size_range=full.size_range,
     )
     residuals = [-math.log1p(e) for e in interim.configuration_errors().values()]
     return UtilisationFit(
@@ -495,6 +583,8 @@ def fit_utilisation(runs: Iterable[PublishedRun], catalogue: HardwareCatalogue) 
             _outer_quantile(residuals, RANGE_QUANTILES[1]),
         ),
         sources=full.sources,
+        max_slices=full.max_slices,
+        size_range=full.size_range,
     )
 
 
@@ -537,9 +627,9 @@ def expected_step(
         features.parameters,
         features.slices,
     )
-    predicted = min(1.0, math.exp(fit.log_utilisation(point)))
+    matmul = min(1.0, math.exp(fit.log_utilisation(point)))
     if utilisation is None:
-        utilisation = predicted
+        utilisation = matmul / fit.slowdown(point.attention_share)
     compute = features.model_flops_per_chip / peak
     memory = (features.bytes_per_chip or 0.0) / chip.hbm_bandwidth if chip.hbm_bandwidth else 0.0
     bound = max(features.flops_per_chip / peak, memory)
@@ -549,6 +639,11 @@ def expected_step(
     if chip.key not in fit.chips:
         uncalibrated.append(
             f"no published run on {chip.name}: its utilisation is predicted from its machine balance"
+        )
+    if features.slices > fit.max_slices:
+        notes.append(
+            f"{features.slices} slices over the data-centre network: no published run used more "
+            f"than {fit.max_slices}, so the network's cost is taken as at {fit.max_slices}"
         )
     if features.attention_share is None and model_class == "llm_decoder":
         notes.append(
@@ -592,9 +687,10 @@ def expected_step(
     ceiling = None
     tuned = CEILING_FRAMEWORK.get(chip.kind)
     if kind == "expected" and tuned and tuned != framework and tuned in fit.frameworks:
-        tuned_u = math.exp(fit.log_utilisation(replace(point, framework=tuned)))
+        tuned_matmul = min(1.0, math.exp(fit.log_utilisation(replace(point, framework=tuned))))
+        tuned_u = tuned_matmul / fit.slowdown(point.attention_share)
         if tuned_u > utilisation * 1.02:
-            ceiling = compute / min(1.0, tuned_u)
+            ceiling = compute / tuned_u
     return ExpectedStep(
         seconds=seconds,
         low=low,
