@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     import torch
 
     from ..pricing.catalogue import Chip, HardwareCatalogue
+    from ..pricing.step_floor import StepFloor
 
 __all__ = [
     "DEFAULT_FORECAST_GPUS",
@@ -258,6 +259,8 @@ class _Job:
     keys: dict[str, str] = field(default_factory=dict)  # label -> quick cache key
     attention: str = "flash"
     remat_stack: BlockStack | None = None  # the blocks to checkpoint when a step does not fit
+    step_count: Any = None  # the step counted on the meta device, for its floor (`_floor`)
+    counted: bool = False
 
     @property
     def labels(self) -> list[str]:
@@ -396,7 +399,10 @@ def _run(job: _Job, in_child: bool, started: float) -> Forecast:
                 return
             results[label] = result
             partial.pop(label, None)
-            _price_all(result, chips[label], job.tokens_per_step, job.price)
+            _price_all(
+                result, chips[label], job.tokens_per_step, job.price,
+                _floor(job, chips[label], result.chips),
+            )  # fmt: skip
             display.finished(label, result.summary(), ok=result.status in _DONE_OK)
             key = job.keys.get(label)
             if key and result.status in ("compiled", "does not fit", "unsupported"):
@@ -405,7 +411,10 @@ def _run(job: _Job, in_child: bool, started: float) -> Forecast:
     chips = {_label(t): c for t, c in job.tpu_targets}
     with display.shown():
         for label, result in results.items():
-            _price_all(result, chips[label], job.tokens_per_step, job.price)
+            _price_all(
+                result, chips[label], job.tokens_per_step, job.price,
+                _floor(job, chips[label], result.chips),
+            )  # fmt: skip
             display.finished(label, result.summary() + " (cached)", ok=result.status in _DONE_OK)
         if missing:
             t0 = time.perf_counter()
@@ -439,7 +448,7 @@ def _run(job: _Job, in_child: bool, started: float) -> Forecast:
         done = results.get(label)
         if done is None:
             done = _unfinished(partial.get(label), topology, chip, job)
-            _price_all(done, chip, job.tokens_per_step, job.price)
+            _price_all(done, chip, job.tokens_per_step, job.price, _floor(job, chip, done.chips))
         ordered.append(done)
     return _assemble(job, ordered, time.perf_counter() - started, phases, interrupted)
 
@@ -536,7 +545,16 @@ def _assemble(
     notes: list[str] = []
     if reference is not None:
         for gpu in job.gpu_targets:
-            rows.append(_gpu_row(reference, gpu, batch, job.tokens_per_step, job.price))
+            rows.append(
+                _gpu_row(
+                    reference,
+                    gpu,
+                    batch,
+                    job.tokens_per_step,
+                    job.price,
+                    _floor(job, gpu, reference.chips),
+                )  # fmt: skip
+            )
         notes.append(
             f"GPU rows use the FLOPs and bytes libtpu compiled for {reference.label} (XLA's TPU "
             "fusion), at the utilisation published GPU runs reach, so TPUs and GPUs compare on "
@@ -1015,12 +1033,65 @@ def _fill_figures(
 
 
 def _price_all(
-    result: TargetForecast, chip: Chip, tokens_per_step: float | None, price: str
+    result: TargetForecast,
+    chip: Chip,
+    tokens_per_step: float | None,
+    price: str,
+    floor: StepFloor | None = None,
 ) -> None:
     """Price a target and, for a step that does not fit, its checkpointed variant."""
-    _price(result, chip, tokens_per_step, price)
+    _price(result, chip, tokens_per_step, price, floor)
     if result.checkpointed is not None:
-        _price(result.checkpointed, chip, tokens_per_step, price)
+        _price(result.checkpointed, chip, tokens_per_step, price, floor)
+
+
+def _step_count(job: _Job) -> Any:
+    """The user's step counted once on the meta device (`count_meta_step`): its dispatched
+    ops set the per-step floor. Best-effort: a model that cannot run on the meta device
+    gets no per-op floor (None), and the forecast goes on."""
+    if not job.counted:
+        job.counted = True
+        from ..measure.flops import count_meta_step
+
+        (args, kwargs), targets = _batch_parts(job.layout)
+        try:
+            job.step_count = count_meta_step(
+                job.model, args, kwargs, targets, job.loss_fn or default_loss, job.dtype
+            )
+        except Exception:  # an op without a meta kernel: no op count, no per-op floor
+            job.step_count = None
+    return job.step_count
+
+
+def _batch_parts(layout: Any) -> tuple[tuple[tuple[Any, ...], dict[str, Any]], Any]:
+    from torch.utils import _pytree as pytree
+
+    (args, kwargs), targets = pytree.tree_unflatten(layout.leaves, layout.spec)
+    return (tuple(args), dict(kwargs)), targets
+
+
+def _floor(job: _Job, chip: Chip, chips: int) -> StepFloor | None:
+    """The per-step floor on `chips` of `chip` for the framework a PyTorch user runs there
+    (pricing/step_floor.py): the counted step's ops dispatched one by one, and the batch fed
+    over the host link."""
+    from ..pricing.step_floor import DEFAULT_FRAMEWORK, step_floor
+
+    framework = DEFAULT_FRAMEWORK.get(chip.kind)
+    if framework is None:
+        return None
+    count = _step_count(job)
+    dtype = job.dtype
+    batch_bytes = sum(
+        t.numel() * (dtype.itemsize if dtype is not None and t.is_floating_point() else t.itemsize)
+        for t in job.layout.tensors()
+    )
+    return step_floor(
+        framework,
+        chip.key,
+        ops=count.kernel_ops if count is not None else None,
+        input_bytes=float(batch_bytes),
+        chips=chips,
+    )
 
 
 def _attention_kind(outcome: CompileOutcome) -> str | None:
@@ -1045,10 +1116,18 @@ def _collective_seconds(result: TargetForecast, chip: Chip) -> float | None:
     return result.collective_bytes_per_chip / (chip.ici_bandwidth / 2)
 
 
-def _price(result: TargetForecast, chip: Chip, tokens_per_step: float | None, price: str) -> None:
+def _price(
+    result: TargetForecast,
+    chip: Chip,
+    tokens_per_step: float | None,
+    price: str,
+    floor: StepFloor | None = None,
+) -> None:
     """The roofline bound, the expected step time and the costs (from the expected time),
-    on the catalogue's figures for `chip`."""
+    on the catalogue's figures for `chip`. The expected time is never below libtpu's own
+    estimate of the step nor below the per-step `floor` (pricing/step_floor.py)."""
     from ..pricing.cost import cost_per_million_tokens, cost_per_step, roofline_seconds
+    from ..pricing.step_floor import apply_floor, compiler_floor
     from ..pricing.utilisation import expected_step
 
     result.step_seconds = result.compute_seconds = result.memory_seconds = None
@@ -1076,6 +1155,9 @@ def _price(result: TargetForecast, chip: Chip, tokens_per_step: float | None, pr
     expected = expected_step(_features(result, chip, result.chips, tokens_per_step), chip)
     seconds = result.step_seconds
     if expected is not None:
+        expected = apply_floor(
+            apply_floor(expected, floor), compiler_floor(result.compiler_seconds)
+        )
         seconds = expected.seconds
         result.expected_seconds, result.expected_low = expected.seconds, expected.low
         result.expected_high, result.expected_utilisation = expected.high, expected.utilisation
@@ -1148,7 +1230,7 @@ def _tpu_row(
     result: TargetForecast, chip: Chip, batch: int, tokens_per_step: float | None, price: str
 ) -> Any:
     from ..pricing.compare import ComparisonRow
-    from ..views.format import format_bytes
+    from ..views.format import format_bytes, format_seconds
 
     note = ""
     if result.status == "does not fit":
@@ -1163,7 +1245,11 @@ def _tpu_row(
             f"{result.bound}-bound roofline; {format_bytes(result.memory_per_chip)} of "
             f"{format_bytes(result.capacity_per_chip)} usable HBM per chip"
         )
-        if result.expected_utilisation is not None:
+        if result.expected_limited_by == "per-step floor":
+            note += f"; at least {format_seconds(result.expected_seconds)}" + "".join(
+                f"; {n}" for n in result.expected_notes
+            )
+        elif result.expected_utilisation is not None:
             note += f"; expected at {result.expected_utilisation:.0%} of peak" + "".join(
                 f"; {n}" for n in result.expected_notes
             )
@@ -1173,6 +1259,7 @@ def _tpu_row(
         )
     memory = None if result.memory_per_chip is None else int(result.memory_per_chip * result.chips)
     expected = result.expected_seconds is not None
+    floored = result.expected_limited_by == "per-step floor"
     return ComparisonRow.build(
         chip,
         result.expected_seconds if expected else result.step_seconds,
@@ -1184,7 +1271,7 @@ def _tpu_row(
         memory_bytes=memory,
         fits=result.fits,
         note=note,
-        time_kind="expected" if expected else "bound",
+        time_kind="expected" if expected and not floored else "bound",
         step_low=result.expected_low,
         step_high=result.expected_high,
         bound_seconds=result.step_seconds,
@@ -1193,14 +1280,22 @@ def _tpu_row(
 
 
 def _gpu_row(
-    reference: TargetForecast, gpu: Chip, batch: int, tokens_per_step: float | None, price: str
+    reference: TargetForecast,
+    gpu: Chip,
+    batch: int,
+    tokens_per_step: float | None,
+    price: str,
+    floor: StepFloor | None = None,
 ) -> Any:
     """As many GPUs as the reference slice has chips, each doing its share of its FLOPs and
     bytes: the roofline bound on the GPU's peaks, and the expected time at the utilisation
-    published GPU runs reach (the GPU's own, not the TPU's)."""
+    published GPU runs reach (the GPU's own, not the TPU's), never below the per-step
+    `floor` (then the row is that floor, a bound)."""
     from ..pricing.compare import ComparisonRow
     from ..pricing.cost import roofline_seconds
+    from ..pricing.step_floor import apply_floor
     from ..pricing.utilisation import expected_step
+    from ..views.format import format_seconds
 
     assert reference.flops is not None and reference.bytes_accessed is not None
     chips = reference.chips
@@ -1208,13 +1303,20 @@ def _gpu_row(
         max(0.0, reference.flops / chips), max(0.0, reference.bytes_accessed / chips), gpu
     )
     expected = expected_step(_features(reference, gpu, chips, tokens_per_step), gpu)
+    if expected is not None:
+        expected = apply_floor(expected, floor)
+    floored = expected is not None and floor is not None and expected.limited_by == floor.kind
     memory = None
     fits = None
     if reference.devices_per_chip == 1 and reference.memory_per_chip:
         memory = int(reference.memory_per_chip * chips)
         fits = reference.memory_per_chip <= gpu.hbm_bytes
     note = f"on {reference.label}'s compiled FLOPs and bytes"
-    if expected is not None:
+    if floored and expected is not None:
+        note = f"at least {format_seconds(expected.seconds)} {note}" + "".join(
+            f"; {n}" for n in expected.notes
+        )
+    elif expected is not None:
         note = f"expected at {expected.utilisation:.0%} of peak {note}" + "".join(
             f"; {n}" for n in expected.notes
         )
@@ -1231,7 +1333,7 @@ def _gpu_row(
         memory_bytes=memory,
         fits=fits,
         note=note,
-        time_kind="expected" if expected else "bound",
+        time_kind="expected" if expected and not floored else "bound",
         step_low=expected.low if expected else None,
         step_high=expected.high if expected else None,
         bound_seconds=bound,

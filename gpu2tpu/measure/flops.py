@@ -317,6 +317,41 @@ def count_step(step: Callable[[], Any], *, emulated: bool = True) -> StepCount:
     return counter.result()
 
 
+def count_meta_step(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    targets: Any,
+    loss_fn: Callable[[Any, Any], Any],
+    dtype: Any = None,
+) -> StepCount:
+    """One training step (forward `model(*args, **kwargs)`, `loss_fn(output, targets)`,
+    backward) counted on the meta device, as `count_step` counts a real one: nothing is
+    allocated or computed, so a model of any size is counted in the time its ops take to
+    dispatch. The weights and the batch's floating tensors are taken in `dtype` when given
+    (their own otherwise); factory calls in the model land on the meta device too."""
+    import torch
+    from torch.func import functional_call
+    from torch.utils._pytree import tree_map
+
+    def meta(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        cast = dtype if dtype is not None and value.is_floating_point() else value.dtype
+        return torch.empty(value.shape, dtype=cast, device="meta")
+
+    state = {name: meta(p).requires_grad_(p.requires_grad) for name, p in model.named_parameters()}
+    state.update({name: meta(b) for name, b in model.named_buffers()})
+    meta_args, meta_kwargs, meta_targets = tree_map(meta, (tuple(args), dict(kwargs), targets))
+
+    def step() -> None:
+        with torch.device("meta"):
+            output = functional_call(model, state, meta_args, meta_kwargs)
+            loss_fn(output, meta_targets).backward()
+
+    return count_step(step, emulated=False)
+
+
 class HostSyncCounter:
     """Context manager counting host syncs only (`profile(count_syncs=True)`).
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..pricing.catalogue import Chip, HardwareCatalogue
 from ..pricing.compare import Comparison, ComparisonExports, ComparisonRow
 from ..pricing.cost import efficiency_from_run, roofline_seconds
+from ..pricing.step_floor import DEFAULT_FRAMEWORK, StepFloor, apply_floor, step_floor
 from ..pricing.utilisation import StepFeatures, expected_step, scaled_utilisation
 from .records import Costing, ProfileError, StepStats, summarize
 
@@ -38,8 +39,9 @@ if TYPE_CHECKING:
 BASELINE_FORMAT = 1
 # A baseline whose step did a different amount of work than this one is flagged.
 WORKLOAD_TOLERANCE = 0.05
-# Below this, an estimated step is flagged as a lower bound: per-step launch and dispatch
-# costs (tens of microseconds on any accelerator) are not in the roofline.
+# Below this, an estimated step without a counted op list is flagged as a lower bound:
+# per-step launch and dispatch costs (tens of microseconds on any accelerator) are not in
+# the roofline, and without the ops no per-step floor (pricing/step_floor.py) is known.
 FIXED_COST_SECONDS = 100e-6
 
 
@@ -181,6 +183,18 @@ class ProfileResult(ComparisonExports):
     compile_seconds_timed: float | None = None
     # One more step op by op (`profile(trace=...)`): a measure.trace.OpTrace, or None.
     trace: Any = None
+    # What the counted step was: its op mix, precision, model class and kernel launches.
+    step_count: StepCount | None = None
+
+    @property
+    def precision(self) -> str | None:
+        """ "bf16", "fp16" or "fp32": what the step's matrix FLOPs ran in (None: uncounted)."""
+        return self.step_count.precision if self.step_count else None
+
+    @property
+    def model_class(self) -> str | None:
+        """The model class the counted ops look like (measure/workload.py)."""
+        return self.step_count.model_class if self.step_count else None
 
     # -- numbers --------------------------------------------------------------------------
 
@@ -439,6 +453,7 @@ class ProfileResult(ComparisonExports):
             "host_syncs_timed": self.host_syncs_timed,
             "sync_ops": [list(s) for s in self.sync_ops],
             "top_ops": [list(t) for t in self.top_ops],
+            "step_count": self.step_count.to_dict() if self.step_count else None,
             "notes": self.notes,
             "created": self.created,
             "comparison": self.comparison.to_dict(),
@@ -756,7 +771,17 @@ def cost_run(record: RunRecord, costing: Costing, context: RunContext) -> Profil
             continue
         present.add((target.key, n))
         rows.append(
-            _estimate(target, n, flops, bytes_, attention, reference, device_memory, common)
+            _estimate(
+                target,
+                n,
+                flops,
+                bytes_,
+                attention,
+                reference,
+                device_memory,
+                common,
+                _floor(target, n, count_),
+            )  # fmt: skip
         )
 
     comparison = Comparison.from_rows(
@@ -785,6 +810,7 @@ def cost_run(record: RunRecord, costing: Costing, context: RunContext) -> Profil
         bytes_per_step=bytes_,
         flops_source=flops_source,
         top_ops=list(count_.top_ops) if count_ else [],
+        step_count=count_,
         peak_flops=peak,
         peak_bandwidth=bandwidth,
         peak_source=peak_source,
@@ -842,6 +868,15 @@ def _reference_utilisation(
     return None
 
 
+def _floor(target: Chip, chips: int, count: StepCount | None) -> StepFloor | None:
+    """The per-step floor of the counted step on `target`: its ops dispatched one by one by
+    the framework a PyTorch user runs there (None without a count or for the host CPU)."""
+    framework = DEFAULT_FRAMEWORK.get(target.kind)
+    if count is None or framework is None or not count.kernel_ops:
+        return None
+    return step_floor(framework, target.key, ops=count.kernel_ops, chips=chips)
+
+
 def _estimate(
     target: Chip,
     chips: int,
@@ -851,9 +886,12 @@ def _estimate(
     reference: _Reference | None,
     device_memory: int | None,
     common: Mapping[str, Any],
+    floor: StepFloor | None = None,
 ) -> ComparisonRow:
     """An expected row: the step's FLOPs split over `chips` of `target`, at the utilisation
-    measured here scaled to the target (or, with no accelerator measurement, the fit's)."""
+    measured here scaled to the target (or, with no accelerator measurement, the fit's),
+    never below the step's per-step floor (where the floor is longer, the row is that floor,
+    labelled a bound)."""
     from ..views.format import format_seconds
 
     if not flops or not target.has_peak:
@@ -878,6 +916,9 @@ def _estimate(
         )
     expected = expected_step(features, target, utilisation=utilisation)
     bound = roofline_seconds(flops / chips, (bytes_ or 0.0) / chips, target)
+    compute_only = expected
+    if expected is not None:
+        expected = apply_floor(expected, floor)
     if expected is None:
         return ComparisonRow.build(
             target,
@@ -900,14 +941,24 @@ def _estimate(
             f"expected at {expected.utilisation:.0%} of peak, what published runs reach on "
             f"{target.name} (no accelerator measurement of this step to scale from)"
         )
-    note += "".join(f"; {n}" for n in expected.notes)
+    floored = floor is not None and expected.limited_by == floor.kind
+    if floored and floor is not None and compute_only is not None:
+        note = (
+            f"at least {format_seconds(expected.seconds)}, the {floor.describe()}; its FLOPs "
+            f"alone would take {format_seconds(compute_only.seconds)} at "
+            f"{compute_only.utilisation:.0%} of peak"
+        )
+    else:
+        note += "".join(f"; {n}" for n in expected.notes)
+        if floor is not None:
+            note += f"; {floor.describe()}"
+        elif expected.seconds < FIXED_COST_SECONDS:
+            note += (
+                f"; under {format_seconds(FIXED_COST_SECONDS)} a step's fixed launch and "
+                "dispatch costs, which this leaves out, dominate: read it as a lower bound"
+            )
     if chips > 1:
         note += f"; split over {chips} chips with no communication cost"
-    if expected.seconds < FIXED_COST_SECONDS:
-        note += (
-            f"; under {format_seconds(FIXED_COST_SECONDS)} a step's fixed launch and dispatch "
-            "costs, which this leaves out, dominate: read it as a lower bound"
-        )
     return ComparisonRow.build(
         target,
         expected.seconds,
@@ -916,7 +967,7 @@ def _estimate(
         flops_per_step=flops,
         memory_bytes=device_memory,
         note=note,
-        time_kind="expected",
+        time_kind="bound" if floored else "expected",
         step_low=expected.low,
         step_high=expected.high,
         bound_seconds=bound,
