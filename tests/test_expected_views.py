@@ -82,11 +82,15 @@ def test_every_view_of_a_comparison_carries_the_provenance_line():
 
     console = Console(record=True, width=400)
     console.print(comparison)
-    assert "held-out runs" in console.export_text()
+    assert "predicting each source from the others" in console.export_text()
     html = static_html(comparison)
-    assert "g2t-expected" in html and "held-out runs" in html and "range" in html
+    assert (
+        "g2t-expected" in html
+        and "predicting each source from the others" in html
+        and "range" in html
+    )
     widget = comparison.widget()
-    assert "held-out runs" in widget.parts["header"].children[0].value
+    assert "predicting each source from the others" in widget.parts["header"].children[0].value
     data = json.loads(comparison.to_json())
     assert data["expected_source"] == LINE
     assert data["rows"][0]["time_kind"] == "expected" and data["rows"][0]["bound_seconds"] == 1.1
@@ -95,7 +99,7 @@ def test_every_view_of_a_comparison_carries_the_provenance_line():
     plain = Comparison.from_rows(
         [ComparisonRow.build(CATALOGUE.get("h100"), 3.0, "measured")], catalogue=CATALOGUE
     )
-    assert plain.expected_source == "" and "held-out" not in repr(plain)
+    assert plain.expected_source == "" and "each source from the others" not in repr(plain)
 
 
 def compiled_target() -> fc.TargetForecast:
@@ -151,9 +155,15 @@ def test_forecast_views_carry_the_provenance_line_and_gpu_rows_use_their_own_uti
         reference=target.label, versions={}, wall_seconds=1.0, cache_dir=None,
     )  # fmt: skip
     assert LINE in repr(result) and "Expected step (range)" in repr(result)
-    assert "held-out runs" in result.to_html() and "Roofline bound" in result.to_html()
+    assert (
+        "predicting each source from the others" in result.to_html()
+        and "Roofline bound" in result.to_html()
+    )
     assert result.details()["Expected"] == LINE
-    assert "held-out runs" in result.widget().parts["header"].children[0].value
+    assert (
+        "predicting each source from the others"
+        in result.widget().parts["header"].children[0].value
+    )
     assert json.loads(result.to_json())["targets"][0]["expected_seconds"] == target.expected_seconds
 
 

@@ -170,20 +170,20 @@ def test_the_model_class_is_read_from_the_counted_ops():
     assert count_step(train_step(unet, volumes)).model_class == "unet"
     assert count_step(train_step(encoder, tokens)).model_class == "encoder"
     tiny = count_step(train_step(nn.Linear(4, 2), torch.randn(8, 4)))
-    assert tiny.model_class == "small"
+    assert tiny.model_class == "small_step"
     assert tiny.flops < SMALL_STEP_FLOPS
 
 
 def test_the_class_rules_in_order():
     big = 1e12
     causal = OpMix(matmul_flops=8e11, attention_flops=2e11, causal_attention=True)
-    assert guess_model_class(causal, big)[0] == "llm"
-    assert guess_model_class(OpMix(matmul_flops=1e12), big)[0] == "llm"
+    assert guess_model_class(causal, big)[0] == "llm_decoder"
+    assert guess_model_class(OpMix(matmul_flops=1e12), big)[0] == "llm_decoder"
     upsampled = OpMix(conv_flops=9e11, matmul_flops=1e11, upsampling=True)
     assert guess_model_class(upsampled, big) == ("unet", "90% of the matrix FLOPs in "
                                                  "convolutions, with upsampling")  # fmt: skip
     assert guess_model_class(OpMix(conv_flops=9e11, matmul_flops=1e11), big)[0] == "cnn"
-    assert guess_model_class(OpMix(conv_flops=1e9), 1e9)[0] == "small"
+    assert guess_model_class(OpMix(conv_flops=1e9), 1e9)[0] == "small_step"
 
 
 def test_kernel_launches_and_the_matmul_share_are_counted():

@@ -191,15 +191,20 @@ def test_estimated_rows_of_a_cpu_only_profile_are_for_sizing_only():
     assert "sizing only" not in table_html(gpu_run) + legend_html(gpu_run)
 
 
-def test_rooflines_under_100_us_are_marked_as_lower_bounds():
+def test_bounds_are_marked_as_such_and_expected_times_are_not():
     rows = [
         ComparisonRow.build(CAT.get("v5e"), 0.000045, "compiled"),
         ComparisonRow.build(CAT.get("v6e"), 0.0005, "compiled"),
-    ]
+        ComparisonRow.build(
+            CAT.get("h100"), 0.002, "estimated", time_kind="expected", step_low=0.0018,
+            step_high=0.0024, framework="pytorch",
+        ),
+    ]  # fmt: skip
     comparison = Comparison.from_rows(rows, catalogue=CAT)
     table = table_html(comparison)
-    assert table.count("≥ ") == 1 and "≥ 45.0 µs" in table
-    assert "lower bound" in legend_html(comparison)
+    assert table.count(">≥ ") == 2 and ">≥ 0.0450 ms" in table and ">≥ 0.500 ms" in table
+    assert "expected for PyTorch" in table and ">≥ 2" not in table
+    assert "a bound, not an expected time" in legend_html(comparison)
 
 
 def test_header_says_which_prices_and_how_old():

@@ -1074,11 +1074,12 @@ def _floor(job: _Job, chip: Chip, chips: int) -> StepFloor | None:
     """The per-step floor on `chips` of `chip` for the framework a PyTorch user runs there
     (pricing/step_floor.py): the counted step's ops dispatched one by one, and the batch fed
     over the host link."""
-    from ..pricing.step_floor import DEFAULT_FRAMEWORK, step_floor
+    from ..pricing.step_floor import step_floor
+    from ..pricing.utilisation import default_framework
 
-    framework = DEFAULT_FRAMEWORK.get(chip.kind)
-    if framework is None:
+    if chip.kind not in ("tpu", "gpu"):
         return None
+    framework = default_framework(chip.kind)
     count = _step_count(job)
     dtype = job.dtype
     batch_bytes = sum(
@@ -1135,6 +1136,8 @@ def _price(
     result.cost_per_step = result.cost_per_1m_tokens = result.bound_cost_per_step = None
     result.expected_seconds = result.expected_low = result.expected_high = None
     result.expected_utilisation = result.expected_limited_by = None
+    result.expected_framework = result.expected_ceiling_seconds = None
+    result.floor_seconds = None
     result.expected_notes = []
     if result.status != "compiled":
         return
@@ -1158,9 +1161,22 @@ def _price(
         expected = apply_floor(
             apply_floor(expected, floor), compiler_floor(result.compiler_seconds)
         )
+    if expected is not None and expected.kind == "bound":
+        # Nothing calibrates a figure, or a floor is longer: the row stays a bound, its
+        # notes say why.
+        seconds = max(seconds, expected.seconds)
+        if expected.limited_by in ("per-step floor", "compiler estimate"):
+            result.floor_seconds = expected.seconds
+        result.expected_limited_by, result.expected_notes = (
+            expected.limited_by,
+            list(expected.notes),
+        )
+    elif expected is not None:
         seconds = expected.seconds
         result.expected_seconds, result.expected_low = expected.seconds, expected.low
         result.expected_high, result.expected_utilisation = expected.high, expected.utilisation
+        result.expected_framework = expected.framework
+        result.expected_ceiling_seconds = expected.ceiling_seconds
         result.expected_limited_by, result.expected_notes = (
             expected.limited_by,
             list(expected.notes),
@@ -1245,8 +1261,8 @@ def _tpu_row(
             f"{result.bound}-bound roofline; {format_bytes(result.memory_per_chip)} of "
             f"{format_bytes(result.capacity_per_chip)} usable HBM per chip"
         )
-        if result.expected_limited_by == "per-step floor":
-            note += f"; at least {format_seconds(result.expected_seconds)}" + "".join(
+        if result.floor_seconds is not None:
+            note += f"; at least {format_seconds(result.floor_seconds)}" + "".join(
                 f"; {n}" for n in result.expected_notes
             )
         elif result.expected_utilisation is not None:
@@ -1259,10 +1275,12 @@ def _tpu_row(
         )
     memory = None if result.memory_per_chip is None else int(result.memory_per_chip * result.chips)
     expected = result.expected_seconds is not None
-    floored = result.expected_limited_by == "per-step floor"
+    shown = result.step_seconds
+    if shown is not None and result.floor_seconds is not None:
+        shown = max(shown, result.floor_seconds)
     return ComparisonRow.build(
         chip,
-        result.expected_seconds if expected else result.step_seconds,
+        result.expected_seconds if expected else shown,
         "compiled",
         chips=result.chips,
         price=price,
@@ -1271,11 +1289,13 @@ def _tpu_row(
         memory_bytes=memory,
         fits=result.fits,
         note=note,
-        time_kind="expected" if expected and not floored else "bound",
+        time_kind="expected" if expected else "bound",
         step_low=result.expected_low,
         step_high=result.expected_high,
         bound_seconds=result.step_seconds,
         flops_per_step=result.flops,
+        framework=(result.expected_framework or "") if expected else "",
+        ceiling_seconds=result.expected_ceiling_seconds if expected else None,
     )
 
 
@@ -1306,16 +1326,18 @@ def _gpu_row(
     if expected is not None:
         expected = apply_floor(expected, floor)
     floored = expected is not None and floor is not None and expected.limited_by == floor.kind
+    floor_notes: list[str] = []
+    if expected is not None and expected.kind == "bound":
+        floor_notes = list(expected.notes) if floored else []
+        bound, expected = max(bound, expected.seconds), None
     memory = None
     fits = None
     if reference.devices_per_chip == 1 and reference.memory_per_chip:
         memory = int(reference.memory_per_chip * chips)
         fits = reference.memory_per_chip <= gpu.hbm_bytes
     note = f"on {reference.label}'s compiled FLOPs and bytes"
-    if floored and expected is not None:
-        note = f"at least {format_seconds(expected.seconds)} {note}" + "".join(
-            f"; {n}" for n in expected.notes
-        )
+    if floor_notes:
+        note = f"at least {format_seconds(bound)} {note}" + "".join(f"; {n}" for n in floor_notes)
     elif expected is not None:
         note = f"expected at {expected.utilisation:.0%} of peak {note}" + "".join(
             f"; {n}" for n in expected.notes
@@ -1333,11 +1355,13 @@ def _gpu_row(
         memory_bytes=memory,
         fits=fits,
         note=note,
-        time_kind="expected" if expected and not floored else "bound",
+        time_kind="expected" if expected else "bound",
         step_low=expected.low if expected else None,
         step_high=expected.high if expected else None,
         bound_seconds=bound,
         flops_per_step=reference.flops,
+        framework=expected.framework if expected else "",
+        ceiling_seconds=expected.ceiling_seconds if expected else None,
     )
 
 

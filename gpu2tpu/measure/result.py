@@ -28,8 +28,13 @@ from typing import TYPE_CHECKING, Any
 from ..pricing.catalogue import Chip, HardwareCatalogue
 from ..pricing.compare import Comparison, ComparisonExports, ComparisonRow
 from ..pricing.cost import efficiency_from_run, roofline_seconds
-from ..pricing.step_floor import DEFAULT_FRAMEWORK, StepFloor, apply_floor, step_floor
-from ..pricing.utilisation import StepFeatures, expected_step, scaled_utilisation
+from ..pricing.step_floor import StepFloor, apply_floor, step_floor
+from ..pricing.utilisation import (
+    StepFeatures,
+    default_framework,
+    expected_step,
+    scaled_utilisation,
+)
 from .records import Costing, ProfileError, StepStats, summarize
 
 if TYPE_CHECKING:
@@ -781,6 +786,7 @@ def cost_run(record: RunRecord, costing: Costing, context: RunContext) -> Profil
                 device_memory,
                 common,
                 _floor(target, n, count_),
+                count_,
             )  # fmt: skip
         )
 
@@ -868,12 +874,31 @@ def _reference_utilisation(
     return None
 
 
+def _step_kind(target: Chip, count: StepCount | None) -> dict[str, Any]:
+    """What the fit needs to know of the counted step besides its FLOPs: the share of them in
+    matrix products and in convolutions, its precision on `target` (an fp32 step runs TF32
+    on a GPU that has it, as PyTorch's convolutions and NVIDIA's published fp32 runs do) and
+    the model class its ops look like (measure/workload.py)."""
+    if count is None or not count.flops:
+        return {}
+    mix = count.mix
+    precision = count.precision or "fp32"
+    if precision == "fp32" and target.kind == "gpu":
+        precision = "tf32"
+    return {
+        "matmul_share": mix.matmul_share,
+        "conv_share": mix.conv_flops / mix.matrix_flops if mix.matrix_flops else None,
+        "precision": precision if precision in ("bf16", "fp16", "tf32", "fp32") else "fp32",
+        "model_class": count.model_class,
+    }
+
+
 def _floor(target: Chip, chips: int, count: StepCount | None) -> StepFloor | None:
     """The per-step floor of the counted step on `target`: its ops dispatched one by one by
     the framework a PyTorch user runs there (None without a count or for the host CPU)."""
-    framework = DEFAULT_FRAMEWORK.get(target.kind)
-    if count is None or framework is None or not count.kernel_ops:
+    if count is None or target.kind not in ("tpu", "gpu") or not count.kernel_ops:
         return None
+    framework = default_framework(target.kind)
     return step_floor(framework, target.key, ops=count.kernel_ops, chips=chips)
 
 
@@ -887,6 +912,7 @@ def _estimate(
     device_memory: int | None,
     common: Mapping[str, Any],
     floor: StepFloor | None = None,
+    count: StepCount | None = None,
 ) -> ComparisonRow:
     """An expected row: the step's FLOPs split over `chips` of `target`, at the utilisation
     measured here scaled to the target (or, with no accelerator measurement, the fit's),
@@ -908,6 +934,8 @@ def _estimate(
         attention_flops_per_chip=None if attention is None else attention / chips,
         attention="full",
         bytes_per_chip=(bytes_ or 0.0) / chips,
+        bytes_kind="unfused",  # the profiler's per-op bytes: never a floor
+        **_step_kind(target, count),
     )
     utilisation = None
     if reference is not None:
@@ -915,10 +943,37 @@ def _estimate(
             reference.utilisation, reference.chip, target, features.attention_share
         )
     expected = expected_step(features, target, utilisation=utilisation)
-    bound = roofline_seconds(flops / chips, (bytes_ or 0.0) / chips, target)
+    # The profiler's bytes are per op, unfused: neither a floor nor a ceiling on a compiled
+    # step's HBM traffic, so the bound is the compute term alone.
+    bound = roofline_seconds(flops / chips, 0.0, target)
     compute_only = expected
     if expected is not None:
         expected = apply_floor(expected, floor)
+    floored = floor is not None and expected is not None and expected.limited_by == floor.kind
+    if expected is not None and expected.kind == "bound":
+        if floored and floor is not None and compute_only is not None:
+            note = (
+                f"at least {format_seconds(expected.seconds)}, the {floor.describe()}; its "
+                f"FLOPs alone would take {format_seconds(compute_only.seconds)}"
+                + (
+                    f" at {compute_only.utilisation:.0%} of peak"
+                    if compute_only.kind == "expected"
+                    else " (a bound)"
+                )
+            )
+        else:
+            note = "bound only: " + "; ".join(expected.notes)
+        return ComparisonRow.build(
+            target,
+            max(bound, expected.seconds),
+            "estimated",
+            chips=chips,
+            flops_per_step=flops,
+            memory_bytes=device_memory,
+            note=note,
+            bound_seconds=bound,
+            **common,
+        )
     if expected is None:
         return ComparisonRow.build(
             target,
@@ -941,22 +996,14 @@ def _estimate(
             f"expected at {expected.utilisation:.0%} of peak, what published runs reach on "
             f"{target.name} (no accelerator measurement of this step to scale from)"
         )
-    floored = floor is not None and expected.limited_by == floor.kind
-    if floored and floor is not None and compute_only is not None:
-        note = (
-            f"at least {format_seconds(expected.seconds)}, the {floor.describe()}; its FLOPs "
-            f"alone would take {format_seconds(compute_only.seconds)} at "
-            f"{compute_only.utilisation:.0%} of peak"
+    note += "".join(f"; {n}" for n in expected.notes)
+    if floor is not None:
+        note += f"; {floor.describe()}"
+    elif expected.seconds < FIXED_COST_SECONDS:
+        note += (
+            f"; under {format_seconds(FIXED_COST_SECONDS)} a step's fixed launch and "
+            "dispatch costs, which this leaves out, dominate: read it as a lower bound"
         )
-    else:
-        note += "".join(f"; {n}" for n in expected.notes)
-        if floor is not None:
-            note += f"; {floor.describe()}"
-        elif expected.seconds < FIXED_COST_SECONDS:
-            note += (
-                f"; under {format_seconds(FIXED_COST_SECONDS)} a step's fixed launch and "
-                "dispatch costs, which this leaves out, dominate: read it as a lower bound"
-            )
     if chips > 1:
         note += f"; split over {chips} chips with no communication cost"
     return ComparisonRow.build(
@@ -967,9 +1014,11 @@ def _estimate(
         flops_per_step=flops,
         memory_bytes=device_memory,
         note=note,
-        time_kind="bound" if floored else "expected",
+        time_kind="expected",
         step_low=expected.low,
         step_high=expected.high,
         bound_seconds=bound,
+        framework=expected.framework,
+        ceiling_seconds=expected.ceiling_seconds,
         **common,
     )

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # The model classes a step can be guessed as (the published-runs table's `model_class`).
-MODEL_CLASSES = ("llm", "encoder", "cnn", "unet", "small")
-# Under this many FLOPs a step is "small": at 30% of a 200 TFLOP/s chip it lasts under
+MODEL_CLASSES = ("llm_decoder", "encoder", "cnn", "unet", "small_step")
+# Under this many FLOPs a step is a "small_step": at 30% of a 200 TFLOP/s chip it lasts under
 # 0.2 ms, where per-step launch, dispatch and feeding costs (pricing/step_floor.py) rule.
 SMALL_STEP_FLOPS = 1e10
 # A step whose convolutions do at least this share of its matrix FLOPs is a convolutional net.
@@ -92,7 +92,7 @@ def guess_model_class(mix: OpMix, total_flops: float) -> tuple[str, str]:
     (attention that is not causal); a step of plain matmuls is taken as an LLM decoder's
     matmuls, the nearest the published runs have."""
     if total_flops < SMALL_STEP_FLOPS:
-        return "small", f"under {SMALL_STEP_FLOPS:.0e} FLOPs a step"
+        return "small_step", f"under {SMALL_STEP_FLOPS:.0e} FLOPs a step"
     matrix = mix.matrix_flops or total_flops
     if mix.conv_flops >= CONV_SHARE * matrix:
         share = f"{mix.conv_flops / matrix:.0%} of the matrix FLOPs in convolutions"
@@ -104,6 +104,6 @@ def guess_model_class(mix: OpMix, total_flops: float) -> tuple[str, str]:
     if mix.attention_flops > 0:
         share = f"{mix.attention_flops / matrix:.0%} of the matrix FLOPs in attention"
         if mix.causal_attention:
-            return "llm", f"{share}, causal"
+            return "llm_decoder", f"{share}, causal"
         return "encoder", f"{share}, not causal"
-    return "llm", "plain matmuls, no attention or convolution counted"
+    return "llm_decoder", "plain matmuls, no attention or convolution counted"

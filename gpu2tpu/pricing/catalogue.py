@@ -25,7 +25,14 @@ CHIP_KINDS = ("tpu", "gpu", "trainium", "cpu")
 PRICE_FIELDS = ("price_on_demand", "price_spot")
 QUANTITY_FIELDS = ("peak_bf16_flops", "hbm_bytes", "hbm_bandwidth")
 # Figures only some chips have (each with its own source when present).
-OPTIONAL_QUANTITY_FIELDS = ("ici_bandwidth",)
+OPTIONAL_QUANTITY_FIELDS = (
+    "ici_bandwidth",
+    "peak_fp16_flops",
+    "peak_tf32_flops",
+    "peak_fp32_flops",
+)
+# The precisions a step can be costed at (docs/forecast.md, "Precision").
+PRECISIONS = ("bf16", "fp16", "tf32", "fp32")
 # Fields a user may override, with what each one means (for error messages).
 OVERRIDE_FIELDS = {
     "price_on_demand": "a non-negative number of USD per chip-hour",
@@ -101,6 +108,32 @@ class Chip:
     notes: str = ""
     aliases: tuple[str, ...] = field(default=(), compare=False)
     ici_bandwidth: float | None = None
+    peak_fp16_flops: float | None = None
+    peak_tf32_flops: float | None = None
+    peak_fp32_flops: float | None = None
+
+    def peak_for(self, precision: str) -> tuple[float | None, str]:
+        """The dense peak for a step in `precision`, and what that peak is.
+
+        bf16 and fp16 are the tensor-core (MXU) peaks. "tf32" and "fp32" both mean float32
+        arrays: on a GPU with TF32 tensor cores they are costed at the TF32 peak (NVIDIA's
+        published fp32 training runs enable it; PyTorch's convolutions use it by default),
+        elsewhere at the plain fp32 peak; on a TPU at XLA's default matmul precision, one
+        bfloat16 pass (`peak_fp32_flops`, sourced). None where the catalogue has no figure.
+        """
+        if precision not in PRECISIONS:
+            raise ValueError(
+                f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}."
+            )
+        if precision == "bf16":
+            return (self.peak_bf16_flops or None), "dense BF16"
+        if precision == "fp16":
+            return self.peak_fp16_flops, "dense FP16 tensor"
+        if self.kind == "gpu" and self.peak_tf32_flops:
+            return self.peak_tf32_flops, "dense TF32 tensor"
+        if self.kind == "tpu":
+            return self.peak_fp32_flops, "fp32 at XLA's default matmul precision (one bf16 pass)"
+        return self.peak_fp32_flops, "FP32"
 
     def price(self, column: str = "on_demand") -> float | None:
         """The price per chip-hour in `column` ("on_demand" or "spot"), or None."""
@@ -128,6 +161,9 @@ class Chip:
             "as_of": self.as_of,
             "notes": self.notes,
             "ici_bandwidth": self.ici_bandwidth,
+            "peak_fp16_flops": self.peak_fp16_flops,
+            "peak_tf32_flops": self.peak_tf32_flops,
+            "peak_fp32_flops": self.peak_fp32_flops,
         }
 
 
@@ -414,6 +450,9 @@ def _chip_from_table(key: str, table: Any, path: Path) -> Chip:
         notes=str(table.get("notes", "")),
         aliases=tuple(str(a) for a in table.get("aliases", ())),
         ici_bandwidth=optional["ici_bandwidth"],
+        peak_fp16_flops=optional["peak_fp16_flops"],
+        peak_tf32_flops=optional["peak_tf32_flops"],
+        peak_fp32_flops=optional["peak_fp32_flops"],
     )
 
 

@@ -27,6 +27,15 @@ SOURCES = ("measured", "baseline", "compiled", "estimated")
 # What a row's step time is: timed, expected from the utilisation model (with a range), or
 # the roofline bound at 100% of peak (only where nothing better exists).
 TIME_KINDS = ("measured", "expected", "bound")
+# How views name the framework an expected time is for.
+FRAMEWORK_LABELS = {
+    "jax": "tuned JAX",
+    "pytorch_xla": "PyTorch/XLA",
+    "torchtpu": "TorchTPU",
+    "torchax": "torchax",
+    "pytorch": "PyTorch",
+    "megatron": "Megatron",
+}
 # When two rows share a chip, the baseline is the most trustworthy one.
 _SOURCE_RANK = {s: i for i, s in enumerate(SOURCES)}
 
@@ -71,6 +80,8 @@ class ComparisonRow:
     token_budget: float | None = None
     time_to_budget_seconds: float | None = None
     cost_to_budget: float | None = None
+    framework: str = ""
+    ceiling_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -109,6 +120,8 @@ class ComparisonRow:
         step_high: float | None = None,
         bound_seconds: float | None = None,
         token_budget: float | None = None,
+        framework: str = "",
+        ceiling_seconds: float | None = None,
     ) -> ComparisonRow:
         """A row with throughput and costs computed from a step time and the chip's price.
 
@@ -119,6 +132,8 @@ class ComparisonRow:
         `mfu` is computed from `flops_per_step` and the chip's peak unless given; `fits` from
         `memory_bytes` (per step, all chips together) against the chips' HBM unless given.
         `token_budget` (tokens) adds the time and money to train on that many tokens.
+        `framework` names what an expected time is for (`FRAMEWORK_LABELS`), and
+        `ceiling_seconds` what the tuned framework reaches on the chip where it differs.
         """
         hourly = price_per_hour(chip, chips, price)
         row = cls(
@@ -137,6 +152,8 @@ class ComparisonRow:
             step_high=step_high,
             bound_seconds=bound_seconds,
             token_budget=token_budget,
+            framework=framework,
+            ceiling_seconds=ceiling_seconds,
         )
         if fits is None and memory_bytes is not None and chip.hbm_bytes > 0:
             fits = memory_bytes <= chip.hbm_bytes * chips
@@ -185,6 +202,21 @@ class ComparisonRow:
     @property
     def expected(self) -> bool:
         return self.time_kind == "expected"
+
+    @property
+    def kind_label(self) -> str:
+        """What the step time is, for a view: "measured", "bound (>=)", or "expected for
+        PyTorch/XLA" (with the tuned framework's figure where it differs)."""
+        if self.time_kind == "bound":
+            return "bound (>=)"
+        if self.time_kind != "expected" or not self.framework:
+            return str(self.time_kind)
+        label = f"expected for {FRAMEWORK_LABELS.get(self.framework, self.framework)}"
+        if self.ceiling_seconds:
+            from ..views.format import format_seconds
+
+            label += f"; tuned: {format_seconds(self.ceiling_seconds)}"
+        return label
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -254,13 +286,17 @@ class Comparison:
         return min(matches, key=lambda r: _SOURCE_RANK.get(r.source, len(SOURCES)))
 
     def apply_ratios(self) -> None:
-        """Fill speed-up and cost ratios of every row against the baseline row."""
+        """Fill speed-up and cost ratios of every row against the baseline row; a bound is
+        never set against an expected or measured time (the ratio would be a bound too,
+        in a direction the column cannot show)."""
         base = self.baseline_row()
         for row in self.rows:
             row.speedup_vs_baseline = None
             row.cost_ratio_vs_baseline = None
             if base is None or not row.step_seconds or not base.step_seconds:
                 continue
+            if (row.time_kind == "bound") != (base.time_kind == "bound"):
+                continue  # a lower bound against a figure is no ratio
             row.speedup_vs_baseline = base.step_seconds / row.step_seconds
             if row.cost_per_step is not None and base.cost_per_step:
                 row.cost_ratio_vs_baseline = row.cost_per_step / base.cost_per_step
@@ -295,6 +331,8 @@ class Comparison:
                 step_high=row.step_high,
                 bound_seconds=row.bound_seconds,
                 token_budget=row.token_budget,
+                framework=row.framework,
+                ceiling_seconds=row.ceiling_seconds,
             )
             rows.append(rebuilt)
         return Comparison.from_rows(

@@ -16,6 +16,7 @@ heads x head_dim with the full score matrix, half that for causal attention.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,10 +24,38 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_PATH = Path(__file__).with_name("published_runs.toml")
-MEASURES = ("tokens_per_s_per_chip", "tokens_per_s_total", "tflops_per_chip")
-# FLOP conventions a `tflops_per_chip` figure can be converted from.
-CONVENTIONS = {"maxtext_full_attention": "full"}
-_MODEL_FIELDS = (
+MEASURES = (
+    "tokens_per_s_per_chip",
+    "tokens_per_s_total",
+    "tflops_per_chip",
+    "mfu",
+    "step_seconds",
+    "samples_per_s_per_chip",
+    "samples_per_s_total",
+)
+# Source FLOP conventions a `tflops_per_chip` or `mfu` figure is converted from: how the source
+# counted attention ("full", "causal" or "none": 6 x parameters only).
+CONVENTIONS = {
+    "maxtext_full_attention": "full",
+    "maxtext_causal_attention": "causal",
+    "maxtext_params_only": "none",
+    "palm_full_attention": "full",
+}
+# The values a row may carry (docs/forecast.md, "The published runs").
+MODEL_CLASSES = ("llm_decoder", "encoder", "cnn", "unet", "small_step")
+PRECISIONS = ("bf16", "fp16", "tf32", "fp32")
+FRAMEWORKS = (
+    "jax",
+    "pytorch_xla",
+    "torchax",
+    "torchtpu",
+    "pytorch",
+    "megatron",
+    "tensorflow",
+    "mxnet",
+    "paddle",
+)
+_SHAPE_FIELDS = (
     "layers",
     "d_model",
     "heads",
@@ -38,9 +67,11 @@ _MODEL_FIELDS = (
     "source",
 )
 _RUN_FIELDS = (
-    "id", "model", "chip", "chips", "slice", "sequence", "global_batch", "per_device_batch",
-    "precision", "parallelism", "framework", "measured", "value", "source", "date", "held_out",
+    "id", "model", "chip", "chips", "slice", "global_batch", "per_device_batch", "precision",
+    "parallelism", "framework", "software", "source_group", "model_class", "measured", "value",
+    "source", "date", "held_out",
 )  # fmt: skip
+_DATE = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
 
 
 class PublishedRunsError(ValueError):
@@ -51,8 +82,9 @@ class PublishedRunsError(ValueError):
 class ModelShape:
     """A dense decoder's shape: enough to build it on the meta device and count its FLOPs.
 
-    `mlp` is "gated" (SwiGLU: three d_model x ffn matrices) or "plain" (two, GELU); `tied`
-    says the output layer shares the token embedding (it is a matmul per token either way).
+    `mlp` is "gated" (SwiGLU: three d_model x ffn matrices) or "plain" (two, with
+    `activation`: "gelu" or "relu"); `tied` says the output layer shares the token embedding
+    (it is a matmul per token either way).
     """
 
     key: str
@@ -67,6 +99,7 @@ class ModelShape:
     mlp: str
     source: str
     tied: bool = False
+    activation: str = "gelu"
 
     def matmul_parameters(self) -> int:
         """Weights of every linear layer: attention, MLP and the output layer."""
@@ -90,11 +123,29 @@ class ModelShape:
 
 
 @dataclass(frozen=True)
+class ModelCard:
+    """A model that is not a dense decoder (a CNN, an encoder, a U-Net): its name, where its
+    shape is published and its class. Its FLOPs per sample are in each run
+    (`flops_per_sample`), counted as the row's `flops_source` says."""
+
+    key: str
+    name: str
+    source: str
+    model_class: str
+
+
+@dataclass(frozen=True)
 class PublishedRun:
-    """One public measurement of a training job (fields as `published_runs.toml` documents)."""
+    """One public measurement of a training job (fields as `published_runs.toml` documents).
+
+    `source_group` is the publisher (the unit of leave-one-source-out validation),
+    `framework` one of `FRAMEWORKS` (`software` says what the source names), `model_class`
+    one of `MODEL_CLASSES`, `precision` one of `PRECISIONS`, `slices` the slices joined over
+    the data-centre network (DCN).
+    """
 
     id: str
-    model: ModelShape
+    model: ModelShape | ModelCard
     chip: str
     chips: int
     slice: str
@@ -109,12 +160,54 @@ class PublishedRun:
     source: str
     date: str
     held_out: bool
+    software: str = ""
+    source_group: str = ""
+    model_class: str = "llm_decoder"
+    slices: int = 1
     config: str = ""
     mfu: float | None = None
     tflops_per_chip: float | None = None
     step_seconds: float | None = None
+    source_peak_tflops: float | None = None
     flops_convention: str = ""
+    explicit_flops_per_sample: float | None = None
+    flops_source: str = ""
     notes: str = ""
+
+    @property
+    def configuration(self) -> tuple[str, str, str, int, str, str]:
+        """What makes two rows the same experiment at another scale: source, model, chip,
+        sequence, precision and framework (the unit the errors are reported on)."""
+        return (
+            self.source_group,
+            self.model.key,
+            self.chip,
+            self.sequence,
+            self.precision,
+            self.framework,
+        )
+
+    @property
+    def shape(self) -> ModelShape | None:
+        """The decoder's shape, or None for a model given by its card."""
+        return self.model if isinstance(self.model, ModelShape) else None
+
+    def _source_flops_per_token(self) -> float:
+        shape = self.shape
+        assert shape is not None  # checked on load: a converted figure needs a shape
+        counted = CONVENTIONS[self.flops_convention]
+        if counted == "none":
+            return 6.0 * shape.matmul_parameters()
+        return shape.flops_per_token(self.sequence, causal=counted == "causal")
+
+    @property
+    def samples_per_s_per_chip(self) -> float:
+        """Samples (sequences, images) per second per chip, from the source's unit."""
+        if self.measured == "samples_per_s_per_chip":
+            return self.value
+        if self.measured == "samples_per_s_total":
+            return self.value / self.chips
+        return self.tokens_per_s_per_chip / self.sequence
 
     @property
     def tokens_per_s_per_chip(self) -> float:
@@ -123,8 +216,14 @@ class PublishedRun:
             return self.value
         if self.measured == "tokens_per_s_total":
             return self.value / self.chips
-        causal = CONVENTIONS[self.flops_convention] == "causal"
-        return self.value * 1e12 / self.model.flops_per_token(self.sequence, causal)
+        if self.measured == "step_seconds":
+            return self.global_batch * self.sequence / self.value / self.chips
+        if self.measured == "tflops_per_chip":
+            return self.value * 1e12 / self._source_flops_per_token()
+        if self.measured == "mfu":
+            peak = (self.source_peak_tflops or 0.0) * 1e12
+            return self.value * peak / self._source_flops_per_token()
+        return self.samples_per_s_per_chip * self.sequence
 
     @property
     def tokens_per_chip(self) -> float:
@@ -134,16 +233,38 @@ class PublishedRun:
     @property
     def flops_per_token(self) -> float:
         """Training FLOPs per token, causal attention (this project's count)."""
-        return self.model.flops_per_token(self.sequence, causal=True)
+        return self.flops_per_sample / self.sequence
+
+    @property
+    def flops_per_sample(self) -> float:
+        """Training FLOPs per sample (forward and backward), this project's count: a
+        decoder's from its shape (causal attention), any other model's as the row gives it."""
+        if self.explicit_flops_per_sample is not None:
+            return self.explicit_flops_per_sample
+        shape = self.shape
+        assert shape is not None
+        return shape.flops_per_token(self.sequence, causal=True) * self.sequence
 
     @property
     def attention_share(self) -> float:
-        """The share of the step's FLOPs in attention products (causal count)."""
-        return self.model.attention_flops_per_token(self.sequence) / self.flops_per_token
+        """The share of the step's FLOPs in attention products (causal count; 0 without a
+        decoder shape)."""
+        shape = self.shape
+        if shape is None:
+            return 0.0
+        return (
+            shape.attention_flops_per_token(self.sequence) * self.sequence / self.flops_per_sample
+        )
+
+    @property
+    def parameters(self) -> float | None:
+        """Matmul parameters of a decoder (None for a model given by its card)."""
+        shape = self.shape
+        return None if shape is None else float(shape.matmul_parameters())
 
     def utilisation(self, peak_flops: float) -> float:
         """Model FLOPs utilisation on `peak_flops` per chip, by this project's FLOP count."""
-        return self.tokens_per_s_per_chip * self.flops_per_token / peak_flops
+        return self.samples_per_s_per_chip * self.flops_per_sample / peak_flops
 
 
 def load_published_runs(path: str | Path | None = None) -> tuple[PublishedRun, ...]:
@@ -156,7 +277,7 @@ def load_published_runs(path: str | Path | None = None) -> tuple[PublishedRun, .
         raise PublishedRunsError(f"{data_path}: the published-runs table does not exist.") from None
     except tomllib.TOMLDecodeError as exc:
         raise PublishedRunsError(f"{data_path}: not valid TOML ({exc}).") from None
-    models = {
+    models: dict[str, ModelShape | ModelCard] = {
         key: _model(key, table, data_path) for key, table in (data.get("models") or {}).items()
     }
     raw = data.get("runs")
@@ -176,12 +297,20 @@ def _require(table: Mapping[str, Any], fields: tuple[str, ...], where: str) -> N
         raise PublishedRunsError(f"{where}: missing {', '.join(missing)}.")
 
 
-def _model(key: str, table: Mapping[str, Any], path: Path) -> ModelShape:
+def _model(key: str, table: Mapping[str, Any], path: Path) -> ModelShape | ModelCard:
     where = f"{path}: [models.{key}]"
-    _require(table, _MODEL_FIELDS, where)
+    model_class = str(table.get("model_class", "llm_decoder"))
+    if model_class not in MODEL_CLASSES:
+        raise PublishedRunsError(
+            f"{where}.model_class: one of {', '.join(MODEL_CLASSES)}, not {model_class!r}."
+        )
+    if model_class != "llm_decoder" and "layers" not in table:
+        _require(table, ("name", "source"), where)
+        return ModelCard(key, str(table["name"]), str(table["source"]), model_class)
+    _require(table, _SHAPE_FIELDS, where)
     if table["mlp"] not in ("gated", "plain"):
         raise PublishedRunsError(f"{where}.mlp: 'gated' or 'plain', not {table['mlp']!r}.")
-    sizes = {f: table[f] for f in _MODEL_FIELDS[:7]}
+    sizes = {f: table[f] for f in _SHAPE_FIELDS[:7]}
     bad = [f for f, v in sizes.items() if isinstance(v, bool) or not isinstance(v, int) or v < 1]
     if bad:
         raise PublishedRunsError(f"{where}: {', '.join(bad)} must be positive whole numbers.")
@@ -191,56 +320,97 @@ def _model(key: str, table: Mapping[str, Any], path: Path) -> ModelShape:
         mlp=str(table["mlp"]),
         source=str(table["source"]),
         tied=bool(table.get("tied", False)),
+        activation=str(table.get("activation", "gelu")),
         **sizes,
     )
 
 
+def _one_of(table: Mapping[str, Any], name: str, allowed: tuple[str, ...], where: str) -> str:
+    value = table[name]
+    if value not in allowed:
+        raise PublishedRunsError(f"{where}.{name}: one of {', '.join(allowed)}, not {value!r}.")
+    return str(value)
+
+
+def _positive(table: Mapping[str, Any], name: str, where: str) -> float:
+    value = table[name]
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise PublishedRunsError(f"{where}.{name}: a positive number, not {value!r}.")
+    return float(value)
+
+
 def _run(
-    index: int, table: Mapping[str, Any], models: Mapping[str, ModelShape], path: Path
+    index: int,
+    table: Mapping[str, Any],
+    models: Mapping[str, ModelShape | ModelCard],
+    path: Path,
 ) -> PublishedRun:
     where = f"{path}: run {table.get('id') or index + 1}"
     _require(table, _RUN_FIELDS, where)
     model = models.get(table["model"])
     if model is None:
         raise PublishedRunsError(f"{where}.model: no [models.{table['model']}] table.")
-    if table["measured"] not in MEASURES:
+    measured = _one_of(table, "measured", MEASURES, where)
+    for name in ("precision", "framework", "model_class"):
+        _one_of(table, name, {"precision": PRECISIONS, "framework": FRAMEWORKS,
+                              "model_class": MODEL_CLASSES}[name], where)  # fmt: skip
+    if measured in ("tflops_per_chip", "mfu"):
+        if table.get("flops_convention") not in CONVENTIONS:
+            raise PublishedRunsError(
+                f"{where}.flops_convention: a {measured} figure needs one of "
+                f"{', '.join(CONVENTIONS)} to become tokens/s."
+            )
+        if not isinstance(model, ModelShape):
+            raise PublishedRunsError(f"{where}: a {measured} figure needs a decoder's shape.")
+    if measured == "mfu" and not table.get("source_peak_tflops"):
+        raise PublishedRunsError(f"{where}.source_peak_tflops: an MFU needs the source's peak.")
+    if not isinstance(model, ModelShape) and table.get("flops_per_sample") is None:
         raise PublishedRunsError(
-            f"{where}.measured: one of {', '.join(MEASURES)}, not {table['measured']!r}."
+            f"{where}.flops_per_sample: a model without a decoder shape needs its FLOPs per sample."
         )
-    if table["measured"] == "tflops_per_chip" and table.get("flops_convention") not in CONVENTIONS:
-        raise PublishedRunsError(
-            f"{where}.flops_convention: a TFLOP/s figure needs one of {', '.join(CONVENTIONS)} "
-            "to become tokens/s."
-        )
-    for name in ("chips", "sequence", "global_batch", "per_device_batch", "value"):
-        value = table[name]
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise PublishedRunsError(f"{where}.{name}: a positive number, not {value!r}.")
+    if "sequence" not in table and (isinstance(model, ModelShape) or measured.startswith("tok")):
+        raise PublishedRunsError(f"{where}: missing sequence.")
+    numbers = {
+        name: _positive(table, name, where)
+        for name in ("chips", "global_batch", "per_device_batch", "value")
+    }
+    sequence = int(_positive(table, "sequence", where)) if "sequence" in table else 1
     if not isinstance(table["held_out"], bool):
         raise PublishedRunsError(f"{where}.held_out: true or false.")
+    if not _DATE.match(str(table["date"])):
+        raise PublishedRunsError(
+            f"{where}.date: YYYY, YYYY-MM or YYYY-MM-DD, not {table['date']!r}."
+        )
     optional = {
         name: (None if table.get(name) is None else float(table[name]))
-        for name in ("mfu", "tflops_per_chip", "step_seconds")
+        for name in ("mfu", "tflops_per_chip", "step_seconds", "source_peak_tflops")
     }
+    flops = table.get("flops_per_sample")
     return PublishedRun(
         id=str(table["id"]),
         model=model,
         chip=str(table["chip"]),
-        chips=int(table["chips"]),
+        chips=int(numbers["chips"]),
         slice=str(table["slice"]),
-        sequence=int(table["sequence"]),
-        global_batch=float(table["global_batch"]),
-        per_device_batch=float(table["per_device_batch"]),
+        sequence=sequence,
+        global_batch=numbers["global_batch"],
+        per_device_batch=numbers["per_device_batch"],
         precision=str(table["precision"]),
         parallelism=str(table["parallelism"]),
         framework=str(table["framework"]),
-        measured=str(table["measured"]),
-        value=float(table["value"]),
+        measured=measured,
+        value=numbers["value"],
         source=str(table["source"]),
         date=str(table["date"]),
         held_out=table["held_out"],
+        software=str(table["software"]),
+        source_group=str(table["source_group"]),
+        model_class=str(table["model_class"]),
+        slices=int(table.get("slices", 1)),
         config=str(table.get("config", "")),
         flops_convention=str(table.get("flops_convention", "")),
+        explicit_flops_per_sample=None if flops is None else float(flops),
+        flops_source=str(table.get("flops_source", "")),
         notes=str(table.get("notes", "")),
         **optional,
     )

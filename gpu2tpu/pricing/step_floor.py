@@ -59,7 +59,7 @@ DISPATCH_COSTS: dict[str, DispatchCost] = {
             _EAGER_SOURCE,
         ),
         DispatchCost(
-            "pytorch-xla",
+            "pytorch_xla",
             "PyTorch/XLA (lazy tensors: every op traced again each step)",
             _EAGER_OP_SECONDS,
             0.0,
@@ -73,23 +73,39 @@ DISPATCH_COSTS: dict[str, DispatchCost] = {
             _EAGER_SOURCE + "; TorchTPU's eager modes dispatch every op the same way",
         ),
         DispatchCost(
+            "torchax",
+            "torchax (eager: every op dispatched to JAX each step)",
+            _EAGER_OP_SECONDS,
+            0.0,
+            _EAGER_SOURCE + "; torchax's eager mode dispatches every op the same way",
+        ),
+        DispatchCost(
+            "megatron",
+            "Megatron/NeMo (PyTorch, op by op)",
+            _EAGER_OP_SECONDS,
+            0.0,
+            _EAGER_SOURCE,
+        ),
+        DispatchCost(
             "jax",
-            "a step traced once (jax.jit, torchax, torch.compile)",
+            "a step traced once (jax.jit, torch.compile)",
             0.0,
             0.0,
             "traced once: no per-op cost a step (no published per-step dispatch figure found)",
         ),
     )
 }
+# Other names for the frameworks above (gpu2tpu's backend names among them).
 FRAMEWORK_ALIASES = {
     "cuda": "pytorch",
     "cpu": "pytorch",
     "eager": "pytorch",
-    "xla": "pytorch-xla",
-    "torch_xla": "pytorch-xla",
+    "xla": "pytorch_xla",
+    "pytorch-xla": "pytorch_xla",
+    "torch_xla": "pytorch_xla",
+    "tpu": "torchtpu",
     "torch-tpu": "torchtpu",
     "torch_tpu": "torchtpu",
-    "torchax": "jax",
     "maxtext": "jax",
     "torch.compile": "jax",
 }
@@ -102,12 +118,6 @@ HOST_LINK_BYTES_PER_S: dict[str, tuple[float, str]] = {
     "h100": (64e9, "PCIe Gen5, NVIDIA H100 SXM datasheet"),
     "h200": (64e9, "PCIe Gen5, NVIDIA H200 SXM datasheet"),
 }
-
-
-# The framework a PyTorch user's step runs under on each kind of chip, for its floor: eager
-# PyTorch on a GPU; PyTorch/XLA (or TorchTPU's eager mode, the same per-op cost) on a TPU or
-# Trainium. The host CPU has no floor: its own timing is the measurement.
-DEFAULT_FRAMEWORK = {"gpu": "pytorch", "tpu": "pytorch-xla", "trainium": "pytorch-xla"}
 
 
 @dataclass(frozen=True)
@@ -149,7 +159,7 @@ class StepFloor:
 
 
 def framework_key(name: str) -> str:
-    """The dispatch table's key for a framework or backend name ("xla" -> "pytorch-xla")."""
+    """The dispatch table's key for a framework or backend name ("xla" -> "pytorch_xla")."""
     key = name.strip().lower()
     key = FRAMEWORK_ALIASES.get(key, key)
     if key not in DISPATCH_COSTS:
@@ -214,8 +224,8 @@ def compiler_floor(seconds: float | None) -> StepFloor | None:
 
 def apply_floor(expected: ExpectedStep, floor: StepFloor | None) -> ExpectedStep:
     """`expected` with nothing below `floor`: where the floor is longer, the figure is the
-    floor, a lower bound (limited by the floor's kind, not calibrated, its range one-sided);
-    where it only cuts the range, the range starts at it."""
+    floor, a bound (`kind` "bound", limited by the floor's kind, not calibrated, shown as
+    ">= floor"); where it only cuts the range, the range starts at it."""
     if floor is None or floor.seconds <= 0 or floor.seconds <= expected.low:
         return expected
     if floor.seconds < expected.seconds:
@@ -224,7 +234,8 @@ def apply_floor(expected: ExpectedStep, floor: StepFloor | None) -> ExpectedStep
         expected,
         seconds=floor.seconds,
         low=floor.seconds,
-        high=max(expected.high, floor.seconds),
+        high=floor.seconds,
+        kind="bound",
         limited_by=floor.kind,
         calibrated=False,
         notes=(

@@ -1,26 +1,34 @@
 """Expected step time: a model of the utilisation real training runs reach, fitted on the
-published runs (`published_runs.toml`), with its error on the runs kept out of the fit.
+published runs (`published_runs.toml`), with its error measured on sources the fit never saw.
 
-A roofline, `max(FLOPs / peak, bytes / bandwidth)`, is the time at 100% of the chip; tuned
-public runs of dense LLMs reach 15-71% of peak by this project's FLOP count. The expected
-step time is
+A roofline, `max(FLOPs / peak, bytes / bandwidth)`, is the time at 100% of the chip; public
+training runs reach 15-72% of peak by this project's FLOP count, and which share depends on
+the chip, the framework, the model and its scale. The expected step time is
 
-    expected = FLOPs per chip / (peak x predicted utilisation)
+    expected = FLOPs per chip / (peak[precision] x predicted utilisation)
 
 and the utilisation is predicted as
 
-    log(utilisation) = base[chip] - slope x sqrt(attention share of the FLOPs)
+    log u = b0 + b_gpu [GPU] + b_bal log2(peak / HBM bandwidth / 250 FLOP/B)
+            - a sqrt(attention share) + g_size log10(parameters / 10B) + g_dcn log2(slices)
+            + framework[f] + model_class[c] + precision[p] + chip[k]
 
-fitted by least squares on the runs that are not held out: one base per chip (what tuned
-runs reach on dense matmuls there), and one slope for all chips (attention kernels run below
-the matmul rate, and their share grows with the sequence). Other candidate inputs were fitted
-too (model size, chips, tokens per chip: docs/forecast.md shows their coefficients and
-errors): each moved the held-out error by about a point, with coefficients too small to
-matter (2% per tenfold FLOPs per token), so the model leaves them out. The range is the 10th
-to the 90th percentile of the held-out runs' errors. Where the roofline says the step is
-memory-bound, or its collectives take longer than its compute, the expected time is that
-term, which the table does not calibrate (every published run is compute-bound), and the
-figure says so.
+by weighted ridge regression: each configuration (one source's model on one chip at one
+sequence, precision and framework) weighs as much as any other however many chip counts it
+was published at, and the per-level effects (framework, class, precision, chip) and the
+scale terms are shrunk towards zero (`RIDGE`), so that a level seen in one source only moves
+the prediction as far as that source supports. The chip's machine balance (its FLOPs per byte
+of HBM bandwidth) carries what one chip's runs teach about another.
+
+How sure: every source is left out in turn, the model refitted on the others and the left-out
+source's runs predicted (leave-one-source-out, `UtilisationFit.cross_source`); the error is
+reported per configuration, and the range printed with every expected figure is the 10th to
+90th percentile of those cross-source errors (it holds 80% of them by construction; the
+benchmark prints how many it holds). The shipped fit uses every run.
+
+Where nothing calibrates a figure there is no expected time, only a bound: a model class or a
+precision the table has no run of, a step whose compiled HBM traffic or collectives take longer
+than the expected compute. The profiler's unfused byte count is never used as a floor.
 
 Pure: `fit_utilisation(runs, catalogue)` decides from its arguments; `default_fit()` reads the
 shipped table and catalogue once.
@@ -31,16 +39,34 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .catalogue import Chip, HardwareCatalogue
-from .published import PublishedRun, load_published_runs
+from .published import FRAMEWORKS, MODEL_CLASSES, PRECISIONS, PublishedRun, load_published_runs
 
-# The range: this share of held-out runs fall inside it.
+# The range: this share of cross-source predictions falls inside it.
 RANGE_QUANTILES = (0.1, 0.9)
-# Matmul shares below this are outside what the table covers (every run is ~99% matmul).
+# Ridge penalty on every effect but the intercept, the GPU term, the machine balance and the
+# attention slope, in units of configurations (the fit's weights sum to the configurations).
+# Chosen once among 0.3, 1 and 3 by the cross-source error: the error printed is therefore a
+# little optimistic (docs/forecast.md says so).
+RIDGE = 1.0
+# Machine balance the balance term is centred on (FLOP per byte of HBM bandwidth).
+BALANCE_CENTRE = 250.0
+# Matmul shares below this are outside what the LLM runs cover (they are ~99% matmuls).
 MATMUL_SHARE_CALIBRATED = 0.9
+# The tuned framework shown as the ceiling beside a PyTorch figure, per kind of chip.
+CEILING_FRAMEWORK = {"tpu": "jax", "gpu": "megatron"}
+# What a framework with no published run of its own is costed as (and the figure says so):
+# TorchTPU and torchax run PyTorch programs through XLA, as PyTorch/XLA does.
+FRAMEWORK_FALLBACK = {"torchtpu": "pytorch_xla", "torchax": "pytorch_xla"}
+# The backend names of gpu2tpu.backends, as frameworks.
+BACKEND_FRAMEWORK = {"tpu": "torchtpu", "xla": "pytorch_xla", "jax": "torchax", "cuda": "pytorch"}
+
+_NUMERIC = ("gpu", "balance", "attention", "size", "dcn")
+_PENALISED_NUMERIC = ("size", "dcn")
 
 
 @dataclass(frozen=True)
@@ -52,8 +78,13 @@ class StepFeatures:
     unknown, taken as none). `attention` says how those are counted: "causal" (half the
     score matrix, as flash kernels compute) or "full" (the whole matrix, as a plain compiled
     SDPA does): the fit counts causal attention, so full attention is halved first.
-    `collective_seconds` is the time the step's collectives take on the interconnect as the
-    forecast models it; `matmul_share` the share of dot/convolution FLOPs.
+    `bytes_per_chip` is the step's HBM traffic: "compiled" (XLA's fused program: a floor at
+    full bandwidth) or "unfused" (the profiler's per-op count: never a floor).
+    `collective_seconds` is the step's collectives on the interconnect as the forecast models
+    them; `matmul_share` and `conv_share` the shares of dot/convolution FLOPs and of
+    convolution FLOPs. `parameters` (matmul weights) and `slices` (slices over the
+    data-centre network) are the scale inputs; `model_class`, `precision` and `framework` say
+    what kind of step it is and what runs it (None: inferred / the default for the chip).
     """
 
     chip: str
@@ -66,6 +97,13 @@ class StepFeatures:
     bytes_per_chip: float | None = None
     collective_seconds: float | None = None
     parameters: int | None = None
+    conv_share: float | None = None
+    bytes_kind: str = "compiled"
+    samples_per_chip: float | None = None
+    slices: int = 1
+    model_class: str | None = None
+    precision: str = "bf16"
+    framework: str | None = None
 
     @property
     def model_flops_per_chip(self) -> float:
@@ -84,15 +122,37 @@ class StepFeatures:
         return min(1.0, max(0.0, attention / self.model_flops_per_chip))
 
 
+def infer_model_class(features: StepFeatures) -> str:
+    """The model class a step most likely is, from what its FLOP count knows: convolutions
+    over half the FLOPs make a CNN, attention FLOPs a decoder (an encoder's bidirectional
+    attention looks the same to a FLOP count: pass `model_class="encoder"` for one), anything
+    else an LLM-like matmul step. (U-Nets and small steps are named by the caller.)"""
+    if features.conv_share is not None and features.conv_share >= 0.5:
+        return "cnn"
+    return "llm_decoder"
+
+
+def default_framework(kind: str, backend: str | None = None) -> str:
+    """The framework a figure is for when the caller names none: the backend `%%tpu` would
+    use (`backend`, a gpu2tpu backend name), else TorchTPU on a TPU (costed as PyTorch/XLA
+    while no TorchTPU run is published), and PyTorch on a GPU."""
+    if backend in BACKEND_FRAMEWORK and (kind == "tpu") == (backend != "cuda"):
+        return BACKEND_FRAMEWORK[backend]
+    return "torchtpu" if kind == "tpu" else "pytorch"
+
+
 @dataclass(frozen=True)
 class ExpectedStep:
     """An expected step time with its range, the bound beside it, and where it comes from.
 
-    `seconds` is the expected time, `low`-`high` its range (80% of held-out runs fell in
-    it); `bound_seconds` the roofline at 100% of peak; `utilisation` the predicted share of
-    peak; `limited_by` "compute" (calibrated), "memory" or "interconnect" (not calibrated);
-    `calibrated` is False where the chip has no published run or the step is outside what
-    the runs cover (`notes` say why).
+    `kind` is "expected" (a prediction with its range `low`-`high`, which held 80% of the
+    cross-source predictions) or "bound" (nothing calibrates a figure: `seconds` is a lower
+    bound, `low == seconds`, `high` is None-like infinity and views show it as ">= x");
+    `bound_seconds` the roofline at 100% of peak; `utilisation` the predicted share of
+    `peak_flops`; `limited_by` "compute", "memory" or "interconnect"; `framework` the
+    framework the figure is for and `ceiling_seconds` what the tuned framework reaches on the
+    chip where it differs; `precision` and `model_class` what was costed; `calibrated` is
+    False where the figure rests on a prior (no run of the chip, the framework or the class).
     """
 
     seconds: float
@@ -104,11 +164,17 @@ class ExpectedStep:
     calibrated: bool
     source: str
     notes: tuple[str, ...] = ()
+    kind: str = "expected"
+    framework: str = ""
+    ceiling_seconds: float | None = None
+    precision: str = "bf16"
+    peak_flops: float = 0.0
+    model_class: str = "llm_decoder"
 
 
 @dataclass(frozen=True)
 class HeldOutError:
-    """One held-out run: the tokens/s/chip the model expects against the published figure."""
+    """One run predicted by a fit that never saw it: expected against published."""
 
     run: PublishedRun
     expected_tokens_per_s: float
@@ -121,60 +187,157 @@ class HeldOutError:
 
 
 @dataclass(frozen=True)
-class UtilisationFit:
-    """The fitted model: a base log-utilisation per chip, the attention slope, and its error."""
+class _Point:
+    """What the model reads of one step: the chip and the categorical and numeric inputs."""
 
-    bases: dict[str, float]
-    attention_slope: float
+    chip: Chip
+    peak: float
+    framework: str
+    model_class: str
+    precision: str
+    attention_share: float
+    parameters: float | None
+    slices: int
+
+
+def _point_of_run(run: PublishedRun, catalogue: HardwareCatalogue) -> _Point | None:
+    chip = catalogue.get(run.chip)
+    peak, _ = chip.peak_for(run.precision)
+    if not peak:
+        return None
+    return _Point(
+        chip,
+        peak,
+        run.framework,
+        run.model_class,
+        run.precision,
+        run.attention_share,
+        run.parameters,
+        run.slices,
+    )
+
+
+@dataclass(frozen=True)
+class UtilisationFit:
+    """The fitted model: named coefficients, the levels it saw, and its measured error."""
+
+    coefficients: Mapping[str, float]
     fitted_runs: int
-    held_out: tuple[HeldOutError, ...]
-    log_range: tuple[float, float]  # quantiles of log(published / expected), held-out runs
+    frameworks: frozenset[str]
+    model_classes: frozenset[str]
+    precisions: frozenset[str]
+    chips: frozenset[str]
+    cross_source: tuple[HeldOutError, ...] = ()
+    held_out: tuple[HeldOutError, ...] = ()
+    log_range: tuple[float, float] = (0.0, 0.0)
     sources: tuple[str, ...] = field(default=())
-    kind_of: dict[str, str] = field(default_factory=dict)  # chip key -> "tpu" / "gpu"
 
     # -- predicting ---------------------------------------------------------------------------
 
-    def base_for(self, chip: Chip) -> tuple[float | None, str]:
-        """The chip's base log-utilisation, and a note when it is not the chip's own."""
-        if chip.key in self.bases:
-            return self.bases[chip.key], ""
-        same_kind = [b for key, b in self.bases.items() if self.kind_of.get(key) == chip.kind]
-        if not same_kind:
-            return None, f"no published run on a {chip.kind.upper()} in the table"
-        return (
-            statistics.fmean(same_kind),
-            f"no published run on {chip.name} in the table: its utilisation is the mean of the "
-            f"{len(same_kind)} {chip.kind.upper()} chips that have runs, and the range is wider",
-        )
+    def resolve_framework(self, framework: str) -> tuple[str, str]:
+        """The framework the fit costs `framework` as, and a note when it is not its own."""
+        if framework in self.frameworks:
+            return framework, ""
+        fallback = FRAMEWORK_FALLBACK.get(framework)
+        if fallback in self.frameworks:
+            return fallback, (
+                f"no published {framework} training run: costed as {fallback}, "
+                "which runs PyTorch programs through XLA the same way"
+            )
+        return framework, f"no published {framework} training run: its effect is taken as none"
 
-    def utilisation(self, chip: Chip, attention_share: float | None) -> float | None:
-        """Predicted share of `chip`'s peak for a step with this attention share."""
-        base, _ = self.base_for(chip)
-        if base is None:
+    def log_utilisation(self, point: _Point) -> float:
+        c = self.coefficients
+        value = c["intercept"]
+        for name, x in _numeric(point).items():
+            value += c.get(name, 0.0) * x
+        for prefix, level in _levels(point).items():
+            value += c.get(f"{prefix}:{level}", 0.0)
+        return value
+
+    def utilisation(
+        self,
+        chip: Chip,
+        attention_share: float | None,
+        *,
+        framework: str | None = None,
+        model_class: str = "llm_decoder",
+        precision: str = "bf16",
+        parameters: float | None = None,
+        slices: int = 1,
+    ) -> float | None:
+        """Predicted share of `chip`'s peak (for `precision`) for such a step, or None where
+        the chip has no such peak or is not a TPU or GPU."""
+        peak, _ = chip.peak_for(precision) if chip.kind in ("tpu", "gpu") else (None, "")
+        if not peak:
             return None
-        share = attention_share or 0.0
-        return math.exp(base - self.attention_slope * math.sqrt(share))
+        framework = self.resolve_framework(framework or default_framework(chip.kind))[0]
+        point = _Point(
+            chip,
+            peak,
+            framework,
+            model_class,
+            precision,
+            attention_share or 0.0,
+            parameters,
+            slices,
+        )
+        return min(1.0, math.exp(self.log_utilisation(point)))
 
     # -- its error ----------------------------------------------------------------------------
 
+    def configuration_errors(self, which: str = "cross_source") -> dict[tuple[object, ...], float]:
+        """One signed error per configuration: the geometric mean of its runs' errors."""
+        rows = self.cross_source if which == "cross_source" else self.held_out
+        grouped: dict[tuple[object, ...], list[float]] = defaultdict(list)
+        for h in rows:
+            grouped[h.run.configuration].append(math.log1p(h.error))
+        return {key: math.expm1(statistics.fmean(v)) for key, v in grouped.items()}
+
     @property
     def median_error(self) -> float:
-        return statistics.median(abs(h.error) for h in self.held_out)
+        """Median absolute cross-source error over configurations."""
+        return statistics.median(abs(e) for e in self.configuration_errors().values())
 
     @property
     def worst_error(self) -> float:
-        return max(abs(h.error) for h in self.held_out)
+        return max(abs(e) for e in self.configuration_errors().values())
 
     def source_line(self) -> str:
         """One line: where expected figures come from and how sure they are."""
-        chips = ", ".join(sorted(self.bases))
+        configurations = len(self.configuration_errors())
         return (
             f"Expected = FLOPs / (peak x utilisation); utilisation fitted on {self.fitted_runs} "
-            f"published training runs ({chips}); on {len(self.held_out)} held-out runs its "
-            f"median error is {self.median_error:.0%} (worst {self.worst_error:.0%}); ranges "
-            f"hold {RANGE_QUANTILES[1] - RANGE_QUANTILES[0]:.0%} of them. The roofline bound "
-            "is the time at 100% of peak."
+            f"published training runs from {len(self.sources)} sources; predicting each source "
+            f"from the others, its median error is {self.median_error:.0%} (worst "
+            f"{self.worst_error:.0%}) over {configurations} configurations; ranges hold "
+            f"{RANGE_QUANTILES[1] - RANGE_QUANTILES[0]:.0%} of those predictions. A bound "
+            "(>=) is the time at 100% of peak."
         )
+
+
+def _numeric(point: _Point) -> dict[str, float]:
+    balance = point.peak / point.chip.hbm_bandwidth if point.chip.hbm_bandwidth else BALANCE_CENTRE
+    return {
+        "gpu": 1.0 if point.chip.kind == "gpu" else 0.0,
+        "balance": math.log2(balance / BALANCE_CENTRE),
+        "attention": math.sqrt(max(0.0, point.attention_share)),
+        "size": math.log10(point.parameters / 1e10) if point.parameters else 0.0,
+        "dcn": math.log2(max(1, point.slices)),
+    }
+
+
+def _levels(point: _Point) -> dict[str, str]:
+    return {
+        "framework": point.framework,
+        "class": point.model_class,
+        "precision": point.precision,
+        "chip": point.chip.key,
+    }
+
+
+# Reference levels: absorbed by the intercept, never penalised.
+_REFERENCE = {"framework": "jax", "class": "llm_decoder", "precision": "bf16"}
 
 
 def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
@@ -193,71 +356,161 @@ def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
     return [a[i][n] / a[i][i] for i in range(n)]
 
 
-def _least_squares(rows: Sequence[Sequence[float]], targets: Sequence[float]) -> list[float]:
-    k = len(rows[0])
-    normal = [[sum(r[i] * r[j] for r in rows) for j in range(k)] for i in range(k)]
-    rhs = [sum(r[i] * t for r, t in zip(rows, targets, strict=True)) for i in range(k)]
-    return _solve(normal, rhs)
-
-
-def _quantile(values: Sequence[float], q: float) -> float:
+def _outer_quantile(values: Sequence[float], q: float) -> float:
+    """The order statistic at or beyond the q-quantile, away from the median: a range
+    between two such quantiles holds at least its stated share of `values`."""
     ordered = sorted(values)
     pos = (len(ordered) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    return ordered[math.floor(pos) if q < 0.5 else math.ceil(pos)]
+
+
+def _coefficients(points: Sequence[tuple[_Point, float, float]]) -> dict[str, float]:
+    """Weighted ridge regression of log utilisation on the model's inputs."""
+    names = ["intercept", *_NUMERIC]
+    for point, _, _ in points:
+        for prefix, level in _levels(point).items():
+            name = f"{prefix}:{level}"
+            if _REFERENCE.get(prefix) != level and name not in names:
+                names.append(name)
+    index = {n: i for i, n in enumerate(names)}
+    k = len(names)
+    normal = [[0.0] * k for _ in range(k)]
+    rhs = [0.0] * k
+    for point, target, weight in points:
+        x = [0.0] * k
+        x[0] = 1.0
+        for name, value in _numeric(point).items():
+            x[index[name]] = value
+        for prefix, level in _levels(point).items():
+            name = f"{prefix}:{level}"
+            if name in index:
+                x[index[name]] = 1.0
+        nonzero = [(i, v) for i, v in enumerate(x) if v]
+        for i, vi in nonzero:
+            rhs[i] += weight * vi * target
+            for j, vj in nonzero:
+                normal[i][j] += weight * vi * vj
+    for name, i in index.items():
+        if ":" in name or name in _PENALISED_NUMERIC:
+            normal[i][i] += RIDGE
+    return dict(zip(names, _solve(normal, rhs), strict=True))
+
+
+def _training_points(
+    runs: Sequence[PublishedRun], catalogue: HardwareCatalogue
+) -> list[tuple[_Point, float, float]]:
+    per_configuration = Counter(r.configuration for r in runs)
+    points = []
+    for run in runs:
+        point = _point_of_run(run, catalogue)
+        if point is None:
+            continue
+        target = math.log(run.utilisation(point.peak))
+        points.append((point, target, 1.0 / per_configuration[run.configuration]))
+    return points
+
+
+def _bare_fit(runs: Sequence[PublishedRun], catalogue: HardwareCatalogue) -> UtilisationFit:
+    points = _training_points(runs, catalogue)
+    if not points:
+        raise ValueError("no published run can be fitted: the table is empty.")
+    return UtilisationFit(
+        coefficients=_coefficients(points),
+        fitted_runs=len(points),
+        frameworks=frozenset(p.framework for p, _, _ in points),
+        model_classes=frozenset(p.model_class for p, _, _ in points),
+        precisions=frozenset(p.precision for p, _, _ in points),
+        chips=frozenset(p.chip.key for p, _, _ in points),
+        sources=tuple(sorted({r.source_group for r in runs})),
+    )
+
+
+def _predict(fit: UtilisationFit, run: PublishedRun, catalogue: HardwareCatalogue) -> HeldOutError:
+    point = _point_of_run(run, catalogue)
+    assert point is not None  # only runs with a peak are predicted
+    framework = fit.resolve_framework(run.framework)[0]
+    point = _Point(
+        point.chip,
+        point.peak,
+        framework,
+        point.model_class,
+        point.precision,
+        point.attention_share,
+        point.parameters,
+        point.slices,
+    )
+    utilisation = math.exp(fit.log_utilisation(point))
+    samples = utilisation * point.peak / run.flops_per_sample
+    return HeldOutError(run, samples * run.sequence, run.tokens_per_s_per_chip)
+
+
+def leave_one_source_out(
+    runs: Sequence[PublishedRun], catalogue: HardwareCatalogue
+) -> tuple[HeldOutError, ...]:
+    """Every run predicted by a fit on the other sources' runs."""
+    out: list[HeldOutError] = []
+    for group in sorted({r.source_group for r in runs}):
+        others = [r for r in runs if r.source_group != group]
+        if not others:
+            continue
+        fit = _bare_fit(others, catalogue)
+        out.extend(
+            _predict(fit, r, catalogue)
+            for r in runs
+            if r.source_group == group and _point_of_run(r, catalogue) is not None
+        )
+    return tuple(out)
 
 
 def fit_utilisation(runs: Iterable[PublishedRun], catalogue: HardwareCatalogue) -> UtilisationFit:
-    """Least squares on the runs not held out; the error on the held-out ones."""
+    """Fit on every run; measure the error leave-one-source-out and on the held-out split
+    (fitted without the configurations marked `held_out`)."""
     runs = list(runs)
+    full = _bare_fit(runs, catalogue)
+    cross = leave_one_source_out(runs, catalogue)
+    if not cross:
+        raise ValueError("one source only: the cross-source error is unknown.")
     train = [r for r in runs if not r.held_out]
-    chips = sorted({r.chip for r in train})
-    peaks = {key: catalogue.get(key).peak_bf16_flops for key in {r.chip for r in runs}}
-
-    def features(run: PublishedRun) -> list[float]:
-        return [1.0 if run.chip == c else 0.0 for c in chips] + [math.sqrt(run.attention_share)]
-
-    solution = _least_squares(
-        [features(r) for r in train], [math.log(r.utilisation(peaks[r.chip])) for r in train]
+    held: tuple[HeldOutError, ...] = ()
+    if train and len(train) < len(runs):
+        split = _bare_fit(train, catalogue)
+        held = tuple(
+            _predict(split, r, catalogue)
+            for r in runs
+            if r.held_out and _point_of_run(r, catalogue) is not None
+        )
+    interim = UtilisationFit(
+        coefficients=full.coefficients,
+        fitted_runs=full.fitted_runs,
+        frameworks=full.frameworks,
+        model_classes=full.model_classes,
+        precisions=full.precisions,
+        chips=full.chips,
+        cross_source=cross,
+        held_out=held,
+        sources=full.sources,
     )
-    bases = dict(zip(chips, solution[:-1], strict=True))
-    model = UtilisationFit(
-        bases=bases,
-        attention_slope=-solution[-1],
-        fitted_runs=len(train),
-        held_out=(),
-        log_range=(0.0, 0.0),
-        sources=tuple(sorted({r.source for r in runs})),
-        kind_of={key: catalogue.get(key).kind for key in bases},
-    )
-    held = []
-    for run in (r for r in runs if r.held_out):
-        chip = catalogue.get(run.chip)
-        predicted = model.utilisation(chip, run.attention_share)
-        if predicted is None:
-            continue
-        expected = predicted * chip.peak_bf16_flops / run.flops_per_token
-        held.append(HeldOutError(run, expected, run.tokens_per_s_per_chip))
-    if not held:
-        raise ValueError("no held-out run can be predicted: the fit's error is unknown.")
-    residuals = [math.log(h.published_tokens_per_s / h.expected_tokens_per_s) for h in held]
+    residuals = [-math.log1p(e) for e in interim.configuration_errors().values()]
     return UtilisationFit(
-        bases=bases,
-        attention_slope=model.attention_slope,
-        fitted_runs=len(train),
-        held_out=tuple(held),
+        coefficients=full.coefficients,
+        fitted_runs=full.fitted_runs,
+        frameworks=full.frameworks,
+        model_classes=full.model_classes,
+        precisions=full.precisions,
+        chips=full.chips,
+        cross_source=cross,
+        held_out=held,
         log_range=(
-            _quantile(residuals, RANGE_QUANTILES[0]),
-            _quantile(residuals, RANGE_QUANTILES[1]),
+            _outer_quantile(residuals, RANGE_QUANTILES[0]),
+            _outer_quantile(residuals, RANGE_QUANTILES[1]),
         ),
-        sources=model.sources,
-        kind_of=model.kind_of,
+        sources=full.sources,
     )
 
 
 @functools.cache
 def default_fit() -> UtilisationFit:
-    """The fit on the shipped table and catalogue (computed once per process: ~1 ms)."""
+    """The fit on the shipped table and catalogue (computed once per process)."""
     return fit_utilisation(load_published_runs(), HardwareCatalogue.load())
 
 
@@ -268,70 +521,120 @@ def expected_step(
     *,
     utilisation: float | None = None,
 ) -> ExpectedStep | None:
-    """The expected step time of `features` on `chip`, or None where nothing predicts it
-    (a chip without a peak, or a kind of chip the table has no run on). `utilisation`
-    replaces the fit's prediction when a measurement gives a better one
+    """The expected step time of `features` on `chip`, or a labelled bound, or None where
+    nothing can be said (a chip without a peak for the step's precision, or not a TPU or
+    GPU). `utilisation` replaces the fit's prediction when a measurement gives a better one
     (`scaled_utilisation`); the range stays the fit's."""
     fit = fit or default_fit()
-    if not chip.has_peak or features.flops_per_chip <= 0:
+    if chip.kind not in ("tpu", "gpu") or features.flops_per_chip <= 0:
         return None
-    base_note = ""
+    peak, peak_what = chip.peak_for(features.precision)
+    if not peak:
+        return None
+    asked = features.framework or default_framework(chip.kind)
+    framework, framework_note = fit.resolve_framework(asked)
+    model_class = features.model_class or infer_model_class(features)
+    notes = [n for n in (framework_note,) if n]
+    if features.precision != "bf16":
+        notes.append(f"costed at the {peak_what} peak ({peak / 1e12:,.0f} TFLOP/s)")
+    point = _Point(
+        chip,
+        peak,
+        framework,
+        model_class,
+        features.precision,
+        features.attention_share or 0.0,
+        features.parameters,
+        features.slices,
+    )
+    predicted = min(1.0, math.exp(fit.log_utilisation(point)))
     if utilisation is None:
-        utilisation = fit.utilisation(chip, features.attention_share)
-        if utilisation is None:
-            return None
-        _, base_note = fit.base_for(chip)
-    notes = [base_note] if base_note else []
-    compute = features.model_flops_per_chip / chip.peak_bf16_flops
+        utilisation = predicted
+    compute = features.model_flops_per_chip / peak
     memory = (features.bytes_per_chip or 0.0) / chip.hbm_bandwidth if chip.hbm_bandwidth else 0.0
-    bound = max(features.flops_per_chip / chip.peak_bf16_flops, memory)
+    bound = max(features.flops_per_chip / peak, memory)
     seconds = compute / utilisation
-    limited_by = "compute"
-    if features.attention_share is None:
+    limited_by, kind = "compute", "expected"
+    uncalibrated: list[str] = []
+    if chip.key not in fit.chips:
+        uncalibrated.append(
+            f"no published run on {chip.name}: its utilisation is predicted from its machine balance"
+        )
+    if features.attention_share is None and model_class == "llm_decoder":
         notes.append(
             "the step's attention FLOPs are unknown, so they are taken as none: long sequences "
             "run slower than this"
         )
-    outside = features.matmul_share is not None and features.matmul_share < MATMUL_SHARE_CALIBRATED
+    if model_class not in fit.model_classes:
+        kind = "bound"
+        notes.append(f"no published {model_class} run calibrates a figure: shown as a bound")
+    if features.precision not in fit.precisions:
+        kind = "bound"
+        notes.append(f"no published {features.precision} run calibrates a figure: shown as a bound")
+    outside = (
+        model_class == "llm_decoder"
+        and features.matmul_share is not None
+        and features.matmul_share < MATMUL_SHARE_CALIBRATED
+    )
     if outside:
         notes.append(
-            f"only {features.matmul_share:.0%} of the FLOPs are matmuls; the published runs "
-            "are ~99% matmuls, so this is outside what the fit covers"
+            f"only {features.matmul_share:.0%} of the FLOPs are matmuls; the LLM runs are ~99% "
+            "matmuls, so this is outside what the fit covers"
         )
-    if memory > seconds:
-        seconds, limited_by = memory, "memory"
+    if features.bytes_kind == "compiled" and memory > seconds:
+        seconds, limited_by, kind = memory, "memory", "bound"
         notes.append(
-            "memory-bound: the expected time is the roofline's memory term (the bytes at full "
-            "HBM bandwidth), which no published run calibrates"
+            "memory-bound: the compiled HBM traffic at full bandwidth takes longer than the "
+            "expected compute, and no published run calibrates that: a bound"
         )
     if features.collective_seconds and features.collective_seconds > seconds:
-        seconds, limited_by = features.collective_seconds, "interconnect"
+        seconds, limited_by, kind = features.collective_seconds, "interconnect", "bound"
         notes.append(
-            "the collectives take longer than the compute: the expected time is their time on "
-            "the interconnect, which no published run calibrates"
+            "the collectives take longer than the compute: their time on the interconnect, "
+            "which no published run calibrates, is a bound"
         )
-    low_factor, high_factor = math.exp(-fit.log_range[1]), math.exp(-fit.log_range[0])
-    if base_note:
-        spread = _kind_spread(fit, chip.kind)
-        low_factor, high_factor = low_factor * math.exp(-spread), high_factor * math.exp(spread)
-    if limited_by != "compute":  # an uncalibrated floor: it can only be slower
-        low_factor, high_factor = 1.0, max(high_factor, 1.0)
+    if kind == "bound":
+        seconds = max(seconds if limited_by != "compute" else bound, bound)
+        low = high = seconds
+    else:
+        low = seconds * math.exp(-fit.log_range[1])
+        high = seconds * math.exp(-fit.log_range[0])
+    ceiling = None
+    tuned = CEILING_FRAMEWORK.get(chip.kind)
+    if kind == "expected" and tuned and tuned != framework and tuned in fit.frameworks:
+        tuned_u = math.exp(fit.log_utilisation(_replace_framework(point, tuned)))
+        if tuned_u > utilisation * 1.02:
+            ceiling = compute / min(1.0, tuned_u)
     return ExpectedStep(
         seconds=seconds,
-        low=seconds * low_factor,
-        high=seconds * high_factor,
+        low=low,
+        high=high,
         bound_seconds=bound,
         utilisation=utilisation,
         limited_by=limited_by,
-        calibrated=not base_note and not outside and limited_by == "compute",
+        calibrated=kind == "expected" and not uncalibrated and not framework_note and not outside,
         source=fit.source_line(),
-        notes=tuple(notes),
+        notes=tuple(notes + uncalibrated),
+        kind=kind,
+        framework=asked,
+        ceiling_seconds=ceiling,
+        precision=features.precision,
+        peak_flops=peak,
+        model_class=model_class,
     )
 
 
-def _kind_spread(fit: UtilisationFit, kind: str) -> float:
-    bases = [b for key, b in fit.bases.items() if fit.kind_of.get(key) == kind]
-    return (max(bases) - min(bases)) / 2 if len(bases) > 1 else 0.0
+def _replace_framework(point: _Point, framework: str) -> _Point:
+    return _Point(
+        point.chip,
+        point.peak,
+        framework,
+        point.model_class,
+        point.precision,
+        point.attention_share,
+        point.parameters,
+        point.slices,
+    )
 
 
 def scaled_utilisation(
@@ -342,11 +645,29 @@ def scaled_utilisation(
     fit: UtilisationFit | None = None,
 ) -> float | None:
     """A target's utilisation from a measured one on the same step: the measurement times
-    the fit's ratio between the two chips (the attention term cancels when the step is the
-    same). None when the measured chip has no base (the host CPU): then the fit alone."""
+    the fit's ratio between the two chips (what the step shares cancels). None when the
+    measured chip has no prediction (the host CPU): then the fit alone."""
     fit = fit or default_fit()
     here = fit.utilisation(measured_chip, attention_share)
     there = fit.utilisation(target_chip, attention_share)
     if here is None or there is None or measured_utilisation <= 0:
         return None
     return min(1.0, measured_utilisation * there / here)
+
+
+__all__ = [
+    "FRAMEWORKS",
+    "MODEL_CLASSES",
+    "PRECISIONS",
+    "ExpectedStep",
+    "HeldOutError",
+    "StepFeatures",
+    "UtilisationFit",
+    "default_fit",
+    "default_framework",
+    "expected_step",
+    "fit_utilisation",
+    "infer_model_class",
+    "leave_one_source_out",
+    "scaled_utilisation",
+]

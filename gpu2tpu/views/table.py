@@ -44,7 +44,9 @@ class Column:
         if self.key == "source":
             return row.source
         if self.key == "step_seconds":
-            text = format_seconds(value)
+            text = (
+                "≥ " if row.time_kind == "bound" and value is not None else ""
+            ) + format_seconds(value)
             low, high = step_range(row)
             if low is not None and high is not None and value is not None:
                 text += f" ({format_seconds(low)}–{format_seconds(high)})"
@@ -52,7 +54,7 @@ class Column:
         if self.key == "bound_seconds":
             return format_seconds(value)
         if self.key == "time_kind":
-            return "—" if value is None else str(value)
+            return "—" if value is None else row.kind_label
         if self.key in ("samples_per_s", "tokens_per_s"):
             return format_rate(value)
         if self.key.startswith("cost_per") or self.key == "price_per_hour":
