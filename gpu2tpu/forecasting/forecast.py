@@ -72,6 +72,7 @@ from .result import Forecast, TargetForecast
 if TYPE_CHECKING:
     import torch
 
+    from ..measure.flops import StepCount
     from ..pricing.catalogue import Chip, HardwareCatalogue
     from ..pricing.step_floor import StepFloor
 
@@ -401,7 +402,7 @@ def _run(job: _Job, in_child: bool, started: float) -> Forecast:
             partial.pop(label, None)
             _price_all(
                 result, chips[label], job.tokens_per_step, job.price,
-                _floor(job, chips[label], result.chips),
+                _floor(job, chips[label], result.chips), _step_count(job),
             )  # fmt: skip
             display.finished(label, result.summary(), ok=result.status in _DONE_OK)
             key = job.keys.get(label)
@@ -413,7 +414,7 @@ def _run(job: _Job, in_child: bool, started: float) -> Forecast:
         for label, result in results.items():
             _price_all(
                 result, chips[label], job.tokens_per_step, job.price,
-                _floor(job, chips[label], result.chips),
+                _floor(job, chips[label], result.chips), _step_count(job),
             )  # fmt: skip
             display.finished(label, result.summary() + " (cached)", ok=result.status in _DONE_OK)
         if missing:
@@ -448,7 +449,10 @@ def _run(job: _Job, in_child: bool, started: float) -> Forecast:
         done = results.get(label)
         if done is None:
             done = _unfinished(partial.get(label), topology, chip, job)
-            _price_all(done, chip, job.tokens_per_step, job.price, _floor(job, chip, done.chips))
+            _price_all(
+                done, chip, job.tokens_per_step, job.price, _floor(job, chip, done.chips),
+                _step_count(job),
+            )  # fmt: skip
         ordered.append(done)
     return _assemble(job, ordered, time.perf_counter() - started, phases, interrupted)
 
@@ -1038,11 +1042,12 @@ def _price_all(
     tokens_per_step: float | None,
     price: str,
     floor: StepFloor | None = None,
+    step: StepCount | None = None,
 ) -> None:
     """Price a target and, for a step that does not fit, its checkpointed variant."""
-    _price(result, chip, tokens_per_step, price, floor)
+    _price(result, chip, tokens_per_step, price, floor, step)
     if result.checkpointed is not None:
-        _price(result.checkpointed, chip, tokens_per_step, price, floor)
+        _price(result.checkpointed, chip, tokens_per_step, price, floor, step)
 
 
 def _step_count(job: _Job) -> Any:
@@ -1123,6 +1128,7 @@ def _price(
     tokens_per_step: float | None,
     price: str,
     floor: StepFloor | None = None,
+    step: StepCount | None = None,
 ) -> None:
     """The roofline bound, the expected step time and the costs (from the expected time),
     on the catalogue's figures for `chip`. The expected time is never below libtpu's own
@@ -1155,7 +1161,7 @@ def _price(
         roofline_seconds(flops_chip, bytes_chip, chip), result.collective_seconds or 0.0
     )
     result.bound_cost_per_step = cost_per_step(result.step_seconds, chip, result.chips, price)
-    expected = expected_step(_features(result, chip, result.chips, tokens_per_step), chip)
+    expected = expected_step(_features(result, chip, result.chips, tokens_per_step, step), chip)
     seconds = result.step_seconds
     if expected is not None:
         expected = apply_floor(
@@ -1189,9 +1195,14 @@ def _price(
 
 
 def _features(
-    reference: TargetForecast, chip: Chip, chips: int, tokens_per_step: float | None
+    reference: TargetForecast,
+    chip: Chip,
+    chips: int,
+    tokens_per_step: float | None,
+    step: StepCount | None = None,
 ) -> Any:
-    """What the utilisation model needs from a compiled target, for `chips` of `chip`."""
+    """What the utilisation model needs from a compiled target, for `chips` of `chip`; the
+    step counted on the meta device (`step`) adds its precision and model class."""
     from ..pricing.utilisation import StepFeatures
 
     attention = getattr(reference, "attention_flops", None)
@@ -1212,9 +1223,12 @@ def _features(
         tokens_per_chip=tokens_per_step / chips if tokens_per_step else None,
         attention_flops_per_chip=attention_chip,
         attention=kind,
-        matmul_share=getattr(reference, "matmul_share", None),
         bytes_per_chip=max(0.0, (reference.bytes_accessed or 0.0) / chips),
         collective_seconds=collective if chip.key == reference.target else None,
+        **{
+            **(step.fit_inputs(chip.kind) if step is not None else {}),
+            "matmul_share": getattr(reference, "matmul_share", None),  # the compiler's
+        },
     )
 
 
@@ -1306,6 +1320,7 @@ def _gpu_row(
     tokens_per_step: float | None,
     price: str,
     floor: StepFloor | None = None,
+    step: StepCount | None = None,
 ) -> Any:
     """As many GPUs as the reference slice has chips, each doing its share of its FLOPs and
     bytes: the roofline bound on the GPU's peaks, and the expected time at the utilisation
@@ -1322,7 +1337,7 @@ def _gpu_row(
     bound = roofline_seconds(
         max(0.0, reference.flops / chips), max(0.0, reference.bytes_accessed / chips), gpu
     )
-    expected = expected_step(_features(reference, gpu, chips, tokens_per_step), gpu)
+    expected = expected_step(_features(reference, gpu, chips, tokens_per_step, step), gpu)
     if expected is not None:
         expected = apply_floor(expected, floor)
     floored = expected is not None and floor is not None and expected.limited_by == floor.kind

@@ -59,6 +59,24 @@ class StepCount:
     def kernel_ops(self) -> int:
         return self.mix.kernel_ops
 
+    def fit_inputs(self, chip_kind: str) -> dict[str, Any]:
+        """What the utilisation fit needs of this step besides its FLOPs, for a chip of
+        `chip_kind` (`StepFeatures` keywords): the shares of matrix and convolution FLOPs,
+        the precision (an fp32 step runs TF32 on a GPU, as PyTorch's convolutions and
+        NVIDIA's published fp32 runs do) and the model class its ops look like."""
+        if not self.flops:
+            return {}
+        mix = self.mix
+        precision = self.precision if self.precision in ("bf16", "fp16", "fp32") else "fp32"
+        if precision == "fp32" and chip_kind == "gpu":
+            precision = "tf32"
+        return {
+            "matmul_share": mix.matmul_share,
+            "conv_share": mix.conv_flops / mix.matrix_flops if mix.matrix_flops else None,
+            "precision": precision,
+            "model_class": self.model_class,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "flops": self.flops,

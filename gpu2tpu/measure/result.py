@@ -874,25 +874,6 @@ def _reference_utilisation(
     return None
 
 
-def _step_kind(target: Chip, count: StepCount | None) -> dict[str, Any]:
-    """What the fit needs to know of the counted step besides its FLOPs: the share of them in
-    matrix products and in convolutions, its precision on `target` (an fp32 step runs TF32
-    on a GPU that has it, as PyTorch's convolutions and NVIDIA's published fp32 runs do) and
-    the model class its ops look like (measure/workload.py)."""
-    if count is None or not count.flops:
-        return {}
-    mix = count.mix
-    precision = count.precision or "fp32"
-    if precision == "fp32" and target.kind == "gpu":
-        precision = "tf32"
-    return {
-        "matmul_share": mix.matmul_share,
-        "conv_share": mix.conv_flops / mix.matrix_flops if mix.matrix_flops else None,
-        "precision": precision if precision in ("bf16", "fp16", "tf32", "fp32") else "fp32",
-        "model_class": count.model_class,
-    }
-
-
 def _floor(target: Chip, chips: int, count: StepCount | None) -> StepFloor | None:
     """The per-step floor of the counted step on `target`: its ops dispatched one by one by
     the framework a PyTorch user runs there (None without a count or for the host CPU)."""
@@ -935,7 +916,7 @@ def _estimate(
         attention="full",
         bytes_per_chip=(bytes_ or 0.0) / chips,
         bytes_kind="unfused",  # the profiler's per-op bytes: never a floor
-        **_step_kind(target, count),
+        **(count.fit_inputs(target.kind) if count is not None else {}),
     )
     utilisation = None
     if reference is not None:
