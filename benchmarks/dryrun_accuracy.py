@@ -136,7 +136,7 @@ def prediction(case: Case) -> tuple[set[str], Any]:
             step(i)
     report = detector.report()
     kinds = {_KIND_OF[h.kind] for h in report.hazards if h.kind in _KIND_OF}
-    if any(not is_dynamic(entry.op) for entry in report.xla_coverage.not_lowered):
+    if any(not is_dynamic(entry.op) for entry in report.coverage.not_lowered):
         kinds.add("cpu fallback")
     return kinds, report
 

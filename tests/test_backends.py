@@ -101,7 +101,7 @@ def test_auto_without_tpu_picks_cpu_dry_run_and_says_why(no_tpu: None) -> None:
     backend, reason = choose_backend("auto")
     assert backend.name == "cpu"
     assert reason == (
-        "auto: no TPU backend found (torch_tpu, torch_xla not installed); using the CPU dry run"
+        "auto: no TPU backend found (torch_tpu, torch_xla not installed); falling back to the CPU"
     )
     assert get_backend("auto") is backend
 

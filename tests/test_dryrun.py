@@ -77,6 +77,81 @@ def test_float64_and_data_dependent_shapes() -> None:
     assert torch.equal(report.result, torch.arange(0.0, 12.0, 2.0))
 
 
+def converted_on_the_line(a: np.ndarray) -> torch.Tensor:
+    t = torch.from_numpy(a).float()
+    moved = torch.from_numpy(a).to(torch.float32) * 2
+    kept = torch.from_numpy(a)
+    later = kept.float()
+    return t + moved + later
+
+
+def float64_copied_then_used(a: np.ndarray) -> torch.Tensor:
+    t = torch.from_numpy(a)
+    same = t.clone()
+    return same.sum()
+
+
+def test_float64_from_the_host_converted_before_use_is_no_hazard() -> None:
+    # issue 32: `torch.from_numpy(a).float()` converts on the line; no float64 reaches a TPU.
+    report = dry_run(converted_on_the_line, np.random.rand(4, 3))
+    assert report.by_kind("float64") == []
+    # Used before a conversion, it is: reported at the line that made it, where the fix goes.
+    used = dry_run(float64_copied_then_used, np.random.rand(4, 3))
+    lines = [h.line for h in used.by_kind("float64")]
+    assert line_of(float64_copied_then_used, "from_numpy") in lines
+
+
+class _Samples(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    def __init__(self) -> None:
+        self.x = torch.randn(16, 4)
+        self.y = torch.randint(0, 2, (16,))
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return self.x[i], int(self.y[i])
+
+
+def train_from_a_dataset(model: torch.nn.Module) -> float:
+    loss = torch.zeros(())
+    for xb, yb in torch.utils.data.DataLoader(_Samples(), batch_size=8):
+        loss = torch.nn.functional.cross_entropy(model(xb), yb)
+        loss.backward()
+    return loss.item()
+
+
+def test_a_datasets_own_reads_run_on_the_host_and_are_no_sync() -> None:
+    # issue 32: `int(self.y[i])` in `__getitem__` is host-side loading, not a sync per sample.
+    report = dry_run(train_from_a_dataset, torch.nn.Linear(4, 2))
+    [sync] = report.by_kind(HazardKind.HOST_SYNC)
+    assert sync.line == line_of(train_from_a_dataset, "return loss.item()")
+    assert sync.count == 1
+    assert report.ops["aten._local_scalar_dense"]  # the dataset's reads did run
+
+
+def clipped_step(model: torch.nn.Module) -> None:
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(8, 4)).pow(2).mean().backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+
+def test_coverage_is_pytorch_xlas_and_both_op_counts_agree() -> None:
+    # issue 32: clip_grad_norm_ runs foreach ops on CPU tensors; PyTorch/XLA lowers them (and
+    # XLA tensors take the per-tensor path): not "no XLA lowering" from torchax's table.
+    report = dry_run(clipped_step, torch.nn.Linear(4, 2))
+    assert any(op.startswith("aten._foreach") for op in report.ops)
+    assert report.coverage.table.startswith("PyTorch/XLA")
+    assert not any("foreach" in entry.op for entry in report.coverage.not_lowered)
+    assert report.torchax_coverage.table != report.coverage.table
+    # The head line's and the coverage's distinct op counts are the same count.
+    text = str(report)
+    head = text.splitlines()[0]
+    assert f"({len(report.coverage.ops)} distinct)" in head
+    assert report.coverage.summary().startswith(f"{len(report.coverage.ops)} distinct")
+
+
 def test_clean_code_has_no_hazards_and_every_op_is_counted() -> None:
     layer = torch.nn.Linear(8, 4)
 

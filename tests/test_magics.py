@@ -341,6 +341,7 @@ def test_auto_without_tpu_is_a_dry_run_with_cell_lines(ip: InteractiveShell) -> 
     assert result.success, result.error_in_exec
     assert isinstance(result.result, float)
     assert "auto: no TPU backend found" in cap.stdout
+    assert "falling back to the CPU, as a dry run" in cap.stdout
     report: DryRunReport = ip.user_ns["_tpu_dry_run"]
     sync = report.by_kind(HazardKind.HOST_SYNC)
     assert [(h.line, h.count) for h in sync] == [(5, 3)]
@@ -577,10 +578,13 @@ def test_forecast_says_which_earlier_values_it_used(
     monkeypatch.setattr(gpu2tpu.forecasting.forecast, "forecast_cell", forecast_cell)
     for name in ("model", "batch", "example_batch"):
         ip.user_ns.pop(name, None)
-    result, _ = run(ip, "%%tpu --backend cpu --forecast v5e\nx = 1\n")
+    result, _ = run(ip, "%%tpu --backend cpu --forecast v5e\nprint('ran')\n")
     assert isinstance(result.error_in_exec, UsageError)
     assert "needs the cell to define `model`" in str(result.error_in_exec)
-    assert seen == [] and "x" not in ip.user_ns  # stopped before the cell ran
+    assert seen == []  # a cell that binds nothing cannot make a model: stopped before it ran
+    result, _ = run(ip, "%%tpu --backend cpu --forecast v5e\nx = 1\n")
+    assert "needs the cell to define `model`" in str(result.error_in_exec)
+    assert seen == [] and ip.user_ns.pop("x") == 1  # `x` could have been a model
     ip.user_ns["model"] = torch.nn.Linear(4, 2)
     result, cap = run(ip, "%%tpu --backend cpu --forecast v5e\nbatch = (torch.ones(8, 4), None)\n")
     assert result.result == "forecast", result.error_in_exec
@@ -640,6 +644,29 @@ def test_tpu_info_text_in_a_terminal(ip: InteractiveShell) -> None:
     assert "[missing] tpu" in text and "pip install torch-tpu" in text
     assert "[found]   cpu" in text and "kind cpu" in text
     assert "torch " + torch.__version__.split("+")[0] in text
+    # What auto would pick, and that only a plain %%tpu cell is dry-run there.
+    assert "falling back to the CPU (a plain %%tpu cell runs there as a dry run)" in text
+
+
+def test_each_backend_names_the_package_of_each_version() -> None:
+    """%tpu_info said "torchax on JAX 0.0.13 (jax 0.10.2)": torchax's version as JAX's."""
+    from importlib.metadata import version
+
+    from gpu2tpu.backends import backend_class
+
+    jax_status = backend_class("jax").status()
+    assert jax_status.version_label == (f"torchax {version('torchax')}, jax {version('jax')}")
+    assert backend_class("cpu").status().version_label == f"torch {version('torch')}"
+
+
+def test_a_profile_on_the_cpu_is_not_called_a_dry_run(ip: InteractiveShell) -> None:
+    """ "... using the CPU dry run" was printed before a profile, which runs no dry run."""
+    ip.magics_manager.registry["TPUMagics"]._last_reason = None  # auto's choice is said anew
+    ip.user_ns["lin"] = torch.nn.Linear(4, 4)
+    _, cap = run(ip, "%%tpu --profile --steps 2 --warmup 1\nlin(torch.randn(2, 4)).sum()\n")
+    assert "falling back to the CPU" in cap.stdout
+    assert "dry run" not in cap.stdout
+    ip.user_ns.pop("lin")
 
 
 def test_tpu_info_and_doctor_in_a_kernel_carry_html_and_text_fallbacks(
@@ -854,7 +881,85 @@ def test_an_optimizer_of_another_model_stops_the_forecast_in_one_line(
     assert "optimizer = torch.optim.SGD(model.parameters(), ...)" in message
     assert "del optimizer" in message
     assert "Traceback" not in cap.stdout
+    assert "uses `optimizer`" not in cap.stdout  # never announced, then refused
     for name in ("model", "batch", "optimizer"):
+        ip.user_ns.pop(name)
+
+
+def test_the_forecast_finds_the_model_optimizer_and_loss_by_type_and_names_its_defaults(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """issue 32: a notebook's `cnn`, `opt` and `criterion` were not found (only `model`,
+    `optimizer` and `loss_fn` were), and the defaults used in their place went unsaid."""
+    seen: list[dict] = []
+
+    def forecast_cell(namespace, *, targets, backend, source, **options):  # type: ignore[no-untyped-def]
+        seen.append({k: namespace.get(k) for k in ("model", "optimizer", "loss_fn", "batch")})
+        return "forecast"
+
+    monkeypatch.setattr(gpu2tpu.forecasting.forecast, "forecast_cell", forecast_cell)
+    cell = (
+        "%%tpu --backend cpu --forecast v5e\n"
+        "cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.LazyLinear(2))\n"
+        "head = cnn[2]\n"
+        "opt = torch.optim.SGD(cnn.parameters(), lr=0.1)\n"
+        "criterion = torch.nn.CrossEntropyLoss()\n"
+        "batch = (torch.ones(2, 3, 8, 8), torch.zeros(2, dtype=torch.long))\n"
+        "_ = cnn(batch[0])\n"
+    )
+    result, cap = run(ip, cell)
+    assert result.result == "forecast", result.error_in_exec
+    [used] = seen
+    ns = ip.user_ns
+    assert used["model"] is ns["cnn"] and used["optimizer"] is ns["opt"]
+    assert used["loss_fn"] is ns["criterion"]
+    assert "uses `cnn` as the model from this cell" in cap.stdout
+    assert "uses `opt` as the optimizer from this cell: SGD" in cap.stdout
+    assert "uses `criterion` as the loss from this cell: CrossEntropyLoss()" in cap.stdout
+    assert "no `dtype`: the model's own dtypes" in cap.stdout
+    assert "no optimizer found" not in cap.stdout
+    # No optimizer and no loss: the forecast's defaults, said.
+    seen.clear()
+    for name in ("opt", "criterion"):
+        ns.pop(name)
+    result, cap = run(ip, "%%tpu --backend cpu --forecast v5e\nsteps = 1\n")
+    assert result.result == "forecast", result.error_in_exec
+    assert seen[0]["optimizer"] is None and seen[0]["loss_fn"] is None
+    assert "no optimizer found: AdamW(lr=1e-3, weight_decay=0.01) assumed" in cap.stdout
+    assert "no loss function found: cross-entropy assumed for integer targets" in cap.stdout
+    assert "uses `cnn` as the model from an earlier cell" in cap.stdout
+    for name in ("cnn", "head", "batch", "steps", "_"):
+        ns.pop(name, None)
+
+
+def test_a_gan_names_its_model_and_the_optimizer_that_trains_it(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two models are a question, not a guess; once `model` is named, of the two optimizers
+    (`g_optimizer`, `d_optimizer`) the one that trains it is taken."""
+    seen: list = []
+    monkeypatch.setattr(
+        gpu2tpu.forecasting.forecast,
+        "forecast_cell",
+        lambda ns, **k: seen.append(ns.get("optimizer")) or "forecast",
+    )
+    setup = (
+        "generator = torch.nn.Linear(4, 8)\n"
+        "discriminator = torch.nn.Linear(8, 1)\n"
+        "g_optimizer = torch.optim.Adam(generator.parameters())\n"
+        "d_optimizer = torch.optim.SGD(discriminator.parameters(), lr=0.1)\n"
+        "batch = (torch.ones(2, 8), torch.ones(2, 1))\n"
+    )
+    result, cap = run(ip, "%%tpu --backend cpu --forecast v5e\n" + setup)
+    error = result.error_in_exec
+    assert isinstance(error, UsageError) and seen == []
+    assert "several models (`discriminator`, `generator`)" in str(error)
+    assert "--forecast uses" not in cap.stdout
+    result, cap = run(ip, "%%tpu --backend cpu --forecast v5e\nmodel = discriminator\n")
+    assert result.result == "forecast", result.error_in_exec
+    assert seen == [ip.user_ns["d_optimizer"]]
+    assert "uses `d_optimizer` as the optimizer from an earlier cell" in cap.stdout
+    for name in ("generator", "discriminator", "g_optimizer", "d_optimizer", "batch", "model"):
         ip.user_ns.pop(name)
 
 
@@ -947,11 +1052,35 @@ def test_profile_shows_a_progress_bar_in_a_kernel(
         time.sleep(0.02)
 
     gpu2tpu.profile(step, steps=20, warmup=1, backend="cpu", progress=True, targets=())
-    [box] = shown
+    [data] = shown  # the widget's display data, with our line as its plain text
+    from ipywidgets.widgets.widget import _instances
+
+    box = _instances[data["application/vnd.jupyter.widget-view+json"]["model_id"]]
+    assert data["text/plain"].startswith("gpu2tpu.profile: ")
     bar, label = box.children
     assert isinstance(bar, ipywidgets.IntProgress) and bar.max == 22
     assert bar.value == 22 and bar.bar_style == "success"
     assert re.fullmatch(r"gpu2tpu\.profile: 22/22 steps, done in \d+\.\d s", label.value)
+
+
+def test_a_long_dry_run_says_what_it_has_done_in_a_kernel(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """issue 32: a 24 s dry run said nothing until it ended; now a line counts its ops."""
+    import gpu2tpu.measure.progress as progress
+
+    monkeypatch.setattr(ip, "kernel", object(), raising=False)
+    monkeypatch.setattr(progress, "DELAY_S", 0.1)
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, **kw: shown.append(obj))
+    cell = "%%tpu --dry-run\nfor _ in range(6):\n    time.sleep(0.1)\n    torch.ones(3).add_(1)\n"
+    ip.user_ns["time"] = time
+    result, _ = run(ip, cell)
+    assert result.success, result.error_in_exec
+    lines = [d["text/plain"] for d in shown if isinstance(d, dict)]
+    assert lines and lines[0].startswith(f"gpu2tpu: dry run of In[{result.execution_count}]: ")
+    assert " ATen ops, " in lines[0]
+    ip.user_ns.pop("time")
 
 
 def test_tpu_info_widget_says_autos_choice_once() -> None:

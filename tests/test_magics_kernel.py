@@ -367,6 +367,14 @@ def test_what_the_second_hour_in_a_notebook_meets(tmp_path: Path) -> None:
         re.search(r"gpu2tpu\.profile: 27/27 steps, done in", str(w.get("value", "")))
         for w in widgets
     )
+    # Saved without its widget state, the bar's output says how the run ended (issue 32: it
+    # stayed at its first frame, "5/13 steps").
+    [plain] = [
+        o.data["text/plain"]
+        for o in profile.outputs
+        if o.output_type == "display_data" and "application/vnd.jupyter.widget-view+json" in o.data
+    ]
+    assert re.fullmatch(r"gpu2tpu\.profile: 27/27 steps, done in [\d.]+ s", plain), plain
 
     auto = _text(_by_tag(nb, "auto"))
     assert "without a dry run" in auto and "using the CPU dry run" not in auto

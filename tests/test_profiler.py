@@ -564,6 +564,28 @@ def test_the_progress_bar_counts_steps_and_says_the_time_left_on_a_terminal():
     assert quiet.mode == "off"
 
 
+def test_a_status_line_says_how_long_work_of_unknown_length_has_run_on_a_terminal():
+    from rich.console import Console
+
+    from gpu2tpu.measure.progress import WorkStatus
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=100)
+    done = [0]
+    with WorkStatus(
+        "dry run of In[3]",
+        lambda: f"{done[0]:,} ATen ops",
+        mode="terminal",
+        delay=0.0,
+        console=console,
+    ):
+        done[0] = 12345
+        time.sleep(0.6)  # the drawing thread's first frames
+        drawn = out.getvalue()
+    assert "dry run of In[3]: 12,345 ATen ops" in drawn
+    assert WorkStatus("x", str).mode == "off"  # not a kernel, not a terminal: nothing drawn
+
+
 def test_profile_traces_one_step_op_by_op_into_a_chrome_trace(linear_step, tmp_path):
     path = tmp_path / "trace.json"
     r = profile(linear_step, steps=3, warmup=1, backend="cpu", trace=path, targets=())

@@ -192,7 +192,7 @@ def test_asking_the_backends_reports_torchtpu_installed_without_a_tpu(api) -> No
     assert (tpu["available"], tpu["reason"], tpu["version"]) == (False, NO_CHIP, "0.2.0")
     assert facts["statuses"]["cpu"]["available"]
     assert facts["auto"].startswith(f"auto: no TPU backend found ({NO_CHIP};")
-    assert facts["auto"].endswith("using the CPU dry run")
+    assert facts["auto"].endswith("falling back to the CPU")
     assert facts["adapter_warnings"] == []
 
 
@@ -241,7 +241,7 @@ def test_plain_tpu_cell_runs_on_the_cpu(shell) -> None:
     plain = shell["plain"]
     assert plain["success"], plain
     assert shell["x"] == {"device": "cpu", "values": [2.0, 2.0, 2.0]}
-    assert "using the CPU dry run" in plain["stdout"]
+    assert "falling back to the CPU, as a dry run" in plain["stdout"]
 
 
 def test_explicit_tpu_backend_says_in_one_line_that_no_tpu_is_present(shell) -> None:

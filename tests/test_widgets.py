@@ -252,6 +252,23 @@ def test_comparison_renders_as_text_and_html_outside_a_kernel():
     assert "Ratios are against h100." in repr(comparison)
 
 
+def test_no_ratio_base_is_named_where_no_ratio_is_shown():
+    """issue 32: "Ratios are against h100." was printed under a table with no ratio column
+    (the baseline had no figure: a step with 0 counted FLOPs)."""
+    rows = [
+        ComparisonRow.build(CAT.get("cpu"), 0.03, "measured"),
+        ComparisonRow.build(CAT.get("h100"), None, "estimated", note="no estimate"),
+        ComparisonRow.build(CAT.get("v5e"), None, "estimated", note="no estimate"),
+    ]
+    bare = Comparison.from_rows(rows, baseline_key="h100", catalogue=CAT)
+    assert "Speed-up" not in repr(bare) and "Ratios are against" not in repr(bare)
+    html = bare._repr_mimebundle_()["text/html"]
+    assert "baseline for the ratios" not in html and "★" not in html
+    shown = make_comparison()  # with a ratio column, its base is named in every view
+    assert "Speed-up" in repr(shown)
+    assert "baseline for the ratios" in shown._repr_mimebundle_()["text/html"]
+
+
 def test_bars_switch_to_a_log_scale_for_wide_ranges():
     rows = [
         ComparisonRow.build(CAT.get("cpu"), 0.5, "measured"),

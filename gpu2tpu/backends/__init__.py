@@ -108,6 +108,12 @@ def get_backend(name: str = "auto") -> Backend:
     return _instance(key)
 
 
+# How `choose_backend`'s reason ends when auto settles for the CPU. What runs there is the
+# caller's to say: `%%tpu` dry-runs a plain cell, but profiles or forecasts as asked, and
+# `%tpu_auto` runs cells as usual.
+CPU_FALLBACK = "falling back to the CPU"
+
+
 def choose_backend(name: str = "auto") -> tuple[Backend, str]:
     """The backend to use for `name` and a one-line reason a user can read."""
     key = canonical_name(name)
@@ -123,13 +129,13 @@ def choose_backend(name: str = "auto") -> tuple[Backend, str]:
             skipped.append(f"{candidate} {failure_reason('failed when asked', err)}")
             continue
         if why_not is None:
-            version = cls.version()
-            found = f" ({cls.distribution} {version})" if version else ""
+            label = cls.version_label()
+            found = f" ({label})" if label else ""
             return _instance(candidate), f"auto: using {cls.title}{found}, which sees a TPU"
         skipped.append(why_not)
     return _instance(
         "cpu"
-    ), f"auto: no TPU backend found ({_join_reasons(skipped)}); using the CPU dry run"
+    ), f"auto: no TPU backend found ({_join_reasons(skipped)}); {CPU_FALLBACK}"
 
 
 def _join_reasons(reasons: list[str]) -> str:

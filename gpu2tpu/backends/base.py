@@ -71,6 +71,7 @@ class BackendStatus:
     reason: str
     install: str
     version: str | None = None
+    version_label: str | None = None  # the version with its package's name
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -200,6 +201,13 @@ class Backend:
         return package_version(cls.distribution) if cls.distribution else None
 
     @classmethod
+    def version_label(cls) -> str | None:
+        """The versions that run this backend, each with its package's name ("torch 2.12.1",
+        "torchax 0.0.13, jax 0.10.2"): a bare number beside a title misnames its package."""
+        version = cls.version()
+        return f"{cls.distribution} {version}" if version else None
+
+    @classmethod
     def safe_unavailable_reason(cls) -> str | None:
         """`unavailable_reason()`, with an exception it raises turned into the reason.
 
@@ -215,9 +223,9 @@ class Backend:
     def status(cls) -> BackendStatus:
         reason = cls.safe_unavailable_reason()
         try:
-            version = cls.version()
+            version, label = cls.version(), cls.version_label()
         except Exception:  # unreadable metadata: the version is unknown, nothing more
-            version = None
+            version = label = None
         return BackendStatus(
             name=cls.name,
             title=cls.title,
@@ -225,6 +233,7 @@ class Backend:
             reason=reason or "available",
             install=f"{cls.install} {cls.install_note}".strip(),
             version=version,
+            version_label=label,
         )
 
     @classmethod

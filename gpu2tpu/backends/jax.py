@@ -104,6 +104,13 @@ class JAXBackend(Backend):
             return None
         return f"{torchax_v} (jax {jax_v})" if jax_v else torchax_v
 
+    @classmethod
+    def version_label(cls) -> str | None:
+        torchax_v, jax_v = package_version("torchax"), package_version("jax")
+        if torchax_v is None:
+            return None
+        return f"torchax {torchax_v}, jax {jax_v}" if jax_v else f"torchax {torchax_v}"
+
     def _jax(self) -> Any:
         """JAX alone, on the right platform; torchax is not imported (see `_env`)."""
         configure_jax_platform()

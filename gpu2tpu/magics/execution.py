@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import functools
 import sys
+from collections import ChainMap
 from collections.abc import Callable
 from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
@@ -50,7 +51,13 @@ from .cells import (
     show_cell_syntax_error,
     show_user_frames,
 )
-from .forecasts import FORECAST_INPUTS, ForecastMemory, describe, optimizer_mismatch
+from .forecasts import (
+    ForecastInputError,
+    ForecastMemory,
+    could_find_a_model,
+    find_forecast_inputs,
+    model_in,
+)
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -279,11 +286,12 @@ class TPUMagics(Magics):
         if self._owns_custom_exc:
             shell.set_custom_exc(CELL_SYNTAX_ERRORS, show_cell_syntax_error)
 
-    def _say_choice(self, reason: str) -> None:
-        """Print `auto`'s choice when it is new for this session (not on every cell)."""
+    def _say_choice(self, reason: str, how: str = "") -> None:
+        """Print `auto`'s choice when it is new for this session (not on every cell), with
+        `how` the cell runs there (", as a dry run")."""
         if reason != self._last_reason:
             self._last_reason = reason
-            print(f"gpu2tpu: {reason}")
+            print(f"gpu2tpu: {reason}{how}")
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument(
@@ -420,7 +428,9 @@ class TPUMagics(Magics):
                 f"%%tpu {plan.mode} cannot wrap %%{nested[0]}; put %%{nested[0]} first"
             )
         if plan.backend == "auto" and not plan.dry_run:
-            self._say_choice(reason)
+            # Only a plain cell is dry-run on the CPU; --profile and --forecast run as asked.
+            plain = dry and not (plan.profile or plan.forecast or nested is not None)
+            self._say_choice(reason, ", as a dry run" if plain else "")
         _note_torchax(backend)
         number = cell_number(self.shell)
         depth = _cell_magic_depth()
@@ -470,6 +480,7 @@ class TPUMagics(Magics):
         __tracebackhide__ = True
         from IPython.display import display
 
+        from ..measure.progress import WorkStatus
         from ..readiness.dryrun import DryRunDetector
         from ..readiness.user_code import UserCode, cell_labels
 
@@ -480,8 +491,10 @@ class TPUMagics(Magics):
             {prepared.filename}, label=label, history=history, user_code=user_code
         )
         ns = self.shell.user_ns
+        # A dry run of many seconds says what it has done so far instead of looking hung.
+        status = WorkStatus(f"gpu2tpu: dry run of {label}", lambda: f"{detector.calls:,} ATen ops")
         try:
-            with backend.activate(), detector:
+            with status, backend.activate(), detector:
                 value = execute(prepared, ns)
         except Exception as err:
             add_notes(err, self.runner.recent.values(), backend)
@@ -506,7 +519,7 @@ class TPUMagics(Magics):
             from ..measure import cell_profile
 
             result = cell_profile(run, backend=backend, **plan.profile_options)
-            said = self.forecasts.apply(result, self.shell.user_ns.get("model"))
+            said = self.forecasts.apply(result, model_in(self.shell.user_ns))
             if said:
                 print(said)
             self.shell.user_ns["_tpu_profile"] = result
@@ -521,57 +534,29 @@ class TPUMagics(Magics):
             return None
         from ..forecasting.forecast import forecast_cell
 
-        self._say_forecast_inputs(prepared)
-        run()  # the cell runs once; the forecast reads what it left in the namespace
         namespace = self.shell.user_ns
-        self._check_forecast_optimizer(prepared, namespace)
+        if not could_find_a_model(namespace, prepared.binds):
+            raise UsageError(
+                "%%tpu --forecast needs the cell to define `model` (a torch.nn.Module); "
+                "neither this cell nor an earlier one did"
+            )
+        run()  # the cell runs once; the forecast reads what it left in the namespace
+        try:
+            inputs = find_forecast_inputs(namespace, prepared.binds)
+        except ForecastInputError as err:
+            raise UsageError(str(err)) from None
+        for said in inputs.lines:  # said once every input is known good
+            print(said)
         predicted = forecast_cell(
-            namespace,
+            ChainMap(inputs.values, namespace),
             targets=list(plan.forecast),
             backend=backend,
             source=prepared.rewritten,
             **plan.forecast_options,
         )
-        self.forecasts.remember(namespace.get("model"), predicted, prepared.number)
+        model = inputs.values["model"]
+        self.forecasts.remember(model, predicted, prepared.number, inputs.names["model"])
         return predicted
-
-    def _say_forecast_inputs(self, prepared: PreparedCell) -> None:
-        """The forecast reads `model`, `batch` and, if they exist, `optimizer`, `loss_fn`,
-        `tokens_per_step` and `dtype`: name each one an earlier cell left (this cell does not
-        define it), or stop before anything runs when a required one is missing."""
-        ns = self.shell.user_ns
-        lines = []
-        for names, what, required in FORECAST_INPUTS:
-            if any(n in prepared.binds for n in names):
-                continue
-            found = next((n for n in names if ns.get(n) is not None), None)
-            if found is None:
-                if required:
-                    raise UsageError(
-                        f"%%tpu --forecast needs the cell to define `{names[0]}` ({what}); "
-                        f"neither this cell nor an earlier one did"
-                    )
-                continue
-            lines.append(
-                f"gpu2tpu: --forecast uses `{found}` from an earlier cell: {describe(ns[found])}"
-            )
-        for line in lines:
-            print(line)
-
-    def _check_forecast_optimizer(self, prepared: PreparedCell, ns: dict[str, Any]) -> None:
-        """An optimizer that trains another model (one an earlier cell built) stops the
-        forecast before anything is traced, in one line that says how to pass the right one."""
-        optimizer, model = ns.get("optimizer"), ns.get("model")
-        why = optimizer_mismatch(optimizer, model) if optimizer is not None else None
-        if why is None:
-            return
-        origin = "this cell's" if "optimizer" in prepared.binds else "an earlier cell's"
-        kind = type(optimizer).__name__
-        raise UsageError(
-            f"%%tpu --forecast: `optimizer` ({kind}, {origin}) {why} ({describe(model)}); "
-            f"define it in this cell as `optimizer = torch.optim.{kind}(model.parameters(), ...)`"
-            f", or `del optimizer` to forecast with AdamW"
-        )
 
     def _run_nested(
         self, cell: str, backend: Backend, plan: CellPlan, number: int, header: list[str]

@@ -40,7 +40,7 @@ class TPUInfo:
         for b in self.backends:
             s = b.status
             if s.available:
-                version = f" {s.version}" if s.version else ""
+                version = f" ({s.version_label})" if s.version_label else ""
                 out.append(f"  [found]   {s.name:<5} {s.title}{version}")
                 if b.chip:
                     out.append(
@@ -65,7 +65,7 @@ class TPUInfo:
             state = "found" if s.available else "missing"
             colour = "#1b7f3b" if s.available else "#a33"
             if s.available:
-                detail = esc(s.version or "")
+                detail = esc(s.version_label or s.version or "")
                 if b.chip:
                     detail += f"<br>{esc(b.chip.name)} (kind <code>{esc(b.chip.kind)}</code>) ×{b.chip.count}"
                 if b.memory:
@@ -126,7 +126,9 @@ def collect_info() -> TPUInfo:
 
     # A backend that raises while being asked comes back unavailable, with what it said.
     reports = ask_backends(describe)
-    _backend, reason = choose_backend("auto")
+    backend, reason = choose_backend("auto")
+    if backend.name == "cpu":  # what auto's choice means for a cell, not a run here
+        reason += " (a plain %%tpu cell runs there as a dry run)"
     versions = {"python": platform.python_version(), **reported_versions(read_installed(REPORTED))}
     return TPUInfo(backends=reports, auto=reason, versions=versions)
 

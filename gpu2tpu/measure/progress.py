@@ -17,9 +17,11 @@ import statistics
 import sys
 import threading
 import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["StepProgress", "detect_mode", "format_eta"]
+__all__ = ["StepProgress", "WorkStatus", "detect_mode", "format_eta"]
 
 # Seconds a run lasts before the bar appears, and between redraws.
 DELAY_S = 0.5
@@ -40,6 +42,14 @@ def detect_mode() -> str:
     return "off"
 
 
+def _bundle(widget: Any, text: str) -> dict[str, Any]:
+    """The widget's display data with `text` as its plain-text copy (ipywidgets' own is the
+    widget's repr, frozen at the first frame in a saved notebook)."""
+    data = dict(widget._repr_mimebundle_() or {})
+    data["text/plain"] = text
+    return data
+
+
 def format_eta(seconds: float | None) -> str:
     """ "ETA 0:12", "ETA 1:02:03"; "ETA ?" before there is a step to go by."""
     if seconds is None:
@@ -50,7 +60,51 @@ def format_eta(seconds: float | None) -> str:
     return f"ETA {hours}:{minutes:02d}:{secs:02d}" if hours else f"ETA {minutes}:{secs:02d}"
 
 
-class StepProgress:
+class _LiveView(ABC):
+    """A view redrawn by a daemon thread while a piece of work runs: it appears once the work
+    has lasted `delay` (quick work shows nothing) and gets its last word when the work ends.
+    Subclasses draw: `_show` (first frame), `_draw` (each redraw), `_finish(failed)`."""
+
+    mode: str
+    delay: float
+    _view: Any
+
+    def _start_thread(self) -> None:
+        self._started = time.perf_counter()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if self.mode in ("notebook", "terminal"):
+            self._thread = threading.Thread(target=self._run, name="gpu2tpu-progress", daemon=True)
+            self._thread.start()
+
+    def _stop_thread(self, failed: bool) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._view is not None:
+            self._finish(failed=failed)
+
+    def _run(self) -> None:
+        if self._stop.wait(self.delay):
+            return
+        try:
+            self._show()
+            while not self._stop.wait(REDRAW_S):
+                self._draw()
+        except Exception:  # a front end that cannot draw must not stop the work
+            self._view = None
+
+    @abstractmethod
+    def _show(self) -> None: ...
+
+    @abstractmethod
+    def _draw(self) -> None: ...
+
+    @abstractmethod
+    def _finish(self, failed: bool) -> None: ...
+
+
+class StepProgress(_LiveView):
     """Steps done of `total`, by phase ("warm-up", "counting FLOPs", "timed", "tracing").
 
     The loop calls `step()` after each warm-up, counted or traced step and hands the timed
@@ -80,9 +134,7 @@ class StepProgress:
         self._step_times: list[float] = []  # the timed steps, for the ETA
         self._phase_start = (0, 0.0)  # (done, clock) when the current phase began
         self._started = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._view: Any = None  # (bar, label) widgets, or rich's (Progress, task id)
+        self._view: Any = None  # the widgets and display handle, or rich's (Progress, task id)
 
     # -- what the loop tells it ----------------------------------------------------------------
 
@@ -133,32 +185,13 @@ class StepProgress:
             f"{elapsed:.1f} s, {format_eta(self.eta())}"
         )
 
-    # -- running -------------------------------------------------------------------------------
-
     def __enter__(self) -> StepProgress:
-        self._started = time.perf_counter()
+        self._start_thread()
         self._phase_start = (0, self._started)
-        if self.mode in ("notebook", "terminal"):
-            self._thread = threading.Thread(target=self._run, name="gpu2tpu-progress", daemon=True)
-            self._thread.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        if self._view is not None:
-            self._finish(failed=exc[0] is not None)
-
-    def _run(self) -> None:
-        if self._stop.wait(self.delay):
-            return
-        try:
-            self._show()
-            while not self._stop.wait(REDRAW_S):
-                self._draw()
-        except Exception:  # a front end that cannot draw must not stop the measurement
-            self._view = None
+        self._stop_thread(failed=exc[0] is not None)
 
     def _show(self) -> None:
         if self.mode == "notebook":
@@ -167,8 +200,11 @@ class StepProgress:
 
             bar = w.IntProgress(value=self.done, min=0, max=self.total, description="")
             label = w.HTML(html.escape(self.text()))
-            display(w.HBox([bar, label]))
-            self._view = (bar, label)
+            box = w.HBox([bar, label])
+            # The output's plain-text copy (what a saved notebook shows without the widget
+            # state) is our line, and `_finish` replaces it with the run's last word.
+            handle = display(_bundle(box, self.text()), raw=True, display_id=True)
+            self._view = (bar, label, box, handle)
         else:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -192,7 +228,7 @@ class StepProgress:
         if view is None:
             return
         if self.mode == "notebook":
-            bar, label = view
+            bar, label = view[:2]
             bar.value = min(self.done, self.total)
             label.value = html.escape(self.text())
         else:
@@ -210,13 +246,96 @@ class StepProgress:
         view, self._view = self._view, None
         elapsed = time.perf_counter() - self._started
         if self.mode == "notebook":
-            bar, label = view
+            bar, label, box, handle = view
             bar.value = self.done if failed else self.total
             bar.bar_style = "danger" if failed else "success"
             state = "stopped" if failed else "done"
-            label.value = html.escape(
-                f"{self.title}: {self.done}/{self.total} steps, {state} in {elapsed:.1f} s"
-            )
+            last = f"{self.title}: {self.done}/{self.total} steps, {state} in {elapsed:.1f} s"
+            label.value = html.escape(last)
+            if handle is not None:
+                handle.update(_bundle(box, last), raw=True)
         else:
             progress, _task = view
             progress.stop()
+
+
+class WorkStatus(_LiveView):
+    """One line that says a long piece of work of unknown length is still going: its title,
+    the time so far and what `progress()` says ("1,234,567 ATen ops"). The dry run of a cell
+    uses it: a run of many seconds says what it has done instead of looking hung. The same
+    modes, delay and drawing thread as `StepProgress`; the notebook line stays with its last
+    word, the terminal's goes away.
+    """
+
+    def __init__(
+        self,
+        title: str,
+        progress: Callable[[], str],
+        *,
+        mode: str | None = None,
+        delay: float = DELAY_S,
+        console: Any = None,
+    ) -> None:
+        self.title = title
+        self.progress = progress
+        self.mode = detect_mode() if mode is None else mode
+        self.delay = delay
+        self._console = console
+        self._started = 0.0
+        self._view: Any = None
+
+    def text(self, state: str = "") -> str:
+        elapsed = time.perf_counter() - self._started
+        return f"{self.title}: {self.progress()}, {state}{elapsed:.1f} s"
+
+    def __enter__(self) -> WorkStatus:
+        self._start_thread()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop_thread(failed=exc[0] is not None)
+
+    def _show(self) -> None:
+        if self.mode == "notebook":
+            import ipywidgets as w
+            from IPython.display import display
+
+            label = w.HTML(html.escape(self.text()))
+            handle = display(_bundle(label, self.text()), raw=True, display_id=True)
+            self._view = (label, handle)
+        else:
+            from rich.console import Console
+            from rich.live import Live
+            from rich.text import Text
+
+            live = Live(
+                Text(self.text()),  # plain text: no markup read in "In[3]", no highlighting
+                console=self._console or Console(stderr=True),
+                transient=True,
+                auto_refresh=False,
+            )
+            live.start()
+            self._view = live
+        self._draw()
+
+    def _draw(self) -> None:
+        view = self._view
+        if view is None:
+            return
+        if self.mode == "notebook":
+            view[0].value = html.escape(self.text())
+        else:
+            from rich.text import Text
+
+            view.update(Text(self.text()), refresh=True)
+
+    def _finish(self, failed: bool) -> None:
+        view, self._view = self._view, None
+        if self.mode == "notebook":
+            label, handle = view
+            last = self.text("stopped after " if failed else "done in ")
+            label.value = html.escape(last)
+            if handle is not None:
+                handle.update(_bundle(label, last), raw=True)
+        else:
+            view.stop()

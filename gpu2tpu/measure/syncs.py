@@ -62,10 +62,11 @@ COPY_CAUSE = "a copy to the host"
 
 # Library code whose host reads stay on the host on a TPU too: optimizers keep their step
 # counter on the CPU (unless capturable/fused), and the DataLoader's sampler draws indices there.
-_HOST_SIDE_PATHS = (
-    f"{os.sep}torch{os.sep}optim{os.sep}",
-    f"{os.sep}torch{os.sep}utils{os.sep}data{os.sep}",
-)
+_HOST_SIDE_PATHS = (f"{os.sep}torch{os.sep}optim{os.sep}",)
+# The DataLoader, and everything it calls: the sampler, and the user's own Dataset and
+# collate_fn, which load samples on the host, on a TPU too (`int(self.y[i])` in `__getitem__`
+# reads host memory, not the device).
+_DATA_LOADER_PATH = f"{os.sep}torch{os.sep}utils{os.sep}data{os.sep}"
 _GRAD_SCALER_FILE = f"{os.sep}torch{os.sep}amp{os.sep}grad_scaler.py"
 # How far up from a read to look for the line that `.cpu()`-copied the tensor (torch's own
 # frames between a user's `float(t)` and the dispatch of its `_local_scalar_dense`).
@@ -97,16 +98,22 @@ def op_info(func: Any) -> tuple[str, str, int]:
 
 def host_side_origin(frame: FrameType | None, user_files: Container[str] = ()) -> str | None:
     """Where a host read comes from when not from a device tensor on a TPU: "host" for library
-    code whose tensors live on the CPU there too, "scaler" for GradScaler's found_inf; None
-    for a read of device data. The walk up the stack stops at the first of `user_files`."""
+    code whose tensors live on the CPU there too and for anything the DataLoader runs (the
+    user's Dataset included), "scaler" for GradScaler's found_inf; None for a read of device
+    data. Above the first of `user_files` only the DataLoader counts (a user's optimizer
+    reading its state is the user's read)."""
+    in_user = False
     while frame is not None:
         filename = frame.f_code.co_filename
-        if filename in user_files:
-            return None
-        if any(part in filename for part in _HOST_SIDE_PATHS):
+        if _DATA_LOADER_PATH in filename:
             return "host"
-        if filename.endswith(_GRAD_SCALER_FILE):
-            return "scaler"
+        if not in_user:
+            if filename in user_files:
+                in_user = True
+            elif any(part in filename for part in _HOST_SIDE_PATHS):
+                return "host"
+            elif filename.endswith(_GRAD_SCALER_FILE):
+                return "scaler"
         frame = frame.f_back
     return None
 

@@ -41,7 +41,7 @@ import math
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .catalogue import Chip, HardwareCatalogue
 from .published import FRAMEWORKS, MODEL_CLASSES, PRECISIONS, PublishedRun, load_published_runs
@@ -147,7 +147,7 @@ class ExpectedStep:
 
     `kind` is "expected" (a prediction with its range `low`-`high`, which held 80% of the
     cross-source predictions) or "bound" (nothing calibrates a figure: `seconds` is a lower
-    bound, `low == seconds`, `high` is None-like infinity and views show it as ">= x");
+    bound, `low == high == seconds`, and views show it as ">= x");
     `bound_seconds` the roofline at 100% of peak; `utilisation` the predicted share of
     `peak_flops`; `limited_by` "compute", "memory" or "interconnect"; `framework` the
     framework the figure is for and `ceiling_seconds` what the tuned framework reaches on the
@@ -428,17 +428,7 @@ def _bare_fit(runs: Sequence[PublishedRun], catalogue: HardwareCatalogue) -> Uti
 def _predict(fit: UtilisationFit, run: PublishedRun, catalogue: HardwareCatalogue) -> HeldOutError:
     point = _point_of_run(run, catalogue)
     assert point is not None  # only runs with a peak are predicted
-    framework = fit.resolve_framework(run.framework)[0]
-    point = _Point(
-        point.chip,
-        point.peak,
-        framework,
-        point.model_class,
-        point.precision,
-        point.attention_share,
-        point.parameters,
-        point.slices,
-    )
+    point = replace(point, framework=fit.resolve_framework(run.framework)[0])
     utilisation = math.exp(fit.log_utilisation(point))
     samples = utilisation * point.peak / run.flops_per_sample
     return HeldOutError(run, samples * run.sequence, run.tokens_per_s_per_chip)
@@ -602,7 +592,7 @@ def expected_step(
     ceiling = None
     tuned = CEILING_FRAMEWORK.get(chip.kind)
     if kind == "expected" and tuned and tuned != framework and tuned in fit.frameworks:
-        tuned_u = math.exp(fit.log_utilisation(_replace_framework(point, tuned)))
+        tuned_u = math.exp(fit.log_utilisation(replace(point, framework=tuned)))
         if tuned_u > utilisation * 1.02:
             ceiling = compute / min(1.0, tuned_u)
     return ExpectedStep(
@@ -621,19 +611,6 @@ def expected_step(
         precision=features.precision,
         peak_flops=peak,
         model_class=model_class,
-    )
-
-
-def _replace_framework(point: _Point, framework: str) -> _Point:
-    return _Point(
-        point.chip,
-        point.peak,
-        framework,
-        point.model_class,
-        point.precision,
-        point.attention_share,
-        point.parameters,
-        point.slices,
     )
 
 

@@ -40,6 +40,7 @@ import linecache
 import os
 import sys
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -115,6 +116,10 @@ FIX: dict[HazardKind, str] = {
 }
 
 _F64 = (torch.float64, torch.complex128)
+# Ops that make a tensor from host data (`torch.from_numpy`, `torch.tensor(array)`): a float64
+# one only hurts once an op computes with it; converted first (`.float()`) it never does.
+_FROM_HOST_OPS = frozenset({"aten.lift_fresh", "aten.lift_fresh_copy", "aten.lift"})
+_CONVERT_OPS = frozenset({"aten._to_copy"})
 _DYNAMIC_CAUSES = {"aten.nonzero": "nonzero / torch.where(mask)"}
 _MASK_DTYPES = (torch.bool, torch.uint8)
 _DATA_PATH = f"{os.sep}torch{os.sep}utils{os.sep}data{os.sep}"
@@ -263,19 +268,28 @@ class DryRunReport:
 
     @functools.cached_property
     def coverage(self) -> Any:
-        """Every ATen op the run used, marked lowered or not for XLA (a CPU fallback or a
-        failure on a TPU), from torchax's registry or the table shipped with gpu2tpu."""
+        """Every ATen op the run used, marked against PyTorch/XLA's lowerings (what torch_xla
+        runs on the device and what it hands to the CPU), from the table shipped with gpu2tpu.
+
+        PyTorch/XLA's table decides, not torchax's: it is the backend `%%tpu` takes on a TPU
+        VM without TorchTPU, and the CPU's own choices follow from it (`clip_grad_norm_` runs
+        foreach ops on CPU tensors, XLA tensors take the per-tensor path)."""
+        from .op_coverage import coverage_of_dry_run, shipped_torch_xla_table
+
+        return coverage_of_dry_run(self, table=shipped_torch_xla_table())
+
+    @functools.cached_property
+    def torchax_coverage(self) -> Any:
+        """The same ops marked against torchax's registry (torchax on JAX), from the installed
+        torchax or the table shipped with gpu2tpu."""
         from .op_coverage import coverage_of_dry_run
 
         return coverage_of_dry_run(self)
 
-    @functools.cached_property
-    def xla_coverage(self) -> Any:
-        """The same ops marked against PyTorch/XLA's lowerings (what torch_xla runs on the
-        device and what it hands to the CPU), from the table shipped with gpu2tpu."""
-        from .op_coverage import coverage_of_dry_run, shipped_torch_xla_table
-
-        return coverage_of_dry_run(self, table=shipped_torch_xla_table())
+    @property
+    def distinct_ops(self) -> int:
+        """Distinct ops by overload ("aten.mul.Tensor"), as the coverage counts them."""
+        return len(self.overloads) if self.overloads else len(self.ops)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -301,7 +315,7 @@ class DryRunReport:
     def __str__(self) -> str:
         head = (
             f"Dry run of {self.label} on the CPU: {self.total_ops:,} ATen ops "
-            f"({len(self.ops)} distinct) in {self.seconds * 1e3:.1f} ms"
+            f"({self.distinct_ops} distinct) in {self.seconds * 1e3:.1f} ms"
         )
         coverage = self._coverage_text()
         if not self.hazards:
@@ -377,6 +391,7 @@ class DryRunDetector(TorchDispatchMode):
         self.user_code = user_code if user_code is not None else UserCode()
         self.ops: dict[str, Counter[int | None]] = {}
         self.overloads: dict[str, int] = {}
+        self.calls = 0  # ops run so far, read by the live status line while the code runs
         self.found: dict[tuple[HazardKind, Site | None], Hazard] = {}
         self._started = 0.0
         self.seconds = 0.0
@@ -392,6 +407,9 @@ class DryRunDetector(TorchDispatchMode):
         # step first ran in this run; None until one does
         self._stepped_at: list[tuple[Any, int]] | None = None
         self._new_run = False
+        # float64 tensors made from host data, by id, not yet used: (the tensor, its site and
+        # line); reported at that site once an op other than a conversion uses one
+        self._host_f64: dict[int, tuple[weakref.ref[torch.Tensor], Site | None, int | None]] = {}
 
     # -- attribution -----------------------------------------------------------------------------
 
@@ -424,11 +442,10 @@ class DryRunDetector(TorchDispatchMode):
                 drivers.append(frame)
             elif kind == _F_MODULE:
                 drivers.clear()
-            elif site is None:
-                if kind == _F_DATA:
-                    loader = True
-                elif kind == _F_STEP:
-                    stepping = True
+            elif kind == _F_DATA:
+                loader = True  # the DataLoader ran it, the user's Dataset too: host-side work
+            elif site is None and kind == _F_STEP:
+                stepping = True
             frame = frame.f_back
         if site is None:
             return None, line, loader, None
@@ -517,6 +534,7 @@ class DryRunDetector(TorchDispatchMode):
             return out
         info = OP_INFO.get(func) or op_info(func)
         name, overload, kind = info
+        self.calls += 1
         overloads = self.overloads
         overloads[overload] = overloads.get(overload, 0) + 1
         if kind == HOST_READ:
@@ -531,9 +549,15 @@ class DryRunDetector(TorchDispatchMode):
             self._record(HazardKind.DYNAMIC_SHAPE, site, line, _DYNAMIC_CAUSES.get(name, name))
         elif kind == MASK_INDEX and _has_mask_index(args):
             self._record(HazardKind.DYNAMIC_SHAPE, site, line, "boolean-mask indexing x[mask]")
+        made_at = self._use_host_f64(name, args, out) if self._host_f64 else None
         if isinstance(out, torch.Tensor):
             if out.dtype in _F64 and out.dim():
-                self._record(HazardKind.FLOAT64, site, line, name)
+                if name in _FROM_HOST_OPS:
+                    self._host_f64[id(out)] = (weakref.ref(out), site, line)
+                elif made_at is not None:  # copied elsewhere as float64: still not computed on
+                    self._host_f64[id(out)] = (weakref.ref(out), *made_at)
+                else:
+                    self._record(HazardKind.FLOAT64, site, line, name)
         elif isinstance(out, tuple | list):
             for item in out:
                 if isinstance(item, torch.Tensor) and item.dtype in _F64 and item.dim():
@@ -565,6 +589,27 @@ class DryRunDetector(TorchDispatchMode):
             if overload in _BAKED_SCALAR_OPS and args and getattr(args[0], "requires_grad", False):
                 self._note_scalars(site, name, tuple(a for a in args[1:] if _is_number(a)))
         return out
+
+    def _use_host_f64(
+        self, name: str, args: tuple[Any, ...], out: Any
+    ) -> tuple[Site | None, int | None] | None:
+        """A float64 tensor made from host data meets its first op. A conversion
+        (`.float()`, `.to(torch.float32)`) ends its story: no float64 work reaches the TPU; a
+        copy that stays float64 (`.to(device)`) passes it on (returns where it was made); any
+        other op computes with it: a hazard at the line that made it, where the fix goes."""
+        for arg in args:
+            if not isinstance(arg, torch.Tensor):
+                continue
+            entry = self._host_f64.pop(id(arg), None)
+            if entry is None or entry[0]() is not arg:
+                continue
+            _, site, line = entry
+            if name in _CONVERT_OPS and isinstance(out, torch.Tensor):
+                if out.dtype in _F64:
+                    return site, line
+                continue
+            self._record(HazardKind.FLOAT64, site, line, f"float64 from the host, used by {name}")
+        return None
 
     def _start_run(self, anchor: Site | None) -> None:
         """A new run starts at the driving line `anchor`: close the previous run first.

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .format import format_bytes, format_seconds
-from .table import columns, step_range
+from .table import columns, ratio_line, step_range
 
 if TYPE_CHECKING:
     from gpu2tpu.pricing.compare import Comparison, ComparisonRow
@@ -179,7 +179,7 @@ def table_html(comparison: Comparison, meanings: Mapping[str, str] | None = None
                 )
                 cells.append(f'<td class="g2t-left">{badge(row.source, meanings)}{extra}</td>')
             elif c.key == "device":
-                mark = " ★" if row is base else ""
+                mark = " ★" if row is base and ratio_line(comparison) else ""
                 title = f' title="{_e(row.note)}"' if row.note else ""
                 cells.append(f'<td class="g2t-left"{title}>{_e(row.label)}{mark}</td>')
             elif c.key == "step_seconds":
@@ -204,7 +204,7 @@ def table_html(comparison: Comparison, meanings: Mapping[str, str] | None = None
                 cells.append(f"<td>{_e(c.text(row))}</td>")
         body.append(f'<tr class="g2t-row g2t-{_e(row.source)}">{"".join(cells)}</tr>')
     caption = ""
-    if base is not None:
+    if base is not None and ratio_line(comparison) is not None:
         caption = f'<p class="g2t-note">★ baseline for the ratios: {_e(base.label)} ({_e(base.source)}).</p>'
     return (
         f'<div class="g2t-scroll"><table class="g2t-table"><thead><tr>{head}</tr></thead>'
@@ -668,7 +668,7 @@ def dry_run_html(report: Any) -> str:
     out = [
         f'{STYLE}<div class="g2t-view gpu2tpu-dry-run">',
         f"<p><b>Dry run of {_e(report.label)} on the CPU</b>: {report.total_ops:,} ATen ops "
-        f"({len(report.ops)} distinct) in {report.seconds * 1e3:,.1f} ms</p>",
+        f"({report.distinct_ops} distinct) in {report.seconds * 1e3:,.1f} ms</p>",
     ]
     if report.error:
         out.append(f'<div class="g2t-warn">The run stopped: {_e(report.error)}</div>')

@@ -131,12 +131,23 @@ def padded_lines(headers: Sequence[str], body: Sequence[Sequence[str]]) -> list[
     return lines
 
 
+def ratio_line(comparison: Comparison) -> str | None:
+    """ "Ratios are against h100." when the table shows a ratio column; None when no row has
+    a ratio (the baseline has no figure, or only bounds), so no line names absent columns."""
+    if not comparison.baseline_key:
+        return None
+    ratios = ("speedup_vs_baseline", "cost_ratio_vs_baseline")
+    if not any(c.key in ratios for c in columns(comparison, compact=True)):
+        return None
+    return f"Ratios are against {comparison.baseline_key}."
+
+
 def comparison_text(comparison: Comparison) -> str:
     """The comparison for a terminal without rich: title, table, ratio base, prices, notes."""
     headers, body = table_cells(comparison)
     lines = [comparison.title, *padded_lines(headers, body)]
-    if comparison.baseline_key:
-        lines.append(f"Ratios are against {comparison.baseline_key}.")
+    if ratio := ratio_line(comparison):
+        lines.append(ratio)
     lines.append(comparison.prices_summary())
     if comparison.expected_source:
         lines.append(comparison.expected_source)
@@ -155,8 +166,8 @@ def comparison_rich(comparison: Comparison) -> Any:
     caption = comparison.prices_summary()
     if comparison.expected_source:
         caption += " " + comparison.expected_source
-    if comparison.baseline_key:
-        caption = f"Ratios are against {comparison.baseline_key}. " + caption
+    if ratio := ratio_line(comparison):
+        caption = f"{ratio} " + caption
     table = Table(title=comparison.title, caption=caption, caption_justify="left")
     for col in columns(comparison, compact=True):
         table.add_column(col.header, justify="left" if col.key in ("device", "source") else "right")
