@@ -62,8 +62,9 @@ def test_the_floor_is_the_larger_of_dispatch_and_feeding_not_their_sum():
 def test_framework_names_and_their_errors():
     assert framework_key("XLA") == "pytorch_xla"
     assert framework_key("cuda") == "pytorch"
-    with pytest.raises(ValueError, match="unknown framework 'mxnet'"):
-        framework_key("mxnet")
+    assert framework_key("tensorflow") == "jax"  # a graph traced once
+    with pytest.raises(ValueError, match="unknown framework 'caffe'"):
+        framework_key("caffe")
 
 
 def test_apply_floor_lifts_the_figure_or_only_its_range():

@@ -198,3 +198,27 @@ def test_kernel_launches_and_the_matmul_share_are_counted():
     assert math.isclose(
         share, count.mix.matrix_flops / (count.mix.matrix_flops + count.mix.other_elements)
     )
+
+
+def test_the_models_table_holds_the_profilers_corrected_count():
+    """The non-LLM rows' flops_per_sample are the profiler's count of the model built to its
+    published shape (tests/published_models.py); EfficientNet's is the corrected one, about
+    a fourteenth of what torch's own formula gives its depthwise-heavy step."""
+    from pathlib import Path
+
+    from published_models import build
+
+    from gpu2tpu.measure.flops import count_meta_step
+    from gpu2tpu.pricing.published import load_published_runs
+
+    table = Path(__file__).resolve().parents[1] / "gpu2tpu/pricing/published_runs_models.toml"
+    runs = {r.model.key: r for r in load_published_runs(table)}
+    assert {r.model_class for r in runs.values()} == {"cnn", "encoder", "unet"}
+    for key, one_image in (("resnet50_v1_5", "cnn"), ("efficientnet_b0", "small_step")):
+        model, (x, y), recipe = build(key, 1)
+        count = count_meta_step(model, (x,), {}, y, recipe.loss)
+        assert count.flops == pytest.approx(runs[key].flops_per_sample, rel=1e-5)
+        assert count.model_class == one_image  # EfficientNet's one image is under 1e10 FLOPs
+    # ResNet-50 v1.5: 4.1 GMACs forward (He et al.), three passes of 2 FLOPs a MAC
+    assert runs["resnet50_v1_5"].flops_per_sample == pytest.approx(3 * 2 * 4.1e9, rel=0.02)
+    assert runs["efficientnet_b0"].flops_per_sample == pytest.approx(3 * 2 * 0.39e9, rel=0.03)

@@ -88,7 +88,7 @@ DISPATCH_COSTS: dict[str, DispatchCost] = {
         ),
         DispatchCost(
             "jax",
-            "a step traced once (jax.jit, torch.compile)",
+            "a step traced once (jax.jit, TensorFlow or MXNet graphs, torch.compile)",
             0.0,
             0.0,
             "traced once: no per-op cost a step (no published per-step dispatch figure found)",
@@ -108,6 +108,9 @@ FRAMEWORK_ALIASES = {
     "torch_tpu": "torchtpu",
     "maxtext": "jax",
     "torch.compile": "jax",
+    "tensorflow": "jax",
+    "mxnet": "jax",
+    "paddle": "jax",
 }
 
 # Host-to-device bandwidth, one direction, bytes/s: half of the bidirectional PCIe figure of
