@@ -72,7 +72,9 @@ from .result import Forecast, TargetForecast
 if TYPE_CHECKING:
     import torch
 
+    from ..measure.flops import StepCount
     from ..pricing.catalogue import Chip, HardwareCatalogue
+    from ..pricing.step_floor import StepFloor
 
 __all__ = [
     "DEFAULT_FORECAST_GPUS",
@@ -258,6 +260,8 @@ class _Job:
     keys: dict[str, str] = field(default_factory=dict)  # label -> quick cache key
     attention: str = "flash"
     remat_stack: BlockStack | None = None  # the blocks to checkpoint when a step does not fit
+    step_count: Any = None  # the step counted on the meta device, for its floor (`_floor`)
+    counted: bool = False
 
     @property
     def labels(self) -> list[str]:
@@ -396,7 +400,10 @@ def _run(job: _Job, in_child: bool, started: float) -> Forecast:
                 return
             results[label] = result
             partial.pop(label, None)
-            _price_all(result, chips[label], job.tokens_per_step, job.price)
+            _price_all(
+                result, chips[label], job.tokens_per_step, job.price,
+                _floor(job, chips[label], result.chips), _step_count(job),
+            )  # fmt: skip
             display.finished(label, result.summary(), ok=result.status in _DONE_OK)
             key = job.keys.get(label)
             if key and result.status in ("compiled", "does not fit", "unsupported"):
@@ -405,7 +412,10 @@ def _run(job: _Job, in_child: bool, started: float) -> Forecast:
     chips = {_label(t): c for t, c in job.tpu_targets}
     with display.shown():
         for label, result in results.items():
-            _price_all(result, chips[label], job.tokens_per_step, job.price)
+            _price_all(
+                result, chips[label], job.tokens_per_step, job.price,
+                _floor(job, chips[label], result.chips), _step_count(job),
+            )  # fmt: skip
             display.finished(label, result.summary() + " (cached)", ok=result.status in _DONE_OK)
         if missing:
             t0 = time.perf_counter()
@@ -439,7 +449,10 @@ def _run(job: _Job, in_child: bool, started: float) -> Forecast:
         done = results.get(label)
         if done is None:
             done = _unfinished(partial.get(label), topology, chip, job)
-            _price_all(done, chip, job.tokens_per_step, job.price)
+            _price_all(
+                done, chip, job.tokens_per_step, job.price, _floor(job, chip, done.chips),
+                _step_count(job),
+            )  # fmt: skip
         ordered.append(done)
     return _assemble(job, ordered, time.perf_counter() - started, phases, interrupted)
 
@@ -536,7 +549,16 @@ def _assemble(
     notes: list[str] = []
     if reference is not None:
         for gpu in job.gpu_targets:
-            rows.append(_gpu_row(reference, gpu, batch, job.tokens_per_step, job.price))
+            rows.append(
+                _gpu_row(
+                    reference,
+                    gpu,
+                    batch,
+                    job.tokens_per_step,
+                    job.price,
+                    _floor(job, gpu, reference.chips),
+                )  # fmt: skip
+            )
         notes.append(
             f"GPU rows use the FLOPs and bytes libtpu compiled for {reference.label} (XLA's TPU "
             "fusion), at the utilisation published GPU runs reach, so TPUs and GPUs compare on "
@@ -1015,12 +1037,67 @@ def _fill_figures(
 
 
 def _price_all(
-    result: TargetForecast, chip: Chip, tokens_per_step: float | None, price: str
+    result: TargetForecast,
+    chip: Chip,
+    tokens_per_step: float | None,
+    price: str,
+    floor: StepFloor | None = None,
+    step: StepCount | None = None,
 ) -> None:
     """Price a target and, for a step that does not fit, its checkpointed variant."""
-    _price(result, chip, tokens_per_step, price)
+    _price(result, chip, tokens_per_step, price, floor, step)
     if result.checkpointed is not None:
-        _price(result.checkpointed, chip, tokens_per_step, price)
+        _price(result.checkpointed, chip, tokens_per_step, price, floor, step)
+
+
+def _step_count(job: _Job) -> Any:
+    """The user's step counted once on the meta device (`count_meta_step`): its dispatched
+    ops set the per-step floor. Best-effort: a model that cannot run on the meta device
+    gets no per-op floor (None), and the forecast goes on."""
+    if not job.counted:
+        job.counted = True
+        from ..measure.flops import count_meta_step
+
+        (args, kwargs), targets = _batch_parts(job.layout)
+        try:
+            job.step_count = count_meta_step(
+                job.model, args, kwargs, targets, job.loss_fn or default_loss, job.dtype
+            )
+        except Exception:  # an op without a meta kernel: no op count, no per-op floor
+            job.step_count = None
+    return job.step_count
+
+
+def _batch_parts(layout: Any) -> tuple[tuple[tuple[Any, ...], dict[str, Any]], Any]:
+    from torch.utils import _pytree as pytree
+
+    (args, kwargs), targets = pytree.tree_unflatten(layout.leaves, layout.spec)
+    return (tuple(args), dict(kwargs)), targets
+
+
+def _floor(job: _Job, chip: Chip, chips: int) -> StepFloor | None:
+    """The per-step floor on `chips` of `chip` for the framework a PyTorch user runs there
+    (pricing/step_floor.py): the counted step's ops dispatched one by one, and the batch fed
+    over the host link."""
+    from ..pricing.step_floor import step_floor
+    from ..pricing.utilisation import default_framework
+
+    if chip.kind not in ("tpu", "gpu"):
+        return None
+    framework = default_framework(chip.kind)
+    count = _step_count(job)
+    dtype = job.dtype
+    batch_bytes = sum(
+        t.numel() * (dtype.itemsize if dtype is not None and t.is_floating_point() else t.itemsize)
+        for t in job.layout.tensors()
+    )
+    return step_floor(
+        framework,
+        chip.key,
+        ops=count.kernel_ops if count is not None else None,
+        input_bytes=float(batch_bytes),
+        chips=chips,
+    )
 
 
 def _attention_kind(outcome: CompileOutcome) -> str | None:
@@ -1045,10 +1122,19 @@ def _collective_seconds(result: TargetForecast, chip: Chip) -> float | None:
     return result.collective_bytes_per_chip / (chip.ici_bandwidth / 2)
 
 
-def _price(result: TargetForecast, chip: Chip, tokens_per_step: float | None, price: str) -> None:
+def _price(
+    result: TargetForecast,
+    chip: Chip,
+    tokens_per_step: float | None,
+    price: str,
+    floor: StepFloor | None = None,
+    step: StepCount | None = None,
+) -> None:
     """The roofline bound, the expected step time and the costs (from the expected time),
-    on the catalogue's figures for `chip`."""
+    on the catalogue's figures for `chip`. The expected time is never below libtpu's own
+    estimate of the step nor below the per-step `floor` (pricing/step_floor.py)."""
     from ..pricing.cost import cost_per_million_tokens, cost_per_step, roofline_seconds
+    from ..pricing.step_floor import apply_floor, compiler_floor
     from ..pricing.utilisation import expected_step
 
     result.step_seconds = result.compute_seconds = result.memory_seconds = None
@@ -1057,6 +1143,7 @@ def _price(result: TargetForecast, chip: Chip, tokens_per_step: float | None, pr
     result.expected_seconds = result.expected_low = result.expected_high = None
     result.expected_utilisation = result.expected_limited_by = None
     result.expected_framework = result.expected_ceiling_seconds = None
+    result.floor_seconds = None
     result.expected_notes = []
     if result.status != "compiled":
         return
@@ -1074,11 +1161,18 @@ def _price(result: TargetForecast, chip: Chip, tokens_per_step: float | None, pr
         roofline_seconds(flops_chip, bytes_chip, chip), result.collective_seconds or 0.0
     )
     result.bound_cost_per_step = cost_per_step(result.step_seconds, chip, result.chips, price)
-    expected = expected_step(_features(result, chip, result.chips, tokens_per_step), chip)
+    expected = expected_step(_features(result, chip, result.chips, tokens_per_step, step), chip)
     seconds = result.step_seconds
+    if expected is not None:
+        expected = apply_floor(
+            apply_floor(expected, floor), compiler_floor(result.compiler_seconds)
+        )
     if expected is not None and expected.kind == "bound":
-        # Nothing calibrates a figure: the row stays a bound, its notes say why.
+        # Nothing calibrates a figure, or a floor is longer: the row stays a bound, its
+        # notes say why.
         seconds = max(seconds, expected.seconds)
+        if expected.limited_by in ("per-step floor", "compiler estimate"):
+            result.floor_seconds = expected.seconds
         result.expected_limited_by, result.expected_notes = (
             expected.limited_by,
             list(expected.notes),
@@ -1101,9 +1195,14 @@ def _price(result: TargetForecast, chip: Chip, tokens_per_step: float | None, pr
 
 
 def _features(
-    reference: TargetForecast, chip: Chip, chips: int, tokens_per_step: float | None
+    reference: TargetForecast,
+    chip: Chip,
+    chips: int,
+    tokens_per_step: float | None,
+    step: StepCount | None = None,
 ) -> Any:
-    """What the utilisation model needs from a compiled target, for `chips` of `chip`."""
+    """What the utilisation model needs from a compiled target, for `chips` of `chip`; the
+    step counted on the meta device (`step`) adds its precision and model class."""
     from ..pricing.utilisation import StepFeatures
 
     attention = getattr(reference, "attention_flops", None)
@@ -1124,9 +1223,12 @@ def _features(
         tokens_per_chip=tokens_per_step / chips if tokens_per_step else None,
         attention_flops_per_chip=attention_chip,
         attention=kind,
-        matmul_share=getattr(reference, "matmul_share", None),
         bytes_per_chip=max(0.0, (reference.bytes_accessed or 0.0) / chips),
         collective_seconds=collective if chip.key == reference.target else None,
+        **{
+            **(step.fit_inputs(chip.kind) if step is not None else {}),
+            "matmul_share": getattr(reference, "matmul_share", None),  # the compiler's
+        },
     )
 
 
@@ -1158,7 +1260,7 @@ def _tpu_row(
     result: TargetForecast, chip: Chip, batch: int, tokens_per_step: float | None, price: str
 ) -> Any:
     from ..pricing.compare import ComparisonRow
-    from ..views.format import format_bytes
+    from ..views.format import format_bytes, format_seconds
 
     note = ""
     if result.status == "does not fit":
@@ -1173,7 +1275,11 @@ def _tpu_row(
             f"{result.bound}-bound roofline; {format_bytes(result.memory_per_chip)} of "
             f"{format_bytes(result.capacity_per_chip)} usable HBM per chip"
         )
-        if result.expected_utilisation is not None:
+        if result.floor_seconds is not None:
+            note += f"; at least {format_seconds(result.floor_seconds)}" + "".join(
+                f"; {n}" for n in result.expected_notes
+            )
+        elif result.expected_utilisation is not None:
             note += f"; expected at {result.expected_utilisation:.0%} of peak" + "".join(
                 f"; {n}" for n in result.expected_notes
             )
@@ -1183,9 +1289,12 @@ def _tpu_row(
         )
     memory = None if result.memory_per_chip is None else int(result.memory_per_chip * result.chips)
     expected = result.expected_seconds is not None
+    shown = result.step_seconds
+    if shown is not None and result.floor_seconds is not None:
+        shown = max(shown, result.floor_seconds)
     return ComparisonRow.build(
         chip,
-        result.expected_seconds if expected else result.step_seconds,
+        result.expected_seconds if expected else shown,
         "compiled",
         chips=result.chips,
         price=price,
@@ -1205,22 +1314,36 @@ def _tpu_row(
 
 
 def _gpu_row(
-    reference: TargetForecast, gpu: Chip, batch: int, tokens_per_step: float | None, price: str
+    reference: TargetForecast,
+    gpu: Chip,
+    batch: int,
+    tokens_per_step: float | None,
+    price: str,
+    floor: StepFloor | None = None,
+    step: StepCount | None = None,
 ) -> Any:
     """As many GPUs as the reference slice has chips, each doing its share of its FLOPs and
     bytes: the roofline bound on the GPU's peaks, and the expected time at the utilisation
-    published GPU runs reach (the GPU's own, not the TPU's)."""
+    published GPU runs reach (the GPU's own, not the TPU's), never below the per-step
+    `floor` (then the row is that floor, a bound)."""
     from ..pricing.compare import ComparisonRow
     from ..pricing.cost import roofline_seconds
+    from ..pricing.step_floor import apply_floor
     from ..pricing.utilisation import expected_step
+    from ..views.format import format_seconds
 
     assert reference.flops is not None and reference.bytes_accessed is not None
     chips = reference.chips
     bound = roofline_seconds(
         max(0.0, reference.flops / chips), max(0.0, reference.bytes_accessed / chips), gpu
     )
-    expected = expected_step(_features(reference, gpu, chips, tokens_per_step), gpu)
+    expected = expected_step(_features(reference, gpu, chips, tokens_per_step, step), gpu)
+    if expected is not None:
+        expected = apply_floor(expected, floor)
+    floored = expected is not None and floor is not None and expected.limited_by == floor.kind
+    floor_notes: list[str] = []
     if expected is not None and expected.kind == "bound":
+        floor_notes = list(expected.notes) if floored else []
         bound, expected = max(bound, expected.seconds), None
     memory = None
     fits = None
@@ -1228,7 +1351,9 @@ def _gpu_row(
         memory = int(reference.memory_per_chip * chips)
         fits = reference.memory_per_chip <= gpu.hbm_bytes
     note = f"on {reference.label}'s compiled FLOPs and bytes"
-    if expected is not None:
+    if floor_notes:
+        note = f"at least {format_seconds(bound)} {note}" + "".join(f"; {n}" for n in floor_notes)
+    elif expected is not None:
         note = f"expected at {expected.utilisation:.0%} of peak {note}" + "".join(
             f"; {n}" for n in expected.notes
         )

@@ -82,6 +82,9 @@ class TargetForecast:
     expected_notes: list[str] = field(default_factory=list)
     expected_framework: str | None = None
     expected_ceiling_seconds: float | None = None
+    # The per-step floor or libtpu's estimate, where longer than the expected compute: the
+    # row is then that bound (pricing/step_floor.py).
+    floor_seconds: float | None = None
     bound_cost_per_step: float | None = None
     compile_seconds: float = 0.0
     search_seconds: float = 0.0

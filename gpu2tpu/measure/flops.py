@@ -1,7 +1,13 @@
 """What one step does: FLOPs, bytes moved and host syncs; and what this host's CPU can do.
 
 FLOPs come from PyTorch's own `FlopCounterMode` (matmuls, convolutions, attention: the ops
-that dominate a training step, forward and backward). Bytes are a rough upper bound on
+that dominate a training step, forward and backward), with three corrections
+(`conv_flops.py`, docs/profiler.md "FLOPs you can trust"): the weight gradient of a grouped or
+depthwise convolution, which torch 2.1-2.12 counts `groups` times over; SDPA's CPU kernels,
+which it does not count at all; and attention run through `bmm` inside a module named for
+attention, which it counts as plain matmuls. Besides FLOPs, the step's precision (the dtype
+its matmul FLOPs ran in), its kernel launches (non-view ops) and a guess at its model class
+are read from the same ops: the expected time and the per-step floor need them. Bytes are a rough upper bound on
 memory traffic: the sizes of every non-view op's inputs and outputs, as if nothing were
 fused; XLA fuses, so a TPU moves fewer bytes than this (docs/profiler.md). Host syncs are the
 reads of device data by the host (`.item()`, `bool(t)`, `.tolist()`, printing, copies to the
@@ -15,16 +21,20 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .flop_formulas import corrections, is_attention_op
 from .syncs import HostReads, op_info
+from .workload import OpMix, guess_model_class, step_precision
 
 
 @dataclass(frozen=True)
 class StepCount:
-    """Counts for one step: FLOPs, bytes moved (unfused upper bound), host syncs, top ops."""
+    """Counts for one step: FLOPs, bytes moved (unfused upper bound), host syncs, top ops;
+    how the FLOPs split by kind of op (`mix`), the step's precision and model class as read
+    from them (measure/workload.py), and notes on what the count corrected or left out."""
 
     flops: float
     bytes_accessed: float
@@ -32,9 +42,40 @@ class StepCount:
     top_ops: tuple[tuple[str, float], ...] = ()
     sync_ops: tuple[tuple[str, int], ...] = ()
     source: str = "torch.utils.flop_counter.FlopCounterMode"
-    # FLOPs of scaled_dot_product_attention's kernels (FlopCounterMode counts the full
-    # score matrix, causal or not): the expected time needs attention's share.
+    # FLOPs of attention products (SDPA's kernels, counted over the full score matrix causal
+    # or not, and bmm inside modules named for attention): the expected time needs its share.
     attention_flops: float = 0.0
+    mix: OpMix = field(default_factory=OpMix)
+    precision: str | None = None
+    model_class: str | None = None
+    model_class_reason: str = ""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def matmul_share(self) -> float | None:
+        return self.mix.matmul_share
+
+    @property
+    def kernel_ops(self) -> int:
+        return self.mix.kernel_ops
+
+    def fit_inputs(self, chip_kind: str) -> dict[str, Any]:
+        """What the utilisation fit needs of this step besides its FLOPs, for a chip of
+        `chip_kind` (`StepFeatures` keywords): the shares of matrix and convolution FLOPs,
+        the precision (an fp32 step runs TF32 on a GPU, as PyTorch's convolutions and
+        NVIDIA's published fp32 runs do) and the model class its ops look like."""
+        if not self.flops:
+            return {}
+        mix = self.mix
+        precision = self.precision if self.precision in ("bf16", "fp16", "fp32") else "fp32"
+        if precision == "fp32" and chip_kind == "gpu":
+            precision = "tf32"
+        return {
+            "matmul_share": mix.matmul_share,
+            "conv_share": mix.conv_flops / mix.matrix_flops if mix.matrix_flops else None,
+            "precision": precision,
+            "model_class": self.model_class,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -45,18 +86,112 @@ class StepCount:
             "sync_ops": [list(op) for op in self.sync_ops],
             "source": self.source,
             "attention_flops": self.attention_flops,
+            "mix": self.mix.to_dict(),
+            "precision": self.precision,
+            "model_class": self.model_class,
+            "model_class_reason": self.model_class_reason,
+            "notes": list(self.notes),
         }
 
 
-def is_attention_op(name: str) -> bool:
-    """Whether an op is one of SDPA's attention kernels (forward or backward)."""
-    return (
-        "scaled_dot_product" in name or "flash_attention" in name or ("efficient_attention" in name)
-    )
+# Ops that only allocate or relabel memory: no kernel runs for them.
+_NO_KERNEL = frozenset(
+    {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "_unsafe_view",
+     "set_", "resize_", "lift_fresh", "detach"}
+)  # fmt: skip
+_CONVOLUTIONS = frozenset({"convolution", "_convolution", "convolution_backward"})
+_BATCHED_MATMULS = frozenset({"bmm", "baddbmm"})
 
 
-def _make_traffic_mode(reads: HostReads) -> Any:
-    """A dispatch mode counting bytes in and out of every non-view op, and host reads."""
+def _names_attention(module_path: str) -> bool:
+    """Whether a module path (FlopCounterMode's "Model.encoder.layer.0.attention.self") has a
+    part named for attention ("attn", "attention", "MultiheadAttention")."""
+    return any("attn" in part or "attention" in part for part in module_path.lower().split("."))
+
+
+def _argument(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> Any:
+    """An op's argument by its schema name, passed positionally or by keyword."""
+    if name in kwargs:
+        return kwargs[name]
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.name == name:
+            return args[i] if i < len(args) else arg.default_value
+    return None
+
+
+class _OpTally:
+    """What the traffic mode learns about each op besides bytes: `OpMix`'s fields."""
+
+    def __init__(self, registry: Mapping[Any, Any], parents: Callable[[], Iterable[str]]) -> None:
+        self.registry = registry
+        self.parents = parents
+        self.fields: dict[str, float] = dict.fromkeys(
+            ("matmul_flops", "attention_flops", "conv_flops", "conv3d_flops",
+             "transposed_conv_flops", "other_elements"), 0.0
+        )  # fmt: skip
+        self.kernel_ops = 0
+        self.causal = False
+        self.upsampling = False
+        self.by_dtype: dict[str, float] = {}
+        self.plain_bmm_flops = 0.0
+
+    def op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        import torch
+        from torch.utils._pytree import tree_leaves
+
+        packet = func.overloadpacket
+        name = packet.__name__
+        if name not in _NO_KERNEL:
+            self.kernel_ops += 1
+        formula = self.registry.get(packet)
+        if formula is None:
+            if name.startswith("upsample"):
+                self.upsampling = True
+            # One FLOP per element of its largest tensor: elementwise ops and reductions alike.
+            self.fields["other_elements"] += max(
+                (
+                    leaf.numel()
+                    for leaf in tree_leaves((args, out))
+                    if isinstance(leaf, torch.Tensor)
+                ),
+                default=0,
+            )
+            return
+        flops = float(formula(*args, **kwargs, out_val=out))
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        if first is not None:
+            dtype = str(first.dtype)
+            self.by_dtype[dtype] = self.by_dtype.get(dtype, 0.0) + flops
+        if name in _CONVOLUTIONS:
+            self.fields["conv_flops"] += flops
+            weight = args[2] if name == "convolution_backward" else args[1]
+            if isinstance(weight, torch.Tensor) and weight.dim() == 5:
+                self.fields["conv3d_flops"] += flops
+            if _argument(func, args, kwargs, "transposed"):
+                self.fields["transposed_conv_flops"] += flops
+        elif is_attention_op(name):
+            self.fields["attention_flops"] += flops
+            self.causal = self.causal or bool(_argument(func, args, kwargs, "is_causal"))
+        elif name in _BATCHED_MATMULS and any(_names_attention(p) for p in self.parents()):
+            self.fields["attention_flops"] += flops
+        else:
+            self.fields["matmul_flops"] += flops
+            if name in _BATCHED_MATMULS:
+                self.plain_bmm_flops += flops
+
+    def mix(self) -> OpMix:
+        return OpMix(
+            kernel_ops=self.kernel_ops,
+            causal_attention=self.causal,
+            upsampling=self.upsampling,
+            flops_by_dtype=dict(self.by_dtype),
+            **self.fields,
+        )
+
+
+def _make_traffic_mode(reads: HostReads, tally: _OpTally | None = None) -> Any:
+    """A dispatch mode counting bytes in and out of every non-view op, and host reads;
+    with a `tally`, also what each op is (`_OpTally`)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
@@ -74,6 +209,8 @@ def _make_traffic_mode(reads: HostReads) -> Any:
                 for leaf in tree_leaves((args, kwargs, out)):
                     if isinstance(leaf, torch.Tensor):
                         self.bytes += leaf.numel() * leaf.element_size()
+                if tally is not None:
+                    tally.op(func, args, kwargs, out)
             return out
 
     return TrafficMode()
@@ -121,6 +258,7 @@ class StepCounter:
     _flop_mode: Any = field(default=None, init=False)
     _traffic: Any = field(default=None, init=False)
     _tally: Any = field(default=None, init=False)
+    _ops: Any = field(default=None, init=False)
     _watch: Any = field(default=None, init=False)
     _done: bool = field(default=False, init=False)
 
@@ -128,8 +266,10 @@ class StepCounter:
         from torch.utils.flop_counter import FlopCounterMode
 
         self._tally = _ReadTally(self.emulated)
-        self._flop_mode = FlopCounterMode(display=False)
-        self._traffic = _make_traffic_mode(self._tally.reads)
+        self._flop_mode = FlopCounterMode(display=False, custom_mapping=corrections())
+        mode = self._flop_mode
+        self._ops = _OpTally(mode.flop_registry, lambda: mode.mod_tracker.parents)
+        self._traffic = _make_traffic_mode(self._tally.reads, self._ops)
         self._watch = self._tally.reads.watching()
         self._watch.__enter__()
         try:
@@ -163,13 +303,27 @@ class StepCounter:
         per_op = self._flop_mode.get_flop_counts().get("Global", {})
         ranked = sorted(((str(op), float(n)) for op, n in per_op.items()), key=lambda t: -t[1])
         syncs = self._tally.causes
+        mix = self._ops.mix()
+        flops = float(self._flop_mode.get_total_flops())
+        model_class, why = guess_model_class(mix, flops)
+        notes = []
+        if self._ops.plain_bmm_flops:
+            notes.append(
+                f"{self._ops.plain_bmm_flops / flops:.0%} of the FLOPs are batched matmuls "
+                "outside any module named for attention: counted as plain matmuls, not attention"
+            )
         return StepCount(
-            flops=float(self._flop_mode.get_total_flops()),
+            flops=flops,
             bytes_accessed=float(self._traffic.bytes),
             host_syncs=sum(syncs.values()),
             top_ops=tuple(ranked[: self.top]),
             sync_ops=tuple(sorted(syncs.items(), key=lambda t: -t[1])),
-            attention_flops=sum(n for op, n in ranked if is_attention_op(op)),
+            attention_flops=mix.attention_flops,
+            mix=mix,
+            precision=step_precision(mix),
+            model_class=model_class,
+            model_class_reason=why,
+            notes=tuple(notes),
         )
 
 
@@ -179,6 +333,41 @@ def count_step(step: Callable[[], Any], *, emulated: bool = True) -> StepCount:
     with counter:
         step()
     return counter.result()
+
+
+def count_meta_step(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    targets: Any,
+    loss_fn: Callable[[Any, Any], Any],
+    dtype: Any = None,
+) -> StepCount:
+    """One training step (forward `model(*args, **kwargs)`, `loss_fn(output, targets)`,
+    backward) counted on the meta device, as `count_step` counts a real one: nothing is
+    allocated or computed, so a model of any size is counted in the time its ops take to
+    dispatch. The weights and the batch's floating tensors are taken in `dtype` when given
+    (their own otherwise); factory calls in the model land on the meta device too."""
+    import torch
+    from torch.func import functional_call
+    from torch.utils._pytree import tree_map
+
+    def meta(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        cast = dtype if dtype is not None and value.is_floating_point() else value.dtype
+        return torch.empty(value.shape, dtype=cast, device="meta")
+
+    state = {name: meta(p).requires_grad_(p.requires_grad) for name, p in model.named_parameters()}
+    state.update({name: meta(b) for name, b in model.named_buffers()})
+    meta_args, meta_kwargs, meta_targets = tree_map(meta, (tuple(args), dict(kwargs), targets))
+
+    def step() -> None:
+        with torch.device("meta"):
+            output = functional_call(model, state, meta_args, meta_kwargs)
+            loss_fn(output, meta_targets).backward()
+
+    return count_step(step, emulated=False)
 
 
 class HostSyncCounter:

@@ -28,7 +28,13 @@ from typing import TYPE_CHECKING, Any
 from ..pricing.catalogue import Chip, HardwareCatalogue
 from ..pricing.compare import Comparison, ComparisonExports, ComparisonRow
 from ..pricing.cost import efficiency_from_run, roofline_seconds
-from ..pricing.utilisation import StepFeatures, expected_step, scaled_utilisation
+from ..pricing.step_floor import StepFloor, apply_floor, step_floor
+from ..pricing.utilisation import (
+    StepFeatures,
+    default_framework,
+    expected_step,
+    scaled_utilisation,
+)
 from .records import Costing, ProfileError, StepStats, summarize
 
 if TYPE_CHECKING:
@@ -38,8 +44,9 @@ if TYPE_CHECKING:
 BASELINE_FORMAT = 1
 # A baseline whose step did a different amount of work than this one is flagged.
 WORKLOAD_TOLERANCE = 0.05
-# Below this, an estimated step is flagged as a lower bound: per-step launch and dispatch
-# costs (tens of microseconds on any accelerator) are not in the roofline.
+# Below this, an estimated step without a counted op list is flagged as a lower bound:
+# per-step launch and dispatch costs (tens of microseconds on any accelerator) are not in
+# the roofline, and without the ops no per-step floor (pricing/step_floor.py) is known.
 FIXED_COST_SECONDS = 100e-6
 
 
@@ -181,6 +188,18 @@ class ProfileResult(ComparisonExports):
     compile_seconds_timed: float | None = None
     # One more step op by op (`profile(trace=...)`): a measure.trace.OpTrace, or None.
     trace: Any = None
+    # What the counted step was: its op mix, precision, model class and kernel launches.
+    step_count: StepCount | None = None
+
+    @property
+    def precision(self) -> str | None:
+        """ "bf16", "fp16" or "fp32": what the step's matrix FLOPs ran in (None: uncounted)."""
+        return self.step_count.precision if self.step_count else None
+
+    @property
+    def model_class(self) -> str | None:
+        """The model class the counted ops look like (measure/workload.py)."""
+        return self.step_count.model_class if self.step_count else None
 
     # -- numbers --------------------------------------------------------------------------
 
@@ -439,6 +458,7 @@ class ProfileResult(ComparisonExports):
             "host_syncs_timed": self.host_syncs_timed,
             "sync_ops": [list(s) for s in self.sync_ops],
             "top_ops": [list(t) for t in self.top_ops],
+            "step_count": self.step_count.to_dict() if self.step_count else None,
             "notes": self.notes,
             "created": self.created,
             "comparison": self.comparison.to_dict(),
@@ -756,7 +776,18 @@ def cost_run(record: RunRecord, costing: Costing, context: RunContext) -> Profil
             continue
         present.add((target.key, n))
         rows.append(
-            _estimate(target, n, flops, bytes_, attention, reference, device_memory, common)
+            _estimate(
+                target,
+                n,
+                flops,
+                bytes_,
+                attention,
+                reference,
+                device_memory,
+                common,
+                _floor(target, n, count_),
+                count_,
+            )  # fmt: skip
         )
 
     comparison = Comparison.from_rows(
@@ -785,6 +816,7 @@ def cost_run(record: RunRecord, costing: Costing, context: RunContext) -> Profil
         bytes_per_step=bytes_,
         flops_source=flops_source,
         top_ops=list(count_.top_ops) if count_ else [],
+        step_count=count_,
         peak_flops=peak,
         peak_bandwidth=bandwidth,
         peak_source=peak_source,
@@ -842,6 +874,15 @@ def _reference_utilisation(
     return None
 
 
+def _floor(target: Chip, chips: int, count: StepCount | None) -> StepFloor | None:
+    """The per-step floor of the counted step on `target`: its ops dispatched one by one by
+    the framework a PyTorch user runs there (None without a count or for the host CPU)."""
+    if count is None or target.kind not in ("tpu", "gpu") or not count.kernel_ops:
+        return None
+    framework = default_framework(target.kind)
+    return step_floor(framework, target.key, ops=count.kernel_ops, chips=chips)
+
+
 def _estimate(
     target: Chip,
     chips: int,
@@ -851,9 +892,13 @@ def _estimate(
     reference: _Reference | None,
     device_memory: int | None,
     common: Mapping[str, Any],
+    floor: StepFloor | None = None,
+    count: StepCount | None = None,
 ) -> ComparisonRow:
     """An expected row: the step's FLOPs split over `chips` of `target`, at the utilisation
-    measured here scaled to the target (or, with no accelerator measurement, the fit's)."""
+    measured here scaled to the target (or, with no accelerator measurement, the fit's),
+    never below the step's per-step floor (where the floor is longer, the row is that floor,
+    labelled a bound)."""
     from ..views.format import format_seconds
 
     if not flops or not target.has_peak:
@@ -871,6 +916,7 @@ def _estimate(
         attention="full",
         bytes_per_chip=(bytes_ or 0.0) / chips,
         bytes_kind="unfused",  # the profiler's per-op bytes: never a floor
+        **(count.fit_inputs(target.kind) if count is not None else {}),
     )
     utilisation = None
     if reference is not None:
@@ -881,7 +927,23 @@ def _estimate(
     # The profiler's bytes are per op, unfused: neither a floor nor a ceiling on a compiled
     # step's HBM traffic, so the bound is the compute term alone.
     bound = roofline_seconds(flops / chips, 0.0, target)
+    compute_only = expected
+    if expected is not None:
+        expected = apply_floor(expected, floor)
+    floored = floor is not None and expected is not None and expected.limited_by == floor.kind
     if expected is not None and expected.kind == "bound":
+        if floored and floor is not None and compute_only is not None:
+            note = (
+                f"at least {format_seconds(expected.seconds)}, the {floor.describe()}; its "
+                f"FLOPs alone would take {format_seconds(compute_only.seconds)}"
+                + (
+                    f" at {compute_only.utilisation:.0%} of peak"
+                    if compute_only.kind == "expected"
+                    else " (a bound)"
+                )
+            )
+        else:
+            note = "bound only: " + "; ".join(expected.notes)
         return ComparisonRow.build(
             target,
             max(bound, expected.seconds),
@@ -889,7 +951,7 @@ def _estimate(
             chips=chips,
             flops_per_step=flops,
             memory_bytes=device_memory,
-            note="bound only: " + "; ".join(expected.notes),
+            note=note,
             bound_seconds=bound,
             **common,
         )
@@ -916,13 +978,15 @@ def _estimate(
             f"{target.name} (no accelerator measurement of this step to scale from)"
         )
     note += "".join(f"; {n}" for n in expected.notes)
+    if floor is not None:
+        note += f"; {floor.describe()}"
+    elif expected.seconds < FIXED_COST_SECONDS:
+        note += (
+            f"; under {format_seconds(FIXED_COST_SECONDS)} a step's fixed launch and "
+            "dispatch costs, which this leaves out, dominate: read it as a lower bound"
+        )
     if chips > 1:
         note += f"; split over {chips} chips with no communication cost"
-    if expected.seconds < FIXED_COST_SECONDS:
-        note += (
-            f"; under {format_seconds(FIXED_COST_SECONDS)} a step's fixed launch and dispatch "
-            "costs, which this leaves out, dominate: read it as a lower bound"
-        )
     return ComparisonRow.build(
         target,
         expected.seconds,

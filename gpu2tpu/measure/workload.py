@@ -1,0 +1,109 @@
+"""What kind of step was counted: its precision and a guess at its model class, from its ops.
+
+The expected step time depends on both (docs/profiler.md): published CNN and U-Net runs reach
+a fraction of what tuned LLM runs reach on the same chip, and an fp32 step runs against
+another peak than a bf16 one (TF32 on NVIDIA Ampere and later, fp32 on TPUs). A profiled step
+does not say what it is, so both are read from what `FlopCounterMode` and the traffic count
+saw: the dtype its matrix FLOPs ran in, and how its FLOPs split between convolutions (3-D or
+transposed ones marking a U-Net), attention (causal or not) and plain matmuls. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# The model classes a step can be guessed as (the published-runs table's `model_class`).
+MODEL_CLASSES = ("llm_decoder", "encoder", "cnn", "unet", "small_step")
+# Under this many FLOPs a step is a "small_step": at 30% of a 200 TFLOP/s chip it lasts under
+# 0.2 ms, where per-step launch, dispatch and feeding costs (pricing/step_floor.py) rule.
+SMALL_STEP_FLOPS = 1e10
+# A step whose convolutions do at least this share of its matrix FLOPs is a convolutional net.
+CONV_SHARE = 0.5
+_PRECISIONS = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
+
+
+@dataclass(frozen=True)
+class OpMix:
+    """How a step's counted FLOPs split by kind of op, and what else its ops show.
+
+    `matmul_flops` are plain matrix products (mm, addmm, bmm outside attention);
+    `attention_flops` SDPA's kernels and bmm inside modules named for attention;
+    `conv_flops` all convolutions, `conv3d_flops` and `transposed_conv_flops` parts of them;
+    `other_elements` the elements of the largest tensor of every other op that is not a view
+    (one FLOP each: elementwise work, reductions, norms, the optimizer), `kernel_ops` how many such ops and matrix
+    ops ran (each is a kernel launch in eager PyTorch); `flops_by_dtype` the matrix FLOPs by
+    the dtype of their first operand.
+    """
+
+    matmul_flops: float = 0.0
+    attention_flops: float = 0.0
+    conv_flops: float = 0.0
+    conv3d_flops: float = 0.0
+    transposed_conv_flops: float = 0.0
+    other_elements: float = 0.0
+    kernel_ops: int = 0
+    causal_attention: bool = False
+    upsampling: bool = False
+    flops_by_dtype: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def matrix_flops(self) -> float:
+        return self.matmul_flops + self.attention_flops + self.conv_flops
+
+    @property
+    def matmul_share(self) -> float | None:
+        """Matrix FLOPs (products and convolutions) over all the step's FLOPs, other ops
+        counted as one FLOP per element; None when nothing was counted."""
+        total = self.matrix_flops + self.other_elements
+        return self.matrix_flops / total if total > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "matmul_flops": self.matmul_flops,
+            "attention_flops": self.attention_flops,
+            "conv_flops": self.conv_flops,
+            "conv3d_flops": self.conv3d_flops,
+            "transposed_conv_flops": self.transposed_conv_flops,
+            "other_elements": self.other_elements,
+            "kernel_ops": self.kernel_ops,
+            "causal_attention": self.causal_attention,
+            "upsampling": self.upsampling,
+            "flops_by_dtype": dict(self.flops_by_dtype),
+            "matmul_share": self.matmul_share,
+        }
+
+
+def step_precision(mix: OpMix) -> str | None:
+    """The precision, "bf16", "fp16" or "fp32": the dtype most of the step's matrix FLOPs ran in (autocast
+    shows as the dtype its products received); None when no matrix FLOPs were counted."""
+    counted = {k: v for k, v in mix.flops_by_dtype.items() if v > 0}
+    if not counted:
+        return None
+    dtype = max(counted, key=lambda k: counted[k])
+    return _PRECISIONS.get(dtype, dtype.removeprefix("torch."))
+
+
+def guess_model_class(mix: OpMix, total_flops: float) -> tuple[str, str]:
+    """The model class a step looks like, and why, from its op mix (first rule that holds):
+    small (under `SMALL_STEP_FLOPS`), U-Net (mostly convolutions, with 3-D or transposed
+    ones or upsampling), CNN (mostly convolutions), LLM decoder (causal attention), encoder
+    (attention that is not causal); a step of plain matmuls is taken as an LLM decoder's
+    matmuls, the nearest the published runs have."""
+    if total_flops < SMALL_STEP_FLOPS:
+        return "small_step", f"under {SMALL_STEP_FLOPS:.0e} FLOPs a step"
+    matrix = mix.matrix_flops or total_flops
+    if mix.conv_flops >= CONV_SHARE * matrix:
+        share = f"{mix.conv_flops / matrix:.0%} of the matrix FLOPs in convolutions"
+        if mix.conv3d_flops >= CONV_SHARE * mix.conv_flops:
+            return "unet", f"{share}, mostly 3-D"
+        if mix.transposed_conv_flops > 0 or mix.upsampling:
+            return "unet", f"{share}, with upsampling"
+        return "cnn", share
+    if mix.attention_flops > 0:
+        share = f"{mix.attention_flops / matrix:.0%} of the matrix FLOPs in attention"
+        if mix.causal_attention:
+            return "llm_decoder", f"{share}, causal"
+        return "encoder", f"{share}, not causal"
+    return "llm_decoder", "plain matmuls, no attention or convolution counted"
