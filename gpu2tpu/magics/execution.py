@@ -455,7 +455,7 @@ class TPUMagics(Magics):
             __tracebackhide__ = True
             try:
                 with backend.activate():
-                    value = execute(prepared, namespace)
+                    value = execute(prepared, namespace, shell.loop_runner)
                     if backend.sync_after_cell:
                         backend.synchronize()
                     return value
@@ -482,7 +482,7 @@ class TPUMagics(Magics):
         ns = self.shell.user_ns
         try:
             with backend.activate(), detector:
-                value = execute(prepared, ns)
+                value = execute(prepared, ns, self.shell.loop_runner)
         except Exception as err:
             add_notes(err, self.runner.recent.values(), backend)
             show_user_frames(err, self.shell)
