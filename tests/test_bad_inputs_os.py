@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import resource
 import signal
 import socket
@@ -39,9 +40,9 @@ REWRITTEN = (
 CASES: list[str] = []  # every case's name, in the order docs/bad-inputs.md lists them
 
 
-def case(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Register a test as the case `name` of docs/bad-inputs.md."""
-    CASES.append(name)
+def case(*names: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register a test as the cases `names` of docs/bad-inputs.md (one per parameter)."""
+    CASES.extend(names)
 
     def mark(test: Callable[..., None]) -> Callable[..., None]:
         return test
@@ -193,15 +194,24 @@ def interrupt_after(seconds: float, *args: str, cwd: Path) -> tuple[Ran, float]:
 # -- special files are never replaced -------------------------------------------------------------
 
 
-@case("output-file-fifo")
-def test_a_report_into_a_fifo_is_written_as_a_stream(project: Path) -> None:
-    os.mkfifo(project / "report.txt")
+# `check -o` and `rewrite --report`: the same writer, the report's own format.
+REPORTS = {
+    "check": (("check", "-o", "out"), 1, b"good.py:2:5: G2T101", {}),
+    "rewrite": (("rewrite", "--report", "out"), 0, b"G2T101", {"good.py": REWRITTEN}),
+}
+
+
+@case("output-file-fifo", "report-fifo")
+@pytest.mark.parametrize("command", list(REPORTS))
+def test_a_report_into_a_fifo_is_written_as_a_stream(command: str, project: Path) -> None:
+    args, code, says, changed = REPORTS[command]
+    os.mkfifo(project / "out")
     before = snapshot(project)
-    with reading(project / "report.txt") as got:
-        ran = gpu2tpu("check", "-o", "report.txt", ".", cwd=project, timeout=60)
-    quiet(ran, 1)
-    assert b"good.py:2:5: G2T101" in got[0]
-    expect(before, project)
+    with reading(project / "out") as got:
+        ran = gpu2tpu(*args, ".", cwd=project, timeout=60)
+    quiet(ran, code)
+    assert says in got[0], got
+    expect(before, project, **changed)
 
 
 @case("output-file-fifo-ctrl-c")
@@ -222,13 +232,15 @@ def test_a_report_into_a_null_device_keeps_the_device(project: Path) -> None:
     expect(before, project)
 
 
-@case("output-file-full-device")
-def test_a_report_into_a_full_device_is_one_line(project: Path) -> None:
-    device_node(project / "full", 7)
+@case("output-file-full-device", "report-full-device")
+@pytest.mark.parametrize("command", list(REPORTS))
+def test_a_report_into_a_full_device_is_one_line(command: str, project: Path) -> None:
+    args, _code, _says, changed = REPORTS[command]
+    device_node(project / "out", 7)
     before = snapshot(project)
-    ran = gpu2tpu("check", "-o", "full", ".", cwd=project)
-    one_line(ran, "gpu2tpu: error: cannot write full: No space left on device")
-    expect(before, project)
+    ran = gpu2tpu(*args, ".", cwd=project)
+    one_line(ran, "gpu2tpu: error: cannot write out: No space left on device")
+    expect(before, project, **changed)
 
 
 @case("output-file-socket")
@@ -244,51 +256,24 @@ def test_a_report_onto_a_socket_is_refused(project: Path) -> None:
     expect(before, project)
 
 
-@case("report-fifo")
-def test_a_markdown_report_into_a_fifo_is_written_as_a_stream(project: Path) -> None:
-    os.mkfifo(project / "report.md")
+@case("output-file-is-the-config", "report-is-the-config", "output-file-is-the-pins")
+@pytest.mark.parametrize(
+    ("option", "path", "text"),
+    [
+        ("--output-file", "pyproject.toml", '[tool.gpu2tpu]\nignore = ["G2T6"]\n'),
+        ("--report", "sub/pyproject.toml", '[tool.gpu2tpu]\nignore = ["G2T6"]\n'),
+        ("--output-file", "requirements.txt", "torch>=2.6\n"),
+    ],
+)
+def test_a_report_over_a_configuration_file_is_refused(
+    option: str, path: str, text: str, project: Path
+) -> None:
+    (project / path).parent.mkdir(exist_ok=True)
+    (project / path).write_text(text)
     before = snapshot(project)
-    with reading(project / "report.md") as got:
-        ran = gpu2tpu("rewrite", "--report", "report.md", ".", cwd=project, timeout=60)
-    quiet(ran, 0)
-    assert b"G2T101" in got[0]
-    expect(before, project, **{"good.py": REWRITTEN})
-
-
-@case("report-full-device")
-def test_a_markdown_report_into_a_full_device_is_one_line(project: Path) -> None:
-    device_node(project / "full", 7)
-    before = snapshot(project)
-    ran = gpu2tpu("rewrite", "--report", "full", ".", cwd=project)
-    one_line(ran, "gpu2tpu: error: cannot write full: No space left on device")
-    expect(before, project, **{"good.py": REWRITTEN})
-
-
-@case("output-file-is-the-config")
-def test_a_report_over_the_configuration_is_refused(project: Path) -> None:
-    (project / "pyproject.toml").write_text('[tool.gpu2tpu]\nignore = ["G2T6"]\n')
-    before = snapshot(project)
-    ran = gpu2tpu("check", "-o", "pyproject.toml", ".", cwd=project)
-    one_line(ran, "--output-file pyproject.toml is a configuration file this run reads")
-    expect(before, project)
-
-
-@case("report-is-the-config")
-def test_a_markdown_report_over_the_configuration_is_refused(project: Path) -> None:
-    (project / "sub").mkdir()
-    (project / "sub" / "pyproject.toml").write_text('[tool.gpu2tpu]\nignore = ["G2T6"]\n')
-    before = snapshot(project)
-    ran = gpu2tpu("rewrite", "--report", "sub/pyproject.toml", ".", cwd=project)
-    one_line(ran, "--report sub/pyproject.toml is a configuration file this run reads")
-    expect(before, project)
-
-
-@case("output-file-is-the-pins")
-def test_a_report_over_the_torch_pins_is_refused(project: Path) -> None:
-    (project / "requirements.txt").write_text("torch>=2.6\n")
-    before = snapshot(project)
-    ran = gpu2tpu("check", "-o", "requirements.txt", ".", cwd=project)
-    one_line(ran, "--output-file requirements.txt is a configuration file this run reads")
+    command = "check" if option == "--output-file" else "rewrite"
+    ran = gpu2tpu(command, option, path, ".", cwd=project)
+    one_line(ran, f"{option} {path} is a configuration file this run reads")
     expect(before, project)
 
 
@@ -333,6 +318,8 @@ def test_a_rewrite_keeps_setuid_setgid_and_the_owner(project: Path) -> None:
 @case("xattrs-kept")
 def test_a_rewrite_keeps_extended_attributes(project: Path) -> None:
     good = project / "good.py"
+    if not hasattr(os, "setxattr"):
+        pytest.skip("extended attributes through os: Linux only")
     try:
         os.setxattr(good, "user.origin", b"vendor")
     except OSError as err:
@@ -364,22 +351,14 @@ def full_device() -> Iterator[int]:
         os.close(fd)
 
 
-@case("stdout-full-check")
-def test_check_onto_a_full_stdout_is_one_line(project: Path) -> None:
+@case("stdout-full-check", "stdout-full-rewrite")
+@pytest.mark.parametrize("command", ["check", "rewrite"])
+def test_a_full_stdout_is_one_line(command: str, project: Path) -> None:
     before = snapshot(project)
     with full_device() as full:
-        ran = gpu2tpu("check", ".", cwd=project, stdout=full)
+        ran = gpu2tpu(command, ".", cwd=project, stdout=full)
     one_line(ran, "gpu2tpu: error: cannot write to standard output: No space left on device")
-    expect(before, project)
-
-
-@case("stdout-full-rewrite")
-def test_rewrite_onto_a_full_stdout_is_one_line(project: Path) -> None:
-    before = snapshot(project)
-    with full_device() as full:
-        ran = gpu2tpu("rewrite", ".", cwd=project, stdout=full)
-    one_line(ran, "gpu2tpu: error: cannot write to standard output: No space left on device")
-    expect(before, project, **{"good.py": REWRITTEN})
+    expect(before, project, **({"good.py": REWRITTEN} if command == "rewrite" else {}))
 
 
 @case("stdout-full-stdin")
@@ -495,21 +474,13 @@ def test_findings_onto_a_latin1_stdout_escape(project: Path) -> None:
     expect(before, project)
 
 
-@case("stdin-ctrl-c-rewrite")
-def test_ctrl_c_ends_rewrite_waiting_on_stdin(project: Path) -> None:
+@case("stdin-ctrl-c-rewrite", "stdin-ctrl-c-check")
+@pytest.mark.parametrize("command", ["rewrite", "check"])
+def test_ctrl_c_ends_a_wait_on_stdin(command: str, project: Path) -> None:
     before = snapshot(project)
-    ran, took = interrupt_after(3, "rewrite", "-", cwd=project)
+    ran, took = interrupt_after(3, command, "-", cwd=project)
     one_line(ran, "interrupted: 0 files written", 130)
     assert took < 10 and ran.out == b""
-    expect(before, project)
-
-
-@case("stdin-ctrl-c-check")
-def test_ctrl_c_ends_check_waiting_on_stdin(project: Path) -> None:
-    before = snapshot(project)
-    ran, took = interrupt_after(3, "check", "-", cwd=project)
-    one_line(ran, "interrupted: 0 files written", 130)
-    assert took < 10
     expect(before, project)
 
 
@@ -530,52 +501,45 @@ def _config(root: Path, table: str) -> None:
     (root / "pyproject.toml").write_text(f"[tool.gpu2tpu]\n{table}\n")
 
 
-@case("ignore-all")
-def test_ignore_all_in_the_configuration_ignores_every_rule(project: Path) -> None:
-    _config(project, 'ignore = ["ALL"]')
+@case("ignore-all", "ignore-all-option", "select-empty")
+@pytest.mark.parametrize(
+    ("table", "args"),
+    [
+        ('ignore = ["ALL"]', ("check", ".")),
+        ("", ("rewrite", "--ignore", "ALL", ".")),
+        ("select = []", ("rewrite", ".")),  # ruff's `select = []` selects nothing too
+    ],
+)
+def test_no_rule_selected_checks_nothing_and_says_so(
+    table: str, args: tuple[str, ...], project: Path
+) -> None:
+    if table:
+        _config(project, table)
     before = snapshot(project)
-    ran = gpu2tpu("check", ".", cwd=project)
+    ran = gpu2tpu(*args, cwd=project)
     one_line(ran, "warning: no rule is selected", 0)
     assert b"G2T" not in ran.out
     expect(before, project)
 
 
-@case("ignore-all-option")
-def test_ignore_all_on_the_command_line_ignores_every_rule(project: Path) -> None:
+@case("select-over-ignore-all", "ignore-option-adds-to-the-config")
+@pytest.mark.parametrize(
+    ("table", "option", "code", "shown"),
+    [  # the more specific code wins; an --ignore alone takes rules from the table's selection
+        ('select = ["G2T101"]\nignore = ["ALL"]', (), 1, b"good.py:2:5: G2T101"),
+        ('ignore = ["G2T101"]', ("--ignore", "G2T108"), 0, b""),
+    ],
+)
+def test_select_and_ignore_resolve_as_in_ruff(
+    table: str, option: tuple[str, ...], code: int, shown: bytes, project: Path
+) -> None:
+    _config(project, table)
+    (project / "sync.py").write_text("import torch\ntorch.cuda.synchronize()\n")  # G2T108
     before = snapshot(project)
-    ran = gpu2tpu("rewrite", "--ignore", "ALL", ".", cwd=project)
-    one_line(ran, "warning: no rule is selected", 0)
-    expect(before, project)
-
-
-@case("select-empty")
-def test_an_empty_select_selects_no_rule_as_in_ruff(project: Path) -> None:
-    _config(project, "select = []")
-    before = snapshot(project)
-    ran = gpu2tpu("rewrite", ".", cwd=project)
-    one_line(ran, "warning: no rule is selected", 0)
-    expect(before, project)
-
-
-@case("select-over-ignore-all")
-def test_a_selected_code_is_more_specific_than_ignore_all(project: Path) -> None:
-    _config(project, 'select = ["G2T101"]\nignore = ["ALL"]')
-    (project / "sync.py").write_text("import torch\ntorch.cuda.synchronize()\n")
-    before = snapshot(project)
-    ran = gpu2tpu("check", ".", cwd=project)
-    quiet(ran, 1)
-    assert b"G2T101" in ran.out and b"sync.py" not in ran.out, ran.out
-    expect(before, project)
-
-
-@case("ignore-option-adds-to-the-config")
-def test_ignore_on_the_command_line_adds_to_the_configurations(project: Path) -> None:
-    _config(project, 'ignore = ["G2T101"]')
-    (project / "sync.py").write_text("import torch\ntorch.cuda.synchronize()\n")
-    before = snapshot(project)
-    ran = gpu2tpu("check", "--ignore", "G2T108", ".", cwd=project)
-    quiet(ran, 0)
-    assert b"G2T" not in ran.out, ran.out
+    ran = gpu2tpu("check", *option, ".", cwd=project)
+    quiet(ran, code)
+    findings = re.findall(rb"^(\S+:\d+:\d+: G2T\d+) ", ran.out, re.MULTILINE)
+    assert findings == ([shown] if shown else []), ran.out
     expect(before, project)
 
 

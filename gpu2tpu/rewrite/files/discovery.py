@@ -219,7 +219,7 @@ def _read_ignore(base: str, file: str, warn: Callable[[str], None]) -> _Ignore |
         return None
     try:
         # Non-blocking: swapped for a FIFO since the stat, the open still cannot hang.
-        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
         with open(fd, encoding="utf-8", errors="replace") as handle:
             if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
                 warn(f"{_shown(file)}: not a regular file; its patterns are not read")

@@ -257,7 +257,7 @@ def write_stream(path: str, data: bytes, kind: str) -> None:
     """Write `data` into a FIFO or a character device as a stream: opened without creating or
     truncating anything, never replaced. A FIFO nobody reads yet is waited for, as a shell's
     `>` waits, and Ctrl-C ends the wait."""
-    flags = os.O_WRONLY | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_WRONLY | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     if kind == "fifo":
         import fcntl
 
