@@ -143,7 +143,8 @@ def entry() -> None:
     """The `gpu2tpu` command (console script and `python -m gpu2tpu`): `main()`, then exit. A
     Ctrl-C once the run has ended changes nothing, so it is ignored from there on."""
     _standard_streams()
-    watch()  # Ctrl-C becomes a flag that check and rewrite read where they can stop cleanly
+    with contextlib.suppress(OSError):  # no descriptor for its socket: Python's own Ctrl-C
+        watch()  # Ctrl-C becomes a flag that check and rewrite read where they can stop cleanly
     status = main()
     with contextlib.suppress(ValueError):  # not the main thread
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -154,7 +155,8 @@ def _standard_streams() -> None:
     """A standard descriptor closed at the start (`>&-`) gets /dev/null (the next file opened
     would take its number), and Python's stream for it, None then, an object on it. Output
     streams that are unbuffered get a buffer, so that no short write is lost (`buffered`)."""
-    reopen_closed()
+    with contextlib.suppress(OSError):
+        reopen_closed()
     for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
         if getattr(sys, name) is None:
             with contextlib.suppress(OSError, ValueError):

@@ -24,7 +24,14 @@ from .files.engine import (
     run,
 )
 from .files.interrupts import checkpoint
-from .files.streams import closed, copy_rest, escape_unencodable, guarded, read_input
+from .files.streams import (
+    OutputError,
+    closed,
+    copy_rest,
+    escape_unencodable,
+    guarded,
+    read_input,
+)
 from .reports.report import (
     RunInfo,
     error_lines,
@@ -365,6 +372,8 @@ def _run_stdin(
         return failed([f"gpu2tpu: error: {line}" for line in str(err).splitlines()])
     except KeyboardInterrupt:
         return failed([Interrupted(0, None).line], 130)
+    except OutputError:  # standard output failed: nothing more can go out (cli.main says so)
+        raise
     except Exception as err:  # a bug of ours: the editor still gets its text back
         bug = f"internal error ({type(err).__name__}: {err}); left as it is (please report it)"
         return failed([f"error: {name}: {bug}"])
