@@ -2,7 +2,8 @@
 runs it (`COMMANDS`).
 
 Exit codes, as ruff and black: 0 clean, 1 changes or findings, 2 a usage error or files that
-could not be processed (the others are still processed and reported).
+could not be processed (the others are still processed and reported), or a run that could not
+go on (a standard stream that is closed or full, a bug: never 1, which reads as "findings").
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import contextlib
 import importlib
 import signal
 import sys
+import traceback
 from typing import Any
 
 from . import __version__
 from ._extras import MissingExtraError, extra_needed
 from .rewrite.files.interrupts import checkpoint, release, watch
+from .rewrite.files.streams import OutputError, buffered, closed, reopen_closed, silence
 
 # name -> (help, where the command lives: "module" or "module:attribute"). Each command
 # exposes `add_arguments(parser)` and `run(args) -> int`; only the one asked for is imported,
@@ -70,6 +73,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if 1 in closed():
+        _say("gpu2tpu: error: standard output is closed (>&-); nothing was done (send it to a "
+             "file or to /dev/null)")  # fmt: skip
+        return 2
+    if 2 in closed():
+        sys.stderr = sys.stdout  # the errors and the summary are not lost: they join stdout
     try:
         with extra_needed("this command"):
             return _main(argv)
@@ -80,10 +89,35 @@ def main(argv: list[str] | None = None) -> int:
         return _interrupted()
     except BrokenPipeError:
         return _closed_pipe()
+    except OutputError as err:
+        return _output_failed(err)
+    except OSError as err:  # the system refused something the run needed: one line
+        where = f": {err.filename}" if err.filename else ""
+        _say(f"gpu2tpu: error: {err.strerror or err}{where}")
+        return 2
     except Exception as err:
         if _from_ctrl_c(err):
             return _interrupted()
-        raise
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            traceback.print_exc()
+        _say(f"gpu2tpu: error: internal error ({type(err).__name__}); please report it with "
+             "the traceback above")  # fmt: skip
+        return 2
+
+
+def _say(line: str) -> None:
+    """One line on standard error, which may itself be full or gone."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        print(line, file=sys.stderr, flush=True)
+
+
+def _output_failed(err: OutputError) -> int:
+    """A standard stream could not be written (full, cut short by `ulimit -f`): one line,
+    exit 2. The stream is pointed at /dev/null so that Python's own flush at exit, with the
+    text still buffered, does not fail again."""
+    silence(1 if err.stream == "standard output" else 2)
+    _say(err.line)
+    return 2
 
 
 def _interrupted() -> int:
@@ -108,11 +142,37 @@ def _from_ctrl_c(err: BaseException) -> bool:
 def entry() -> None:
     """The `gpu2tpu` command (console script and `python -m gpu2tpu`): `main()`, then exit. A
     Ctrl-C once the run has ended changes nothing, so it is ignored from there on."""
-    watch()  # Ctrl-C becomes a flag that check and rewrite read where they can stop cleanly
+    _standard_streams()
+    with contextlib.suppress(OSError):  # no descriptor for its socket: Python's own Ctrl-C
+        watch()  # Ctrl-C becomes a flag that check and rewrite read where they can stop cleanly
     status = main()
     with contextlib.suppress(ValueError):  # not the main thread
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sys.exit(status)
+    sys.exit(_flushed(status))
+
+
+def _standard_streams() -> None:
+    """A standard descriptor closed at the start (`>&-`) gets /dev/null (the next file opened
+    would take its number), and Python's stream for it, None then, an object on it. Output
+    streams that are unbuffered get a buffer, so that no short write is lost (`buffered`)."""
+    with contextlib.suppress(OSError):
+        reopen_closed()
+    for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
+        if getattr(sys, name) is None:
+            with contextlib.suppress(OSError, ValueError):
+                setattr(sys, name, open(fd, mode, closefd=False))  # noqa: SIM115  # lives as long as the process
+    sys.stdout, sys.stderr = buffered(sys.stdout), buffered(sys.stderr)
+
+
+def _flushed(status: int) -> int:
+    """`status`, or 2 when what is still buffered for standard output cannot be written."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _closed_pipe()
+    except OSError as err:
+        return _output_failed(OutputError("standard output", err))
+    return status
 
 
 def _closed_pipe() -> int:

@@ -17,6 +17,7 @@ import ast
 import contextlib
 import difflib
 import functools
+import inspect
 import linecache
 import os
 import re
@@ -460,9 +461,12 @@ def compile_cell(
         remap_positions(tree, to_cell, python_lines, shown.splitlines(), offset)
     tree = shell.transform_ast(tree)
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = shell.compile(ast.Expression(tree.body.pop().value), filename, "eval")
-    body = shell.compile(tree, filename, "exec") if tree.body else None
+    # Top-level `await` compiles as IPython compiles a cell (autoawait on): `execute` runs it.
+    awaits = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT if getattr(shell, "autoawait", False) else 0
+    with shell.compile.extra_flags(awaits):
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = shell.compile(ast.Expression(tree.body.pop().value), filename, "eval")
+        body = shell.compile(tree, filename, "exec") if tree.body else None
     return PreparedCell(
         filename,
         number,
@@ -517,15 +521,41 @@ def _bound_by(stmt: ast.stmt) -> set[str]:
 # -- running --------------------------------------------------------------------------------------
 
 
-def execute(prepared: PreparedCell, namespace: dict[str, Any]) -> Any:
-    """Run the prepared code once in `namespace`; the last expression's value."""
+def execute(prepared: PreparedCell, namespace: dict[str, Any], loop_runner: Any = None) -> Any:
+    """Run the prepared code once in `namespace`; the last expression's value. Code with a
+    top-level `await` is a coroutine, run by `loop_runner` (the shell's: IPython runs an
+    async cell so)."""
     __tracebackhide__ = True  # IPython hides this frame in tracebacks
     if prepared.body is not None:
-        exec(prepared.body, namespace)
+        if prepared.body.co_flags & inspect.CO_COROUTINE:
+            _await(eval(prepared.body, namespace), loop_runner)
+        else:
+            exec(prepared.body, namespace)
     if prepared.last is not None:
         value = eval(prepared.last, namespace)
+        if prepared.last.co_flags & inspect.CO_COROUTINE:
+            value = _await(value, loop_runner)
         return None if prepared.silent else value
     return None
+
+
+def _await(coroutine: Any, loop_runner: Any) -> Any:
+    """Run a cell's coroutine to its end with the shell's loop runner, as IPython runs an
+    async cell; in a Jupyter kernel, whose event loop is running the magic itself and cannot
+    wait on a second task, say why instead."""
+    __tracebackhide__ = True
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        if loop_runner is not None:
+            return loop_runner(coroutine)
+    coroutine.close()
+    raise RuntimeError(
+        "gpu2tpu: top-level `await` in a %%tpu cell cannot run while an event loop runs the "
+        "cell (a Jupyter kernel's does); `%tpu_auto on` runs such a cell as IPython does"
+    )
 
 
 def add_notes(

@@ -465,7 +465,7 @@ class TPUMagics(Magics):
             __tracebackhide__ = True
             try:
                 with backend.activate():
-                    value = execute(prepared, namespace)
+                    value = execute(prepared, namespace, shell.loop_runner)
                     if backend.sync_after_cell:
                         backend.synchronize()
                     return value
@@ -495,7 +495,7 @@ class TPUMagics(Magics):
         status = WorkStatus(f"gpu2tpu: dry run of {label}", lambda: f"{detector.calls:,} ATen ops")
         try:
             with status, backend.activate(), detector:
-                value = execute(prepared, ns)
+                value = execute(prepared, ns, self.shell.loop_runner)
         except Exception as err:
             add_notes(err, self.runner.recent.values(), backend)
             show_user_frames(err, self.shell)

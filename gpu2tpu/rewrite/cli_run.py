@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
 import re
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from .files.config import ConfigError, Overrides, ProjectConfigs, unknown_codes
-from .files.discovery import SOURCE_SUFFIXES, is_force_excluded
+from .files.discovery import SOURCE_SUFFIXES, inside, is_force_excluded
 from .files.engine import (
     Config,
     FileOutcome,
@@ -21,9 +20,18 @@ from .files.engine import (
     RunReport,
     Status,
     decode_source,
+    over_limit,
     run,
 )
 from .files.interrupts import checkpoint
+from .files.streams import (
+    OutputError,
+    closed,
+    copy_rest,
+    escape_unencodable,
+    guarded,
+    read_input,
+)
 from .reports.report import (
     RunInfo,
     error_lines,
@@ -66,13 +74,30 @@ def mode_of(args: argparse.Namespace) -> Mode:
     return Mode.WRITE
 
 
+def existing(cwd: Path | None) -> Path:
+    """The current folder, or a `UsageError` when it no longer exists (`os.getcwd` failed)."""
+    if cwd is None:
+        raise UsageError(
+            "the current folder no longer exists (deleted while a shell was in it); "
+            "change to a folder that exists and run again"
+        )
+    return cwd
+
+
 def check_usage(args: argparse.Namespace, cwd: Path) -> None:
     """Refuse what would read standard input and paths at once, or write a report over a
-    file being checked or rewritten (`check -o a.py a.py` would overwrite the source)."""
+    file being checked or rewritten (`check -o a.py a.py` would overwrite the source) or over
+    a configuration file the run reads (`check -o pyproject.toml .`)."""
     if "-" in args.paths and len(args.paths) > 1:
         raise UsageError(
             "`-` (standard input) cannot be combined with paths; give one or the other"
         )
+    for option, given in (("--select", args.select), ("--ignore", args.ignore)):
+        if given is not None and not given:  # `--select ""`: ruff refuses it too
+            raise UsageError(
+                f"{option} names no rule code; give codes or prefixes, or ALL "
+                "(`--ignore ALL` checks nothing)"
+            )
     codes = (*(args.select or ()), *(args.ignore or ()))
     unknown = unknown_codes(tuple(codes))
     if unknown:
@@ -84,6 +109,11 @@ def check_usage(args: argparse.Namespace, cwd: Path) -> None:
         if value and _is_input(Path(value), args.paths, cwd):
             raise UsageError(
                 f"{option} {value} is one of the input files; name another file for the report"
+            )
+        if value and _is_configuration(Path(value), args.paths, cwd):
+            raise UsageError(
+                f"{option} {value} is a configuration file this run reads; name another file "
+                "for the report"
             )
 
 
@@ -102,19 +132,51 @@ def _is_input(output: Path, paths: list[str], cwd: Path) -> bool:
     return False
 
 
+# What the run reads as configuration besides pyproject.toml: torch pins (torch_target.py)
+# and ignore files. A report is never written over one of them.
+_CONFIGURATION = re.compile(
+    r"(pyproject\.toml|setup\.cfg|setup\.py|environment\.ya?ml|requirements.*\.txt|\.gitignore)\Z"
+)
+
+
+def _is_configuration(output: Path, paths: list[str], cwd: Path) -> bool:
+    """Whether `output` is a file the run reads as configuration: a pyproject.toml, a file of
+    torch pins or a .gitignore in the current folder, a folder a given path lies in, a folder
+    above one of those, or a folder below a given one."""
+    target = os.path.realpath(cwd / output)
+    folder, name = os.path.split(target)
+    if os.path.basename(folder) == "requirements" and name.endswith(".txt"):
+        folder = os.path.dirname(folder)  # requirements/*.txt pins its parent's project
+    elif not _CONFIGURATION.match(name):
+        return False
+    for raw in [".", *(p for p in paths if p != "-")]:
+        given = os.path.realpath(cwd / raw)
+        if inside(given, [folder]) or (os.path.isdir(given) and inside(folder, [given])):
+            return True
+    return False
+
+
 def run_rewrite_command(
-    args: argparse.Namespace, cwd: Path, stdin: TextIO, stdout: TextIO, stderr: TextIO
+    args: argparse.Namespace,
+    cwd: Path | None,
+    stdin: TextIO,
+    stdout: TextIO,
+    stderr: TextIO,
 ) -> int:
+    """`check` or `rewrite` with `args`; `cwd` None: the current folder no longer exists."""
     for stream in (stdout, stderr):
-        _pass_file_names_through(stream)
+        escape_unencodable(stream)
     mode = mode_of(args)
     if args.paths == ["-"]:
         return _run_stdin(args, cwd, mode, stdin, stdout, stderr)
     try:
+        cwd = existing(cwd)
         check_usage(args, cwd)
         configs = ProjectConfigs(overrides_of(args), cwd)
         paths = force_exclude(args.paths, configs) if args.force_exclude else args.paths
         report = run(paths, Config(jobs=args.jobs), mode, configs)
+        if configs.selects_nothing():
+            report.warnings.append(NOTHING_SELECTED)
     except (ConfigError, UsageError) as err:
         for line in str(err).splitlines():
             print(f"gpu2tpu: error: {line}", file=stderr)
@@ -146,15 +208,16 @@ def _show(
     output_file = getattr(args, "output_file", None)
     if mode is Mode.CHECK and (fmt != "text" or output_file):
         text = escape_surrogates(render_report(report, fmt, info, quiet=args.quiet), fmt)
-        try:
-            if output_file:
+        if not output_file:
+            stdout.write(text)
+            stdout.flush()
+        else:
+            try:
                 write_report(Path(output_file), text)
-            else:
-                stdout.write(text)
-                stdout.flush()
-        except OSError as err:
-            print(f"gpu2tpu: error: cannot write {output_file}: {err.strerror or err}", file=stderr)
-            return 2
+            except OSError as err:
+                print(f"gpu2tpu: error: cannot write {output_file}: {err.strerror or err}",
+                      file=stderr)  # fmt: skip
+                return 2
         _print_errors(report, stderr)
         return exit_code(report)
     if mode is Mode.DIFF:
@@ -199,14 +262,10 @@ def withheld_line(count: int) -> str:
     )
 
 
-def _pass_file_names_through(stream: TextIO) -> None:
-    """A file name that is not UTF-8 is printed as its own bytes, as `ls` does, instead of
-    raising UnicodeEncodeError on a terminal whose encoding is strict (the reports, which must
-    be UTF-8, escape it instead: `escape_surrogates`)."""
-    if getattr(stream, "errors", None) != "strict":
-        return
-    with contextlib.suppress(AttributeError, ValueError, OSError):
-        stream.reconfigure(errors="surrogateescape")  # type: ignore[attr-defined]  # a standard stream: TextIOWrapper has it
+NOTHING_SELECTED = (
+    'no rule is selected (`select = []`, or `ignore = ["ALL"]` / `--ignore ALL`): nothing was '
+    "checked"
+)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -245,12 +304,14 @@ def force_exclude(paths: list[str], configs: ProjectConfigs) -> list[str]:
 def _print_errors(report: RunReport, stderr: TextIO) -> None:
     for line in error_lines(report):
         print(line, file=stderr)
+    for line in report.warnings:
+        print(f"warning: {line}", file=stderr)
     stderr.flush()
 
 
 def _run_stdin(
     args: argparse.Namespace,
-    cwd: Path,
+    cwd: Path | None,
     mode: Mode,
     stdin: TextIO,
     stdout: TextIO,
@@ -259,30 +320,48 @@ def _run_stdin(
     """`gpu2tpu rewrite -`: text in, rewritten text out (for editors and pipes).
 
     The output keeps the input's encoding (a PEP 263 declaration such as latin-1) and BOM.
-    On any failure (bad configuration, a report that cannot be written, a syntax error, a
-    bug, Ctrl-C) the input goes out unchanged, byte for byte, with one error line on stderr,
-    and the exit status is 2 (130 for Ctrl-C): an editor never gets an empty buffer back.
-    `--stdin-filename` names the text in reports, chooses its configuration (the project of
-    that path) and, for a name ending in .ipynb, reads it as a notebook.
+    On any failure (bad configuration, a report that cannot be written, a syntax error, an
+    input over max-file-size, a bug, Ctrl-C) the input goes out unchanged, byte for byte,
+    with one error line on stderr, and the exit status is 2 (130 for Ctrl-C): an editor
+    never gets an empty buffer back. With standard error closed, nothing could say what
+    happened: the input goes back unchanged, exit 2. `--stdin-filename` names the text in
+    reports, chooses its configuration (the project of that path) and, for a name ending in
+    .ipynb, reads it as a notebook.
     """
     name = args.stdin_filename or "-"
-    data = b""
     echo = mode is Mode.WRITE
+    if 0 in closed():
+        print("gpu2tpu: error: standard input is closed (<&-); nothing to read", file=stderr)
+        return 2
+    data = b""
+    read = False  # all of the input is in `data`
 
     def failed(lines: list[str], status: int = 2) -> int:
         for line in lines:
             print(line, file=stderr)
         if echo:
             _write_bytes(stdout, data)
+            if not read and status != 130:  # a Ctrl-C stops reading too
+                copy_rest(stdin, stdout)
         return status
 
+    if 2 in closed():
+        return failed([])
     try:
-        data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
+        cwd = existing(cwd)
         check_usage(args, cwd)
         named = cwd / args.stdin_filename if args.stdin_filename else None
         folder = os.path.dirname(os.path.abspath(named)) if named else str(cwd)
         configs = ProjectConfigs(overrides_of(args), cwd)
         config = configs(folder)
+        data, over = read_input(stdin, config.max_bytes)
+        read = not over
+        if over:  # given back as it comes, never held whole
+            if echo:
+                _write_bytes(stdout, data)
+            size, data, read = len(data), b"", True
+            size += copy_rest(stdin, stdout if echo else None)
+            return failed([f"error: {name}: {over_limit('input', size, config.max_bytes)}"])
         if args.force_exclude and args.stdin_filename:
             if is_force_excluded(args.stdin_filename, config.scope):
                 return failed([], 0)  # excluded: given back as it came, as ruff does
@@ -293,9 +372,13 @@ def _run_stdin(
         return failed([f"gpu2tpu: error: {line}" for line in str(err).splitlines()])
     except KeyboardInterrupt:
         return failed([Interrupted(0, None).line], 130)
+    except OutputError:  # standard output failed: nothing more can go out (cli.main says so)
+        raise
     except Exception as err:  # a bug of ours: the editor still gets its text back
         bug = f"internal error ({type(err).__name__}: {err}); left as it is (please report it)"
         return failed([f"error: {name}: {bug}"])
+    if configs.selects_nothing():
+        print(f"warning: {NOTHING_SELECTED}", file=stderr)
     if outcome.error or outcome.cell_errors:
         errors = [outcome.error] if outcome.error else outcome.cell_errors
         return failed([f"error: {name}: {e}" for e in errors])
@@ -313,6 +396,8 @@ def _run_stdin(
                 Path(args.report),
                 escape_surrogates(render_report(report, "markdown", info), "markdown"),
             )
+        except KeyboardInterrupt:  # waiting for a FIFO's reader
+            return failed([Interrupted(0, None).line], 130)
         except OSError as err:
             return failed([f"gpu2tpu: error: cannot write {args.report}: {err.strerror or err}"])
     code = int(outcome.status is Status.WOULD_REWRITE)
@@ -473,7 +558,13 @@ class Check:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        return run_rewrite_command(args, Path(os.getcwd()), sys.stdin, sys.stdout, sys.stderr)
+        try:
+            cwd: Path | None = Path(os.getcwd())
+        except OSError:  # the folder was deleted under the shell
+            cwd = None
+        stdout = guarded(sys.stdout, "standard output")  # a failed write says which stream
+        stderr = guarded(sys.stderr, "standard error")
+        return run_rewrite_command(args, cwd, sys.stdin, stdout, stderr)
 
 
 class Rewrite:

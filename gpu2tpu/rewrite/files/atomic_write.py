@@ -75,12 +75,18 @@ class ReadOnly(OSError):
 
 def is_read_only(path: Path, st: os.stat_result) -> bool:
     """No write bit at all (root ignores the bits: ruff and black leave such a file too), or
-    not writable by this user."""
-    return not st.st_mode & 0o222 or not os.access(path, os.W_OK)
+    not writable by this user: the effective one, which the write runs as (a process whose
+    real user differs, such as a setuid one, asks for it)."""
+    effective = os.access in os.supports_effective_ids
+    return not st.st_mode & 0o222 or not os.access(path, os.W_OK, effective_ids=effective)
 
 
 def write_atomic(path: str, text: str, encoding: str, snapshot: Snapshot | None = None) -> None:
-    """Replace `path` with `text` in one step, keeping encoding, BOM, newlines, mode and owner.
+    """Replace `path` with `text` in one step, keeping encoding, BOM, newlines, mode (setuid,
+    setgid and sticky bits too), owner and group, and extended attributes (those this process
+    may set: ACLs and `user.*`; as root, also `trusted.*` and `security.*`). Not kept: the
+    file's other names, when it has hard links (they keep the old text: the new text is a new
+    file).
 
     With `snapshot`, only while the file still is what was read (else `ChangedDuringRun`). A
     read-only file raises `ReadOnly`. A symbolic link is written through: its target is
@@ -110,8 +116,10 @@ def write_atomic(path: str, text: str, encoding: str, snapshot: Snapshot | None 
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.chmod(tmp, stat.S_IMODE(st.st_mode))
+            # Owner first: a change of owner clears the setuid and setgid bits the mode sets.
             _keep_owner(tmp, st)
+            _keep_attributes(str(target), tmp)
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
             if snapshot is not None and not snapshot.matches(target):
                 raise ChangedDuringRun(16, "changed during the run", str(target))
             os.replace(tmp, target)
@@ -148,6 +156,19 @@ def _keep_owner(tmp: str, st: os.stat_result) -> None:
             return
         except OSError:
             continue
+
+
+def _keep_attributes(source: str, tmp: str) -> None:
+    """Copy `source`'s extended attributes onto `tmp`, each one this process may set."""
+    if not hasattr(os, "listxattr"):
+        return
+    try:
+        names = os.listxattr(source)
+    except OSError:  # a file system without them
+        return
+    for name in names:
+        with contextlib.suppress(OSError):
+            os.setxattr(tmp, name, os.getxattr(source, name))
 
 
 # -- what a killed run left --------------------------------------------------------------------

@@ -13,6 +13,13 @@ the nearest pyproject.toml with a `[tool.gpu2tpu]` table at or above the folder 
 the table does not count); a folder with none above it takes that of the current folder, else
 the defaults. Settings are not merged across files; the command line's options go over each.
 
+select and ignore, as ruff resolves them: the table's, then the command line's over it. In
+each, the most specific code or prefix that matches a rule decides (`ALL` the least
+specific; `ignore` wins over a `select` as specific), so `select = ["G2T101"]` with
+`ignore = ["ALL"]` keeps G2T101; `select = []` selects no rule. A `--select` starts afresh
+(the table's select and ignore no longer count); an `--ignore` alone takes rules away from
+what the table selected.
+
 target-torch, per folder: `--target-torch`, else the nearest `[tool.gpu2tpu] target-torch`,
 else the torch pins (torch_target.py) of the nearest folder at or above it that has any,
 looking no higher than the top of its git repository; else those of the current folder. Two
@@ -115,6 +122,54 @@ class ToolSection:
     max_file_size: int | None = None
     target_torch: str | None = None
     respect_gitignore: bool | None = None
+
+
+Selection = tuple[tuple[str, ...] | None, tuple[str, ...] | None]  # (select, ignore); None: unset
+
+
+def _specificity(selector: str, code: str) -> int:
+    """How specific `selector` is for `code` (`ALL` 0, a prefix its length); -1: no match."""
+    if selector == "ALL":
+        return 0
+    return len(selector) if code.startswith(selector) else -1
+
+
+def selected_codes(layers: tuple[Selection, ...], codes: tuple[str, ...]) -> frozenset[str]:
+    """The rule codes that `layers` (the table's selection, then the command line's) leave
+    on, as ruff's rule selection: every rule before the first layer."""
+    enabled = frozenset(codes)
+    for select, ignore in layers:
+        if select is None and not ignore:
+            continue
+        kept = set()
+        for code in codes:
+            ignored = max((_specificity(p, code) for p in ignore or ()), default=-1)
+            if select is None:
+                on = code in enabled and ignored < 0
+            else:
+                chosen = max((_specificity(p, code) for p in select), default=-1)
+                on = chosen >= 0 and chosen > ignored
+            if on:
+                kept.add(code)
+        enabled = frozenset(kept)
+    return enabled
+
+
+def rule_options(layers: tuple[Selection, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`Options.select` and `Options.ignore` for the rules `layers` leave on: both empty for
+    every rule, else the codes themselves (an empty `select` means every rule to `Options`,
+    so no rule at all is every code ignored)."""
+    if all(select is None and not ignore for select, ignore in layers):
+        return (), ()
+    from ..rules.base import all_rules
+
+    codes = tuple(r.code for r in all_rules())
+    enabled = selected_codes(layers, codes)
+    if len(enabled) == len(codes):
+        return (), ()
+    if not enabled:
+        return (), codes
+    return tuple(c for c in codes if c in enabled), ()
 
 
 def unknown_codes(codes: tuple[str, ...]) -> list[str]:
@@ -235,10 +290,7 @@ class ProjectConfigs:
     def _build(self, folder: str) -> Config:
         root, section = self._located(folder)
         o = self.overrides
-        select = o.select if o.select is not None else (section.select or ())
-        ignore = o.ignore if o.ignore is not None else (section.ignore or ())
-        if "ALL" in select:
-            select = ()
+        select, ignore = rule_options(((section.select, section.ignore), (o.select, o.ignore)))
         target, source = self._target(folder, root, section)
         unsafe = o.unsafe_fixes if o.unsafe_fixes is not None else bool(section.unsafe_fixes)
         return Config(
@@ -250,6 +302,17 @@ class ProjectConfigs:
             respect_gitignore=self._gitignore(section),
             target_source=source,
         )
+
+    def selects_nothing(self) -> bool:
+        """Whether every configuration this run used leaves no rule on (`select = []`,
+        `ignore = ["ALL"]`): nothing was checked, which a summary alone would not say."""
+        built = list(self._configs.values())
+        if not built or not all(c.options.ignore for c in built):
+            return False
+        from ..rules.base import all_rules
+
+        codes = [r.code for r in all_rules()]
+        return not any(c.options.enabled(code) for c in built for code in codes)
 
     def _section(self, folder: str) -> tuple[Path, ToolSection] | None:
         """The nearest pyproject.toml with `[tool.gpu2tpu]` at or above `folder`."""

@@ -12,7 +12,11 @@ leaves it out: the patterns that match it (or a folder above it) do not apply in
 (a folder holding `.git` at or above the walked folder), each for the paths below its own
 folder, a deeper file's decision over a shallower one's, with the repository's
 `.git/info/exclude`; a folder left out is not entered, so nothing below it can be taken back.
-A user's global excludes file (`core.excludesFile`) is not read.
+A user's global excludes file (`core.excludesFile`) is not read. An ignore file that is no
+regular file (a FIFO would block the read forever) is not opened: one warning. Its lines are
+read one by one: a pattern that ends in an unescaped backslash matches nothing, as in git
+(wildmatch), and is dropped without a word; one that pathspec cannot compile is one warning,
+and the file's other patterns still count.
 """
 
 from __future__ import annotations
@@ -110,13 +114,17 @@ def is_force_excluded(raw: str, scope: Scope) -> bool:
 
 
 def discover(
-    paths: Iterable[str], scope_of: ScopeOf, stale: list[str] | None = None
+    paths: Iterable[str],
+    scope_of: ScopeOf,
+    stale: list[str] | None = None,
+    warnings: list[str] | None = None,
 ) -> tuple[list[str], list[str]]:
     """Source files under `paths` (explicit files are always taken), and one line per problem.
 
     A symbolic link to a file that is found anyway (its target is under the given paths too)
     is dropped, so that the file is rewritten once. `stale` collects the files beside the
-    ones found that are named like a write's temporary (`atomic_write.TEMPORARY`).
+    ones found that are named like a write's temporary (`atomic_write.TEMPORARY`);
+    `warnings`, one line per ignore file or pattern that could not be read (each once).
     """
     files: list[str] = []
     errors: list[str] = []
@@ -142,7 +150,7 @@ def discover(
             errors.append(f"{raw}: {os_reason(err)}")
             continue
         if stat.S_ISDIR(st.st_mode):
-            for found in _Walk(p, scope_of, errors, stale).files():
+            for found in _Walk(p, scope_of, errors, stale, warnings).files():
                 add(found)
         else:
             add(raw)
@@ -199,15 +207,64 @@ class _Ignore:
         return cls(base, GitIgnoreSpec(patterns), re.compile("|".join(regexes)))
 
 
-def _read_ignore(base: str, file: str) -> _Ignore | None:
+def _read_ignore(base: str, file: str, warn: Callable[[str], None]) -> _Ignore | None:
+    """The patterns of the ignore file `file` for the paths below `base`; None when it holds
+    none or cannot be read. Each problem is said through `warn`."""
     try:
-        with open(file, encoding="utf-8", errors="replace") as handle:
+        st = os.stat(file)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        warn(f"{_shown(file)}: not a regular file; its patterns are not read")
+        return None
+    try:
+        # Non-blocking: swapped for a FIFO since the stat, the open still cannot hang.
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with open(fd, encoding="utf-8", errors="replace") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                warn(f"{_shown(file)}: not a regular file; its patterns are not read")
+                return None
             lines = handle.read().splitlines()
     except OSError:
         return None
+    return _Ignore.of(base, _patterns(lines, file, warn))
+
+
+def _patterns(lines: list[str], file: str, warn: Callable[[str], None]) -> list[Any]:
+    """pathspec's pattern for each line, in order; a line it cannot compile is left out."""
     from pathspec import GitIgnoreSpec
 
-    return _Ignore.of(base, list(GitIgnoreSpec.from_lines(lines).patterns))
+    numbered = [(n, line) for n, line in enumerate(lines, 1) if not _ends_in_backslash(line)]
+    try:
+        return list(GitIgnoreSpec.from_lines([line for _, line in numbered]).patterns)
+    except Exception:  # pathspec's own error, or `re`'s for a range such as [z-a]
+        pass
+    patterns: list[Any] = []
+    for number, line in numbered:
+        try:
+            patterns.extend(GitIgnoreSpec.from_lines([line]).patterns)
+        except Exception as err:
+            warn(f"{_shown(file)}:{number}: pattern `{line}` cannot be read ({err}); left out")
+    return patterns
+
+
+def _ends_in_backslash(line: str) -> bool:
+    """Whether the pattern ends in an unescaped backslash once git has trimmed its trailing
+    spaces (those not escaped): git's wildmatch then matches nothing."""
+    text = line
+    while text.endswith(" ") and not text.endswith("\\ "):
+        text = text[:-1]
+    trailing = len(text) - len(text.rstrip("\\"))
+    return trailing % 2 == 1
+
+
+def _shown(path: str) -> str:
+    """`path` relative to the current folder where it lies below it, else as it is."""
+    try:
+        rel = os.path.relpath(path)
+    except (OSError, ValueError):
+        return path
+    return path if rel.startswith("..") else rel
 
 
 def _repository_top(folder: str) -> str | None:
@@ -217,21 +274,21 @@ def _repository_top(folder: str) -> str | None:
     return None
 
 
-def _ancestor_ignores(top: str) -> list[_Ignore] | None:
+def _ancestor_ignores(top: str, warn: Callable[[str], None]) -> list[_Ignore] | None:
     """The .gitignore files that bear on `top` from above it, shallowest first; None outside
     a git repository (.gitignore does not count there, as in git and ruff)."""
     repo = _repository_top(top)
     if repo is None:
         return None
     found = []
-    exclude = _read_ignore(repo, os.path.join(repo, ".git", "info", "exclude"))
+    exclude = _read_ignore(repo, os.path.join(repo, ".git", "info", "exclude"), warn)
     if exclude is not None:
         found.append(exclude)
     folder = Path(top)
     for ancestor in reversed([folder, *folder.parents]):
         if len(str(ancestor)) < len(repo) or str(ancestor) == top:
             continue
-        ignore = _read_ignore(str(ancestor), str(ancestor / ".gitignore"))
+        ignore = _read_ignore(str(ancestor), str(ancestor / ".gitignore"), warn)
         if ignore is not None:
             found.append(ignore)
     return found
@@ -276,12 +333,18 @@ class _Walk:
     """One folder named on the command line, walked with each folder's own scope."""
 
     def __init__(
-        self, top: Path, scope_of: ScopeOf, errors: list[str], stale: list[str] | None
+        self,
+        top: Path,
+        scope_of: ScopeOf,
+        errors: list[str],
+        stale: list[str] | None,
+        warnings: list[str] | None = None,
     ) -> None:
         self.top = top
         self.scope_of = scope_of
         self.errors = errors
         self.stale = stale
+        self.warnings = warnings
         self.top_abs = os.path.abspath(top)
         scope = scope_of(self.top_abs)
         # The patterns of the named folder's scope that match it (or a folder above it).
@@ -299,10 +362,14 @@ class _Walk:
             return tuple(p for p in scope.patterns if p not in self.dropped)
         return scope.patterns
 
+    def warn(self, line: str) -> None:
+        if self.warnings is not None and line not in self.warnings:
+            self.warnings.append(line)
+
     def ignores_of(self, folder_abs: str, parent_abs: str | None) -> list[_Ignore] | None:
         """The .gitignore files that bear on `folder_abs`'s entries (None: not in a repo)."""
         if parent_abs is None:
-            above = _ancestor_ignores(self.top_abs)
+            above = _ancestor_ignores(self.top_abs, self.warn)
             if above is not None:
                 above = _without_matching(above, self.top_abs)
         else:
@@ -312,7 +379,7 @@ class _Walk:
         if above is None:
             self.ignores[folder_abs] = None
             return None
-        own = _read_ignore(folder_abs, os.path.join(folder_abs, ".gitignore"))
+        own = _read_ignore(folder_abs, os.path.join(folder_abs, ".gitignore"), self.warn)
         found = [*above, own] if own is not None else above
         self.ignores[folder_abs] = found
         return found

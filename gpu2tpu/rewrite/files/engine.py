@@ -14,7 +14,7 @@ import io
 import os
 import stat
 import tokenize
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -97,6 +97,9 @@ class RunReport:
     # target-torch and where it came from, once per distinct target of the files processed
     # (projects of one run may pin different torch releases).
     targets: tuple[tuple[str | None, str], ...] = ()
+    # What the run could not use but went on without (an ignore file that is no file, a
+    # pattern that cannot be read, worker processes that could not start): one line each.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def errors(self) -> list[str]:
@@ -295,13 +298,18 @@ def _read(path: str, config: Config) -> tuple[bytes, Snapshot]:
     if not stat.S_ISREG(st.st_mode):
         raise ValueError("not a regular file")
     if st.st_size > config.max_bytes:
-        mib = config.max_bytes / (1024 * 1024)
-        raise ValueError(
-            f"file is {st.st_size / (1024 * 1024):.1f} MiB, over the {mib:g} MiB limit "
-            "(max-file-size in [tool.gpu2tpu]); file left as it is"
-        )
+        raise ValueError(over_limit("file", st.st_size, config.max_bytes))
     data = p.read_bytes()
     return data, Snapshot.of(st, data)
+
+
+def over_limit(what: str, size: int, limit: int) -> str:
+    """The error for a file (or standard input) larger than max-file-size."""
+    mib = 1024 * 1024
+    return (
+        f"{what} is {size / mib:.1f} MiB, over the {limit / mib:g} MiB limit "
+        f"(max-file-size in [tool.gpu2tpu]); {what} left as it is"
+    )
 
 
 def _process_notebook(
@@ -442,12 +450,14 @@ def run(
     def config_for(folder: str) -> Config:
         return adjusted(config_of(folder)) if config_of is not None else base
 
+    warnings: list[str] = []
     try:
         stale: list[str] = []
         found, discovery_errors = discover(
             paths,
             config_of.scope if config_of is not None else lambda folder: base.scope,
             stale if mode is Mode.WRITE else None,
+            warnings,
         )
         if stale:
             remove_stale_temporaries(stale)
@@ -457,10 +467,10 @@ def run(
         checkpoint()
     except KeyboardInterrupt:
         raise Interrupted(0, None) from None
-    outcomes = _process_all(files, file_configs, config, mode)
+    outcomes = _process_all(files, file_configs, config, mode, warnings.append)
     outcomes.extend(_cuda_source_outcomes(found, base))
     targets = {(c.options.target_torch, c.target_source): None for c in file_configs}
-    return RunReport(outcomes, discovery_errors, mode, tuple(targets) or ((None, ""),))
+    return RunReport(outcomes, discovery_errors, mode, tuple(targets) or ((None, ""),), warnings)
 
 
 def _for_mode(config: Config, mode: Mode) -> Config:
@@ -471,7 +481,11 @@ def _for_mode(config: Config, mode: Mode) -> Config:
 
 
 def _process_all(
-    files: list[str], file_configs: list[Config], config: Config, mode: Mode
+    files: list[str],
+    file_configs: list[Config],
+    config: Config,
+    mode: Mode,
+    notice: Callable[[str], None],
 ) -> list[FileOutcome]:
     try:
         from ..core.source import prefilter_tokens  # loads libcst and the rules: a while
@@ -507,7 +521,7 @@ def _process_all(
     # message (one message each was 15% of a `check` of 3,000 small files).
     quick = functools.partial(_quick, table=table)
     try:
-        return run_isolated(items, work, jobs, _crashed, quick)
+        return run_isolated(items, work, jobs, _crashed, quick, notice)
     except PoolInterrupted as stop:
         written = sum(1 for o in stop.results if o is not None and o.status is Status.REWRITTEN)
         raise Interrupted(written, len(files) - written) from None

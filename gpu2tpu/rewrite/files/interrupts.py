@@ -85,6 +85,12 @@ def release() -> None:
             raise KeyboardInterrupt
 
 
+def active_waitables() -> list[socket.socket]:
+    """The socket that becomes readable on Ctrl-C, to wait on beside a descriptor (none
+    without `watch()`: then Ctrl-C raises where the wait is)."""
+    return list(_active.waitables) if _active is not None else []
+
+
 def checkpoint() -> None:
     """Stop here (KeyboardInterrupt) if Ctrl-C was pressed since `watch()`."""
     if _active is not None and _active.raised:

@@ -17,6 +17,10 @@ notes it (interrupts.py: a handler that only sets a flag and wakes the wait thro
 socket), tells every worker to stop, takes the answers they still send, and raises
 `Interrupted` with what was done. Waiting on a worker is always bounded: one that has not stopped a few seconds after
 SIGTERM is killed, so an interrupted run never hangs.
+
+When no worker can start (a process limit, `ulimit -u`; too few file descriptors for its
+pipes, `ulimit -n`), the items left are done one by one in this process, and `notice` is told
+why once: the run goes on without the isolation, rather than ending in a traceback.
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ def run_isolated(
     jobs: int,
     crashed: Callable[[T, str], R],
     quick: Callable[[T], R | None] | None = None,
+    notice: Callable[[str], None] | None = None,
 ) -> list[R]:
     """`[work(item) for item in items]`, in `jobs` worker processes.
 
@@ -76,7 +81,8 @@ def run_isolated(
     None; a worker tries it on a whole batch first and sends those answers in one message
     (most files of a tree are such: one message each cost more than the answer). It must be
     pure Python that cannot take the process down, so that a worker's death still names the
-    one item `work` was on.
+    one item `work` was on. `notice` hears once that no worker could start, when the items
+    left are done in this process.
     """
     context = _context()
     results: list[R | None] = [None] * len(items)
@@ -84,13 +90,25 @@ def run_isolated(
     batch = max(1, min(16, len(items) // max(1, jobs * 8)))
     workers: dict[Any, _Worker[T]] = {}  # by connection and by process sentinel, as wait() gives
 
+    failures: list[OSError] = []
+
     def start() -> None:
-        mine, theirs = context.Pipe()
+        try:
+            mine, theirs = context.Pipe()
+        except OSError as err:  # no descriptor left for the pipe
+            failures.append(err)
+            return
         process = context.Process(
             target=_serve, args=(theirs, work, os.getpid(), quick), daemon=True
         )
-        with _sigint_blocked():  # the worker ignores SIGINT before it could raise one
-            process.start()
+        try:
+            with _sigint_blocked():  # the worker ignores SIGINT before it could raise one
+                process.start()
+        except OSError as err:  # fork refused (a process limit), or its pipes (descriptors)
+            mine.close()
+            theirs.close()
+            failures.append(err)
+            return
         theirs.close()
         worker: _Worker[T] = _Worker(process, mine)
         workers[mine] = workers[process.sentinel] = worker
@@ -132,6 +150,16 @@ def run_isolated(
             todo.extendleft(reversed(worker.inflight))
             worker.inflight.clear()
 
+    def in_this_process() -> None:
+        """No worker could start: the items left, one by one, here (Ctrl-C between two)."""
+        if notice is not None and failures:
+            reason = failures[-1].strerror or str(failures[-1])
+            notice(f"cannot start worker processes ({reason}); the files are processed one by "
+                   "one in this process")  # fmt: skip
+        while todo and not interrupted():
+            index = todo.popleft()
+            results[index] = work(items[index])
+
     with watching() as flag:
 
         def interrupted() -> bool:
@@ -140,6 +168,8 @@ def run_isolated(
         try:
             for _ in range(max(1, min(jobs, len(items)))):
                 start()
+            if not workers:
+                in_this_process()
             while workers and not interrupted():
                 waitables = flag.waitables if flag is not None else []
                 for ready in wait([*workers, *waitables]):
@@ -153,6 +183,8 @@ def run_isolated(
                     retire(worker)
                     if todo and len({id(w) for w in workers.values()}) < jobs:
                         start()
+                    if todo and not workers:
+                        in_this_process()
         except BaseException:
             _stop_all(list({id(w): w for w in workers.values()}.values()), None)
             raise

@@ -2,7 +2,10 @@
 
 `--output-file PATH` and `rewrite --report PATH` write the report with `write_report`: a
 temporary file beside PATH, renamed over it, so a reader (a CI step, an editor) never sees
-half a report and a failed run never leaves one behind.
+half a report and a failed run never leaves one behind. A PATH that is no regular file is
+never renamed over: a FIFO or a character device (`/dev/null`, a terminal) is written into
+as a stream, a socket or a block device refused (files/streams.py); a symbolic link is
+written through, as a source file is.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from ..files.engine import Mode, RunReport
+from ..files.streams import special_kind, write_stream
 from .report import RunInfo, finding_lines, render_csv, render_json, summary_text
 
 
@@ -39,7 +43,14 @@ def render_report(report: RunReport, fmt: str, info: RunInfo, *, quiet: bool = F
 
 
 def write_report(path: Path, text: str) -> None:
-    """Write a report in one step: a reader never sees half of it (temporary file, rename)."""
+    """Write a report in one step: a reader never sees half of it (temporary file, rename).
+    Into a FIFO or a device, as a stream (`write_stream`)."""
+    kind = special_kind(str(path))
+    if kind is not None:
+        write_stream(str(path), text.encode("utf-8"), kind)
+        return
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))  # the link stays; its target is the report
     folder = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
