@@ -44,13 +44,14 @@ from gpu2tpu.pricing.class_fit import (
     ClassFit,
     default_class_fit,
     expected_class_step,
+    expected_step_by_op,
     fit_without_error,
     load_traffic,
     traffic_key,
 )
 from gpu2tpu.pricing.published import PublishedRun, load_published_runs
 from gpu2tpu.pricing.step_floor import apply_floor, step_floor
-from gpu2tpu.pricing.utilisation import StepFeatures, default_fit, expected_step
+from gpu2tpu.pricing.utilisation import StepFeatures, default_fit
 
 MODELS_TABLE = Path(__file__).resolve().parents[1] / "gpu2tpu/pricing/published_runs_models.toml"
 DTYPES = {
@@ -129,7 +130,7 @@ def predict(
     wanted = features(row)
     llm = default_fit()
     if classes is None:
-        step = expected_step(wanted, chip, llm)
+        step = expected_step_by_op(wanted, chip, llm)
     else:
         step = expected_class_step(
             wanted, chip, llm, row.run.model_class, row.run.framework, (), classes
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         for key, (step, batch) in counted.items()
         if traffic_key(*key) not in table
         or not math.isclose(
-            table[traffic_key(*key)].total_bytes, step.bytes_accessed / batch, rel_tol=1e-3
+            table[traffic_key(*key)].total_bytes, step.traffic().total_bytes / batch, rel_tol=1e-4
         )
     ]
     if args.write_traffic:

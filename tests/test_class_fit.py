@@ -22,12 +22,13 @@ from gpu2tpu.pricing.class_fit import (
     MODELS_TABLE,
     OpTraffic,
     default_class_fit,
+    expected_step_by_op,
     fit_without_error,
     load_traffic,
     traffic_key,
 )
 from gpu2tpu.pricing.published import load_published_runs
-from gpu2tpu.pricing.utilisation import StepFeatures, default_fit, expected_step, fit_utilisation
+from gpu2tpu.pricing.utilisation import StepFeatures, default_fit, fit_utilisation
 
 sys.path.insert(0, str(Path(__file__).parent))
 from published_models import build
@@ -54,12 +55,12 @@ def _features(
 
 
 def test_a_cnn_with_its_traffic_gets_an_expected_figure_from_the_op_by_op_model() -> None:
-    step = expected_step(_features("resnet50_v1_5", 256), A100)
+    step = expected_step_by_op(_features("resnet50_v1_5", 256), A100)
     assert step is not None and step.kind == "expected"
     assert "op-by-op" in step.source and "leave-one-publisher-out" in step.source
     assert step.low < step.seconds < step.high
     # without its traffic the same step is only a bound: the LLM fit has no CNN run
-    bare = expected_step(replace(_features("resnet50_v1_5", 256), traffic=None), A100)
+    bare = expected_step_by_op(replace(_features("resnet50_v1_5", 256), traffic=None), A100)
     assert bare is not None and bare.kind == "bound"
 
 
@@ -72,13 +73,13 @@ def test_depthwise_convolutions_run_at_their_own_bandwidth() -> None:
     )
     effnet = _features("efficientnet_b0", 256)
     assert effnet.traffic is not None and effnet.traffic.has_depthwise
-    with_dw = expected_step(effnet, A100)
+    with_dw = expected_step_by_op(effnet, A100)
     moved = effnet.traffic
     as_other = OpTraffic(moved.matrix, moved.other_bytes + moved.depthwise_bytes, 0.0)
-    without = expected_step(replace(effnet, traffic=as_other), A100)
+    without = expected_step_by_op(replace(effnet, traffic=as_other), A100)
     assert with_dw is not None and without is not None
     assert with_dw.seconds > without.seconds
-    resnet = expected_step(_features("resnet50_v1_5", 256), A100)
+    resnet = expected_step_by_op(_features("resnet50_v1_5", 256), A100)
     assert resnet is not None
     # ResNet-50 does 10.6x the FLOPs; its step is predicted within 2x of EfficientNet-B0's
     # (published: 2,470 and 2,489 img/s), where FLOPs at one utilisation say 10.6x
@@ -89,12 +90,12 @@ def test_depthwise_convolutions_run_at_their_own_bandwidth() -> None:
 def test_the_class_factor_and_fusion_enter_the_figure() -> None:
     fit = default_class_fit()
     base = _features("resnet50_v1_5", 256)
-    cnn = expected_step(base, A100)
-    unet = expected_step(replace(base, model_class="unet"), A100)
+    cnn = expected_step_by_op(base, A100)
+    unet = expected_step_by_op(replace(base, model_class="unet"), A100)
     assert cnn is not None and unet is not None
     factor = math.exp(fit.coefficients["class:cnn"] - fit.coefficients["class:unet"])
     assert factor != pytest.approx(1.0, abs=0.05) and cnn.seconds != pytest.approx(unet.seconds)
-    fused = expected_step(replace(base, framework="mxnet"), A100)
+    fused = expected_step_by_op(replace(base, framework="mxnet"), A100)
     assert fused is not None and fused.seconds < cnn.seconds  # fused kernels move fewer bytes
 
 

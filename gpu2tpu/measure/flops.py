@@ -81,7 +81,7 @@ class StepCount:
     def traffic(self, chips: int = 1) -> Any:
         """The step's FLOPs and unfused bytes op by op, as `pricing.class_fit.OpTraffic`,
         split over `chips` (or None where the count did not record them)."""
-        from ..pricing.class_fit import OpTraffic
+        from ..pricing.op_traffic import OpTraffic
 
         mix = self.mix
         if not mix.matrix_intensity and not mix.other_bytes:

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..pricing.catalogue import Chip, HardwareCatalogue
+from ..pricing.class_fit import expected_step_by_op
 from ..pricing.compare import Comparison, ComparisonExports, ComparisonRow
 from ..pricing.cost import efficiency_from_run, roofline_seconds
 from ..pricing.step_floor import StepFloor, apply_floor, step_floor
 from ..pricing.utilisation import (
     StepFeatures,
     default_framework,
-    expected_step,
     scaled_utilisation,
 )
 from .records import Costing, ProfileError, StepStats, summarize
@@ -947,7 +947,7 @@ def _estimate(
         utilisation = scaled_utilisation(
             reference.utilisation, reference.chip, target, features.attention_share
         )
-    expected = expected_step(features, target, utilisation=utilisation)
+    expected = expected_step_by_op(features, target, utilisation=utilisation)
     # The profiler's bytes are per op, unfused: neither a floor nor a ceiling on a compiled
     # step's HBM traffic, so the bound is the compute term alone.
     bound = roofline_seconds(flops / chips, 0.0, target)

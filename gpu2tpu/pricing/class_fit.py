@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .catalogue import Chip, HardwareCatalogue
+from .op_traffic import OpTraffic
 from .published import PublishedRun, load_published_runs
 from .utilisation import (
     RANGE_QUANTILES,
@@ -57,6 +58,9 @@ from .utilisation import (
     UtilisationFit,
     _outer_quantile,
     _solve,
+    default_framework,
+    expected_step,
+    infer_model_class,
 )
 
 CLASSES = ("cnn", "encoder", "unet")
@@ -65,8 +69,6 @@ TRAFFIC_TABLE = Path(__file__).with_name("published_traffic.toml")
 # Frameworks that run a GPU step through fused kernels of their own rather than one kernel
 # per PyTorch op; on a TPU every framework runs XLA's fused program.
 _GRAPH_ON_GPU = frozenset({"mxnet", "paddle", "tensorflow", "jax"})
-# Depthwise convolutions count as present where they move this share of a step's bytes.
-DEPTHWISE_SHARE = 0.05
 # 16-bit tensor-core precisions: the LLM fit's utilisation holds for them; fp32 and TF32
 # steps get a fitted factor of their own (`precision:*`) where a run calibrates it.
 _SAME_AS_BF16 = frozenset({"bf16", "fp16"})
@@ -79,33 +81,6 @@ def fusion_group(framework: str, chip_kind: str) -> str:
     if chip_kind == "tpu":
         return "xla"
     return "graph" if framework in _GRAPH_ON_GPU else "eager"
-
-
-@dataclass(frozen=True)
-class OpTraffic:
-    """A step's FLOPs and unfused bytes op by op: the matrix ops by arithmetic intensity
-    (`(FLOPs per byte, FLOPs, bytes)` per bin), the bytes of every other op, and those of
-    depthwise convolutions. Per chip per step (or per sample, in the table)."""
-
-    matrix: tuple[tuple[float, float, float], ...]
-    other_bytes: float
-    depthwise_bytes: float = 0.0
-
-    def scaled(self, factor: float) -> OpTraffic:
-        return OpTraffic(
-            tuple((i, f * factor, b * factor) for i, f, b in self.matrix),
-            self.other_bytes * factor,
-            self.depthwise_bytes * factor,
-        )
-
-    @property
-    def total_bytes(self) -> float:
-        return sum(b for _, _, b in self.matrix) + self.other_bytes + self.depthwise_bytes
-
-    @property
-    def has_depthwise(self) -> bool:
-        total = self.total_bytes
-        return total > 0 and self.depthwise_bytes / total >= DEPTHWISE_SHARE
 
 
 def traffic_key(model: str, batch: int, precision: str) -> str:
@@ -449,6 +424,7 @@ __all__ = [
     "OpTraffic",
     "default_class_fit",
     "expected_class_step",
+    "expected_step_by_op",
     "fit_classes",
     "fit_without_error",
     "fusion_group",
@@ -507,3 +483,27 @@ def expected_class_step(
         peak_flops=peak,
         model_class=model_class,
     )
+
+
+def expected_step_by_op(
+    features: StepFeatures,
+    chip: Chip,
+    fit: UtilisationFit | None = None,
+    *,
+    utilisation: float | None = None,
+) -> ExpectedStep | None:
+    """`utilisation.expected_step`, with CNNs, encoders and U-Nets whose traffic is known
+    costed op by op (`expected_class_step`); every other step, and any step whose
+    utilisation was measured (`utilisation`), as the LLM fit costs it."""
+    from .utilisation import default_fit
+
+    llm = fit or default_fit()
+    model_class = features.model_class or infer_model_class(features)
+    if utilisation is None and features.traffic is not None and model_class in CLASSES:
+        framework, note = llm.resolve_framework(features.framework or default_framework(chip.kind))
+        by_op = expected_class_step(
+            features, chip, llm, model_class, framework, [n for n in (note,) if n]
+        )
+        if by_op is not None:
+            return by_op
+    return expected_step(features, chip, llm, utilisation=utilisation)

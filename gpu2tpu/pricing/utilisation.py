@@ -46,13 +46,10 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from .catalogue import Chip, HardwareCatalogue
+from .op_traffic import OpTraffic
 from .published import FRAMEWORKS, MODEL_CLASSES, PRECISIONS, PublishedRun, load_published_runs
-
-if TYPE_CHECKING:
-    from .class_fit import OpTraffic
 
 # The range: this share of cross-source predictions falls inside it.
 RANGE_QUANTILES = (0.1, 0.9)
@@ -77,8 +74,6 @@ FRAMEWORK_FALLBACK = {"torchtpu": "pytorch_xla", "torchax": "pytorch_xla"}
 # The backend names of gpu2tpu.backends, as frameworks.
 BACKEND_FRAMEWORK = {"tpu": "torchtpu", "xla": "pytorch_xla", "jax": "torchax", "cuda": "pytorch"}
 
-# Classes costed op by op (pricing/class_fit.py) when the step's traffic is known.
-_OP_BY_OP = frozenset({"cnn", "encoder", "unet"})
 _NUMERIC = ("gpu", "balance", "size", "dcn")
 _PENALISED_NUMERIC = ("size", "dcn")
 
@@ -99,8 +94,9 @@ class StepFeatures:
     convolution FLOPs. `parameters` (matmul weights) and `slices` (slices over the
     data-centre network) are the scale inputs; `model_class`, `precision` and `framework` say
     what kind of step it is and what runs it (None: inferred / the default for the chip).
-    `traffic` is the step's FLOPs and unfused bytes op by op (the profiler's count): CNNs,
-    encoders and U-Nets with it are costed op by op (`class_fit`), the LLM fit untouched.
+    `traffic` is the step's FLOPs and unfused bytes op by op (the profiler's count): with
+    it `class_fit.expected_step_by_op` costs CNNs, encoders and U-Nets op by op; this
+    function, the LLM fit, ignores it.
     """
 
     chip: str
@@ -626,12 +622,6 @@ def expected_step(
     notes = [n for n in (framework_note,) if n]
     if features.precision != "bf16":
         notes.append(f"costed at the {peak_what} peak ({peak / 1e12:,.0f} TFLOP/s)")
-    if utilisation is None and features.traffic is not None and model_class in _OP_BY_OP:
-        from .class_fit import expected_class_step
-
-        by_op = expected_class_step(features, chip, fit, model_class, framework, notes)
-        if by_op is not None:
-            return by_op
     point = _Point(
         chip,
         peak,
