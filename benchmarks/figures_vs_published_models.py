@@ -27,7 +27,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -39,15 +39,19 @@ from published_models import build
 
 from gpu2tpu.measure.flops import StepCount, count_meta_step
 from gpu2tpu.pricing.catalogue import HardwareCatalogue
+from gpu2tpu.pricing.class_fit import (
+    TRAFFIC_TABLE,
+    ClassFit,
+    default_class_fit,
+    expected_class_step,
+    expected_step_by_op,
+    fit_without_error,
+    load_traffic,
+    traffic_key,
+)
 from gpu2tpu.pricing.published import PublishedRun, load_published_runs
 from gpu2tpu.pricing.step_floor import apply_floor, step_floor
-from gpu2tpu.pricing.utilisation import (
-    StepFeatures,
-    UtilisationFit,
-    default_fit,
-    expected_step,
-    fit_utilisation,
-)
+from gpu2tpu.pricing.utilisation import StepFeatures, default_fit
 
 MODELS_TABLE = Path(__file__).resolve().parents[1] / "gpu2tpu/pricing/published_runs_models.toml"
 DTYPES = {
@@ -95,7 +99,8 @@ def features(row: Row) -> StepFeatures:
     run, step = row.run, row.count
     per_sample = step.flops / row.batch
     flops = per_sample * run.per_device_batch
-    inputs = step.fit_inputs("gpu" if run.chip.startswith(("a100", "h100")) else "tpu")
+    chip_kind = "tpu" if run.chip.startswith("v") else "gpu"
+    inputs = step.fit_inputs(chip_kind)
     return StepFeatures(
         chip=run.chip,
         chips=1,
@@ -108,12 +113,34 @@ def features(row: Row) -> StepFeatures:
         model_class=run.model_class,
         precision=run.precision,
         framework=run.framework,
+        traffic=step.traffic().scaled(run.per_device_batch / row.batch),
     )
 
 
-def predict(row: Row, fit: UtilisationFit, catalogue: HardwareCatalogue) -> None:
+def predict(
+    row: Row,
+    catalogue: HardwareCatalogue,
+    classes: ClassFit | None = None,
+    ranged: ClassFit | None = None,
+) -> None:
+    """The row's figure as the profiler computes it: op by op with `classes` (the shipped
+    fit when None), the range of `ranged` (the shipped fit's cross-publisher range), the
+    per-step floor under it."""
     chip = catalogue.get(row.run.chip)
-    step = expected_step(features(row), chip, fit)
+    wanted = features(row)
+    llm = default_fit()
+    if classes is None:
+        step = expected_step_by_op(wanted, chip, llm)
+    else:
+        step = expected_class_step(
+            wanted, chip, llm, row.run.model_class, row.run.framework, (), classes
+        )
+        if step is not None and ranged is not None and step.kind == "expected":
+            step = replace(
+                step,
+                low=max(step.bound_seconds, step.seconds * math.exp(-ranged.log_range[1])),
+                high=step.seconds * math.exp(-ranged.log_range[0]),
+            )
     if step is None:
         return
     floor = step_floor(row.run.framework, chip.key, ops=row.count.kernel_ops)
@@ -162,18 +189,49 @@ def raw_ratio(run: PublishedRun) -> float:
     return mode.get_total_flops() / corrected
 
 
+def write_traffic(counted: dict[tuple[str, int, str], tuple[StepCount, int]]) -> None:
+    """Write every counted step's traffic per sample (pricing/class_fit.py reads it)."""
+    lines = [
+        "# The unfused traffic of one training step per sample of every published non-LLM run, keyed",
+        '# "model/batch a chip/precision": matrix ops as [FLOPs per byte, FLOPs, bytes] by intensity, the',
+        "# bytes of every other op and of depthwise convolutions. Counted by the profiler's counter on the",
+        "# models built to their published shapes (tests/published_models.py) on the meta device;",
+        "# regenerate with `benchmarks/figures_vs_published_models.py --write-traffic`.",
+    ]
+    for key, (step, batch) in sorted(counted.items()):
+        mix = step.mix
+        bins = ", ".join(
+            f"[{i:.4g}, {f / batch:.6g}, {b / batch:.6g}]" for i, f, b in mix.matrix_intensity
+        )
+        lines += [
+            f'[traffic."{traffic_key(*key)}"]',
+            f"flops = {step.flops / batch:.6g}",
+            f"other_bytes = {mix.other_bytes / batch:.6g}",
+            f"depthwise_bytes = {mix.depthwise_bytes / batch:.6g}",
+            f"matrix = [{bins}]",
+            "",
+        ]
+    target = TRAFFIC_TABLE.with_suffix(".tmp")
+    target.write_text("\n".join(lines), encoding="utf-8")
+    target.replace(TRAFFIC_TABLE)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--raw", action="store_true", help="torch's uncorrected count beside")
+    parser.add_argument(
+        "--write-traffic",
+        action="store_true",
+        help="rewrite gpu2tpu/pricing/published_traffic.toml",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     catalogue = HardwareCatalogue.load()
-    llm_runs = list(load_published_runs())
     model_runs = list(load_published_runs(MODELS_TABLE))
     counted: dict[tuple[str, int, str], tuple[StepCount, int]] = {}
     rows = []
     for run in model_runs:
-        key = (run.model.key, math.ceil(run.per_device_batch), run.precision)
+        key = (run.model.key, max(1, math.ceil(run.per_device_batch)), run.precision)
         if key not in counted:
             counted[key] = count(run)
         step, batch = counted[key]
@@ -199,13 +257,28 @@ def main(argv: list[str] | None = None) -> int:
             f"{row.run.flops_per_sample:.4g} | {row.count.model_class} | {row.count.kernel_ops} | {raw} |"
         )
 
-    shipped = default_fit()
-    print("\n## Shipped fit (LLM runs only): a class without runs is a bound (>=)")
+    table = load_traffic()
+    stale = [
+        key
+        for key, (step, batch) in counted.items()
+        if traffic_key(*key) not in table
+        or not math.isclose(
+            table[traffic_key(*key)].total_bytes, step.traffic().total_bytes / batch, rel_tol=1e-4
+        )
+    ]
+    if args.write_traffic:
+        write_traffic(counted)
+        table = load_traffic()
+        stale = []
+    print(f"\npublished_traffic.toml entries that differ from this count (must be 0): {len(stale)}")
+
+    shipped = default_class_fit()
+    print("\n## Shipped fit (every publisher): what a user's profile of these models shows")
     print("| row | published /s/chip | shipped figure /s/chip | kind | holds |")
     print("|---|---|---|---|---|")
     broken = 0
     for row in rows:
-        predict(row, shipped, catalogue)
+        predict(row, catalogue)
         holds = row.kind != "bound" or (row.expected or 0) >= row.published
         broken += not holds
         print(
@@ -213,16 +286,21 @@ def main(argv: list[str] | None = None) -> int:
             f"{row.kind} | {'yes' if holds else 'NO'} |"
         )
     print(f"bounds slower than the published run (must be 0): {broken}")
+    print(
+        "coefficients: "
+        + ", ".join(f"{k} {math.exp(v):.3g}" for k, v in shipped.coefficients.items())
+    )
 
-    print("\n## Joint fit (LLM runs + these rows), leave-one-source-out")
+    print("\n## Leave-one-publisher-out: each source predicted by the op-by-op fit on the others")
     by_group = defaultdict(list)
     for row in rows:
         by_group[row.run.source_group].append(row)
+    llm = default_fit()
     for group, members in sorted(by_group.items()):
         others = [r for r in model_runs if r.source_group != group]
-        fit = fit_utilisation(llm_runs + others, catalogue)
+        fold = fit_without_error(others, table, catalogue, llm)
         for row in members:
-            predict(row, fit, catalogue)
+            predict(row, catalogue, fold, shipped)
     print("| row | class | published /s/chip | expected /s/chip | error | range | floor |")
     print("|---|---|---|---|---|---|---|")
     under_floor = 0
@@ -239,14 +317,15 @@ def main(argv: list[str] | None = None) -> int:
             under_floor += 1
         print(
             f"| {row.run.id} | {row.run.model_class} | {row.published:.4g} | "
-            f"{row.expected or float('nan'):.4g} | {'' if err is None else f'{err:+.0%}'} | "
+            f"{row.expected or float('nan'):.4g}{'' if row.kind == 'expected' else ' (>=)'} | "
+            f"{'' if err is None else f'{err:+.0%}'} | "
             f"{'in' if in_range else 'out'} | {'limits' if row.floor_limited else ''} |"
         )
     bounds = [r for r in rows if r.kind == "bound"]
     wrong = sum((r.expected or 0) < r.published for r in bounds)
     print(f"\nexpected steps under the per-step floor (must be 0): {under_floor}")
     print(
-        f"rows shown as bounds (no run of their precision left in the fit): {len(bounds)}, "
+        f"rows shown as bounds (a term no other publisher calibrates): {len(bounds)}, "
         f"of which slower than published (must be 0): {wrong}"
     )
     print("\nexpected figures only (per configuration):")

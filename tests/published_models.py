@@ -11,10 +11,13 @@ reference implementations' settings, as the published runs trained them:
 - BERT-large (24 layers, 1,024 wide, 16 heads, 4,096 MLP, 30,522 words), pre-training with
   the masked-LM head on the masked positions only (NVIDIA's dense sequence output: 20 of 128
   and 80 of 512 positions) and next-sentence prediction, or SQuAD's span head; attention
-  written out with matmuls inside a module named `attention`, as BERT's reference code does;
+  written out with matmuls inside a module named `attention`, as BERT's reference code does
+  (DeepLearningExamples), or in one fused kernel, as every MLPerf BERT entry runs it;
 - nnU-Net's U-Net (2-D and 3-D: two conv-norm-LeakyReLU per level, strided convolutions
   down, transposed convolutions up, filters doubling from 32 up to 320 in 3-D and 512 in 2-D)
-  and MLPerf's UNet3D (the same blocks, filters 32-320, one input channel, three classes).
+  and MLPerf's UNet3D (the same blocks, filters 32-320, one input channel, three classes);
+- ViT-B/16 (timm's vit_base_patch16_224: 12 pre-norm layers, 768 wide, 12 heads, 197 tokens)
+  and EfficientNet-B4 at 320x320 (timm's benchmark resolution).
 
 `build(key, batch)` gives the model, the inputs and targets of one training step, and its loss
 function; every tensor may be on the meta device (nothing is allocated).
@@ -184,10 +187,23 @@ class SelfAttention(nn.Module):
         return self.out(context.transpose(1, 2).reshape(b, s, width))
 
 
+class FusedSelfAttention(SelfAttention):
+    """Attention in one fused kernel (NVIDIA's FMHA, FlashAttention, XLA's fusion: what the
+    MLPerf BERT entries run): the scores never reach memory. Written with the CPU flash
+    kernel's aten op, which runs on the meta device with its backward (SDPA itself falls
+    back to the score-holding formula there)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, width = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        context = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.1)[0]
+        return self.out(context.transpose(1, 2).reshape(b, s, width))
+
+
 class EncoderLayer(nn.Module):
-    def __init__(self, width: int, heads: int, ffn: int) -> None:
+    def __init__(self, width: int, heads: int, ffn: int, fused: bool = False) -> None:
         super().__init__()
-        self.attention = SelfAttention(width, heads)
+        self.attention = (FusedSelfAttention if fused else SelfAttention)(width, heads)
         self.norm1 = nn.LayerNorm(width)
         self.mlp = nn.Sequential(nn.Linear(width, ffn), nn.GELU(), nn.Linear(ffn, width))
         self.norm2 = nn.LayerNorm(width)
@@ -203,14 +219,15 @@ class Bert(nn.Module):
     next-sentence prediction) or "squad" (start and end logits)."""
 
     def __init__(self, head: str, predictions: int = 0, layers: int = 24, width: int = 1024,
-                 heads: int = 16, ffn: int = 4096, vocab: int = 30522) -> None:  # fmt: skip
+                 heads: int = 16, ffn: int = 4096, vocab: int = 30522,
+                 fused: bool = False) -> None:  # fmt: skip
         super().__init__()
         self.head, self.predictions = head, predictions
         self.words = nn.Embedding(vocab, width)
         self.positions = nn.Embedding(512, width)
         self.types = nn.Embedding(2, width)
         self.norm = nn.LayerNorm(width)
-        self.layers = nn.ModuleList(EncoderLayer(width, heads, ffn) for _ in range(layers))
+        self.layers = nn.ModuleList(EncoderLayer(width, heads, ffn, fused) for _ in range(layers))
         if head == "pretraining":
             self.transform = nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.LayerNorm(width))
             self.decoder = nn.Linear(width, vocab)
@@ -231,6 +248,42 @@ class Bert(nn.Module):
         words = self.decoder(self.transform(masked))
         nsp = self.nsp(torch.tanh(self.pooler(x[:, 0])))
         return torch.cat((words.reshape(b, -1), nsp), dim=1)
+
+
+class VisionTransformer(nn.Module):
+    """ViT (Dosovitskiy et al. 2020) as timm builds it: 16x16 patches by a strided
+    convolution, a class token, pre-norm encoder layers with the attention written out by
+    matmuls in a module named `attention` (timm 0.6's), a linear head on the class token."""
+
+    def __init__(self, layers: int = 12, width: int = 768, heads: int = 12, ffn: int = 3072,
+                 image: int = 224, patch: int = 16, classes: int = 1000) -> None:  # fmt: skip
+        super().__init__()
+        self.patches = nn.Conv2d(3, width, patch, patch)
+        self.cls = nn.Parameter(torch.zeros(1, 1, width))
+        self.positions = nn.Parameter(torch.zeros(1, (image // patch) ** 2 + 1, width))
+        self.layers = nn.ModuleList(PreNormLayer(width, heads, ffn) for _ in range(layers))
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patches(x).flatten(2).transpose(1, 2)
+        x = torch.cat((self.cls.expand(x.shape[0], -1, -1), x), dim=1) + self.positions
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.norm(x[:, 0]))
+
+
+class PreNormLayer(nn.Module):
+    def __init__(self, width: int, heads: int, ffn: int) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(width)
+        self.attention = SelfAttention(width, heads)
+        self.norm2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(nn.Linear(width, ffn), nn.GELU(), nn.Linear(ffn, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
 
 
 # -- U-Nets ------------------------------------------------------------------------------------------
@@ -348,6 +401,8 @@ RECIPES: dict[str, Recipe] = {
     ),
     "efficientnet_b0": Recipe(lambda: EfficientNet(1.0, 1.0), _images(224), _classify, "224"),
     "efficientnet_b4": Recipe(lambda: EfficientNet(1.4, 1.8), _images(380), _classify, "380"),
+    "efficientnet_b4_320": Recipe(lambda: EfficientNet(1.4, 1.8), _images(320), _classify, "320"),
+    "vit_base_patch16_224": Recipe(VisionTransformer, _images(224), _classify, "224x224"),
     "bert_large_pretrain_128": Recipe(
         lambda: Bert("pretraining", 20), _tokens(128), _pretraining(30522, 20), "seq 128"
     ),
@@ -355,7 +410,10 @@ RECIPES: dict[str, Recipe] = {
         lambda: Bert("pretraining", 80), _tokens(512), _pretraining(30522, 80), "seq 512"
     ),
     "bert_large_mlperf_512": Recipe(
-        lambda: Bert("pretraining", 76), _tokens(512), _pretraining(30522, 76), "seq 512"
+        lambda: Bert("pretraining", 76, fused=True),
+        _tokens(512),
+        _pretraining(30522, 76),
+        "seq 512, fused attention",
     ),
     "bert_large_squad_384": Recipe(lambda: Bert("squad"), _tokens(384), _squad, "seq 384"),
     "nnunet_3d_brats": Recipe(

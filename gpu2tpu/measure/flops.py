@@ -27,7 +27,7 @@ from typing import Any
 
 from .flop_formulas import corrections, is_attention_op
 from .syncs import HostReads, op_info
-from .workload import OpMix, guess_model_class, step_precision
+from .workload import IntensityProfile, OpMix, guess_model_class, step_precision
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,8 @@ class StepCount:
         """What the utilisation fit needs of this step besides its FLOPs, for a chip of
         `chip_kind` (`StepFeatures` keywords): the shares of matrix and convolution FLOPs,
         the precision (an fp32 step runs TF32 on a GPU, as PyTorch's convolutions and
-        NVIDIA's published fp32 runs do) and the model class its ops look like."""
+        NVIDIA's published fp32 runs do) and the model class its ops look like. (Its traffic
+        op by op, which costs CNNs, encoders and U-Nets, is `traffic(chips)`.)"""
         if not self.flops:
             return {}
         mix = self.mix
@@ -76,6 +77,18 @@ class StepCount:
             "precision": precision,
             "model_class": self.model_class,
         }
+
+    def traffic(self, chips: int = 1) -> Any:
+        """The step's FLOPs and unfused bytes op by op, as `pricing.class_fit.OpTraffic`,
+        split over `chips` (or None where the count did not record them)."""
+        from ..pricing.op_traffic import OpTraffic
+
+        mix = self.mix
+        if not mix.matrix_intensity and not mix.other_bytes:
+            return None
+        return OpTraffic(mix.matrix_intensity, mix.other_bytes, mix.depthwise_bytes).scaled(
+            1.0 / chips
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -119,6 +132,22 @@ def _argument(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], name: st
     return None
 
 
+def _depthwise(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a convolution (forward or backward) is depthwise: one input channel a group,
+    more than one group. Such convolutions do a few FLOPs per byte and run below the
+    memory bandwidth on GPUs (docs/profiler.md), so their bytes are kept apart."""
+    import torch
+
+    weight = args[2] if func.overloadpacket.__name__ == "convolution_backward" else args[1]
+    groups = _argument(func, args, kwargs, "groups")
+    return (
+        isinstance(weight, torch.Tensor)
+        and weight.dim() > 2
+        and weight.shape[1] == 1
+        and (isinstance(groups, int) and groups > 1)
+    )
+
+
 class _OpTally:
     """What the traffic mode learns about each op besides bytes: `OpMix`'s fields."""
 
@@ -134,8 +163,13 @@ class _OpTally:
         self.upsampling = False
         self.by_dtype: dict[str, float] = {}
         self.plain_bmm_flops = 0.0
+        self.other_bytes = 0.0
+        self.depthwise_bytes = 0.0
+        self.intensity = IntensityProfile()
 
-    def op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+    def op(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, nbytes: float
+    ) -> None:
         import torch
         from torch.utils._pytree import tree_leaves
 
@@ -147,6 +181,8 @@ class _OpTally:
         if formula is None:
             if name.startswith("upsample"):
                 self.upsampling = True
+            if name not in _NO_KERNEL:
+                self.other_bytes += nbytes
             # One FLOP per element of its largest tensor: elementwise ops and reductions alike.
             self.fields["other_elements"] += max(
                 (
@@ -158,6 +194,10 @@ class _OpTally:
             )
             return
         flops = float(formula(*args, **kwargs, out_val=out))
+        if name in _CONVOLUTIONS and _depthwise(func, args, kwargs):
+            self.depthwise_bytes += nbytes
+        else:
+            self.intensity.add(flops, nbytes)
         first = next((a for a in args if isinstance(a, torch.Tensor)), None)
         if first is not None:
             dtype = str(first.dtype)
@@ -185,6 +225,9 @@ class _OpTally:
             causal_attention=self.causal,
             upsampling=self.upsampling,
             flops_by_dtype=dict(self.by_dtype),
+            other_bytes=self.other_bytes,
+            depthwise_bytes=self.depthwise_bytes,
+            matrix_intensity=self.intensity.frozen(),
             **self.fields,
         )
 
@@ -206,11 +249,14 @@ def _make_traffic_mode(reads: HostReads, tally: _OpTally | None = None) -> Any:
             out = func(*args, **kwargs)
             reads.op_read(op_info(func), args, kwargs)
             if not getattr(func, "is_view", False):
-                for leaf in tree_leaves((args, kwargs, out)):
-                    if isinstance(leaf, torch.Tensor):
-                        self.bytes += leaf.numel() * leaf.element_size()
+                moved = sum(
+                    leaf.numel() * leaf.element_size()
+                    for leaf in tree_leaves((args, kwargs, out))
+                    if isinstance(leaf, torch.Tensor)
+                )
+                self.bytes += moved
                 if tally is not None:
-                    tally.op(func, args, kwargs, out)
+                    tally.op(func, args, kwargs, out, float(moved))
             return out
 
     return TrafficMode()

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..pricing.catalogue import Chip, HardwareCatalogue
+from ..pricing.class_fit import expected_step_by_op
 from ..pricing.compare import Comparison, ComparisonExports, ComparisonRow
 from ..pricing.cost import efficiency_from_run, roofline_seconds
 from ..pricing.step_floor import StepFloor, apply_floor, step_floor
 from ..pricing.utilisation import (
     StepFeatures,
     default_framework,
-    expected_step,
     scaled_utilisation,
 )
 from .records import Costing, ProfileError, StepStats, summarize
@@ -671,7 +671,9 @@ def cost_run(record: RunRecord, costing: Costing, context: RunContext) -> Profil
     if count_ is not None and count_.flops == 0 and costing.flops_per_step is None:
         notes.append(
             "FlopCounterMode saw no matmul, convolution or attention FLOPs in the step: MFU "
-            "is not reported and estimates rest on bytes moved alone."
+            "is not reported, and the TPU and GPU rows rest on the per-step floor alone "
+            "(dispatching its ops, feeding its batch): bounds (>=), since no published run "
+            "calibrates a figure from the bytes it moves."
         )
 
     peak, bandwidth, peak_source = _peak(chip, chips, context.host_peak)
@@ -901,6 +903,24 @@ def _estimate(
     labelled a bound)."""
     from ..views.format import format_seconds
 
+    if not flops and target.has_peak and floor is not None and floor.seconds > 0:
+        # No matrix FLOPs (an embedding lookup, a gather): no published run calibrates a
+        # figure from bytes alone, so the row is what holds whatever the chip: the floor.
+        return ComparisonRow.build(
+            target,
+            floor.seconds,
+            "estimated",
+            chips=chips,
+            memory_bytes=device_memory,
+            note=(
+                f"bound only: at least {format_seconds(floor.seconds)}, the {floor.describe()}; "
+                "the step does no matmul, convolution or attention FLOPs and no published run "
+                "calibrates a figure from its bytes, so nothing more is expected"
+            ),
+            time_kind="bound",
+            bound_seconds=floor.seconds,
+            **common,
+        )
     if not flops or not target.has_peak:
         why = (
             f"{target.name} has no peak figure in the catalogue"
@@ -916,14 +936,18 @@ def _estimate(
         attention="full",
         bytes_per_chip=(bytes_ or 0.0) / chips,
         bytes_kind="unfused",  # the profiler's per-op bytes: never a floor
-        **(count.fit_inputs(target.kind) if count is not None else {}),
+        **(
+            count.fit_inputs(target.kind) | {"traffic": count.traffic(chips)}
+            if count is not None
+            else {}
+        ),
     )
     utilisation = None
     if reference is not None:
         utilisation = scaled_utilisation(
             reference.utilisation, reference.chip, target, features.attention_share
         )
-    expected = expected_step(features, target, utilisation=utilisation)
+    expected = expected_step_by_op(features, target, utilisation=utilisation)
     # The profiler's bytes are per op, unfused: neither a floor nor a ceiling on a compiled
     # step's HBM traffic, so the bound is the compute term alone.
     bound = roofline_seconds(flops / chips, 0.0, target)

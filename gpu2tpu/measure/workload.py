@@ -10,6 +10,7 @@ transposed ones marking a U-Net), attention (causal or not) and plain matmuls. P
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,33 @@ SMALL_STEP_FLOPS = 1e10
 # A step whose convolutions do at least this share of its matrix FLOPs is a convolutional net.
 CONV_SHARE = 0.5
 _PRECISIONS = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
+# Matrix ops are binned by arithmetic intensity (FLOPs per byte moved) this finely: a quarter
+# of an octave, so a chip's balance splits them into compute- and memory-bound within 19%.
+_BINS_PER_OCTAVE = 4
+
+
+class IntensityProfile:
+    """Matrix ops' FLOPs and unfused bytes, summed by arithmetic intensity. Whether an op is
+    compute- or memory-bound depends on the chip it runs on (its FLOPs per byte of bandwidth),
+    so the profile keeps the split open: `OpMix.split(balance)` makes it for one chip."""
+
+    def __init__(self) -> None:
+        self.bins: dict[int, list[float]] = {}
+
+    def add(self, flops: float, nbytes: float) -> None:
+        if flops <= 0 or nbytes <= 0:
+            return
+        key = math.floor(math.log2(flops / nbytes) * _BINS_PER_OCTAVE)
+        slot = self.bins.setdefault(key, [0.0, 0.0])
+        slot[0] += flops
+        slot[1] += nbytes
+
+    def frozen(self) -> tuple[tuple[float, float, float], ...]:
+        """(intensity at the bin's centre, FLOPs, bytes) per bin, lowest intensity first."""
+        return tuple(
+            (2 ** ((key + 0.5) / _BINS_PER_OCTAVE), f, b)
+            for key, (f, b) in sorted(self.bins.items())
+        )
 
 
 @dataclass(frozen=True)
@@ -31,6 +59,11 @@ class OpMix:
     `matmul_flops` are plain matrix products (mm, addmm, bmm outside attention);
     `attention_flops` SDPA's kernels and bmm inside modules named for attention;
     `conv_flops` all convolutions, `conv3d_flops` and `transposed_conv_flops` parts of them;
+    `other_bytes` the unfused bytes in and out of every op that is not a matrix op, and
+    `depthwise_bytes` those of depthwise convolutions (forward and backward) and
+    `matrix_intensity` the other matrix ops' FLOPs and bytes by arithmetic intensity
+    (`IntensityProfile`): together the step's memory traffic op by op, as eager PyTorch
+    moves it;
     `other_elements` the elements of the largest tensor of every other op that is not a view
     (one FLOP each: elementwise work, reductions, norms, the optimizer), `kernel_ops` how many such ops and matrix
     ops ran (each is a kernel launch in eager PyTorch); `flops_by_dtype` the matrix FLOPs by
@@ -47,6 +80,16 @@ class OpMix:
     causal_attention: bool = False
     upsampling: bool = False
     flops_by_dtype: Mapping[str, float] = field(default_factory=dict)
+    other_bytes: float = 0.0
+    depthwise_bytes: float = 0.0
+    matrix_intensity: tuple[tuple[float, float, float], ...] = ()
+
+    def split(self, balance: float) -> tuple[float, float]:
+        """The matrix FLOPs of ops at or above `balance` FLOPs per byte (compute-bound on a
+        chip of that balance) and the bytes of the matrix ops below it (memory-bound there)."""
+        flops = sum(f for i, f, _ in self.matrix_intensity if i >= balance)
+        nbytes = sum(b for i, _, b in self.matrix_intensity if i < balance)
+        return flops, nbytes
 
     @property
     def matrix_flops(self) -> float:
@@ -72,6 +115,9 @@ class OpMix:
             "upsampling": self.upsampling,
             "flops_by_dtype": dict(self.flops_by_dtype),
             "matmul_share": self.matmul_share,
+            "other_bytes": self.other_bytes,
+            "depthwise_bytes": self.depthwise_bytes,
+            "matrix_intensity": [list(b) for b in self.matrix_intensity],
         }
 
 

@@ -48,6 +48,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .catalogue import Chip, HardwareCatalogue
+from .op_traffic import OpTraffic
 from .published import FRAMEWORKS, MODEL_CLASSES, PRECISIONS, PublishedRun, load_published_runs
 
 # The range: this share of cross-source predictions falls inside it.
@@ -93,6 +94,9 @@ class StepFeatures:
     convolution FLOPs. `parameters` (matmul weights) and `slices` (slices over the
     data-centre network) are the scale inputs; `model_class`, `precision` and `framework` say
     what kind of step it is and what runs it (None: inferred / the default for the chip).
+    `traffic` is the step's FLOPs and unfused bytes op by op (the profiler's count): with
+    it `class_fit.expected_step_by_op` costs CNNs, encoders and U-Nets op by op; this
+    function, the LLM fit, ignores it.
     """
 
     chip: str
@@ -112,6 +116,7 @@ class StepFeatures:
     model_class: str | None = None
     precision: str = "bf16"
     framework: str | None = None
+    traffic: OpTraffic | None = None
 
     @property
     def model_flops_per_chip(self) -> float:

@@ -1,0 +1,509 @@
+"""Expected step time of CNNs, encoders and U-Nets: each op at the chip's achieved compute
+or memory rate, calibrated on their published runs without touching the LLM fit.
+
+By FLOPs alone the published runs of one class disagree tenfold: EfficientNet-B0 reaches
+1.5-2.8% of an A100's peak where ResNet-50 reaches 14-19%. Their ops tell why: a depthwise
+convolution does a few FLOPs per byte it moves, batch norms and activations none, and in
+eager PyTorch every one of them goes through HBM. So the time is summed op by op, each at
+the slower of its two rates (the profiler counts both FLOPs and bytes of every op):
+
+    t = sum over matrix ops of max(FLOPs / (peak x u), bytes / (bandwidth x e))
+        + phi[fusion] x other ops' bytes / (bandwidth x e)
+        + depthwise convolutions' bytes / (bandwidth x e_dw)
+
+- `u`, the matrix ops' share of peak, is the LLM fit's utilisation for the chip, framework
+  and precision (`UtilisationFit.utilisation`, unchanged) times a per-class factor
+  exp(class[c]): the LLM runs teach how chips and frameworks differ, these runs how far a
+  CNN's convolutions or an encoder's matmuls sit from an LLM's;
+- `e`, the share of HBM bandwidth the memory-bound ops reach, and `e_dw` that of depthwise
+  convolutions (cuDNN's depthwise kernels run well below the bandwidth);
+- `phi`, the share of the elementwise ops' unfused bytes that still moves after fusion: 1 in
+  eager PyTorch (what the profiler counts), fitted for XLA (every framework on a TPU) and
+  for GPU frameworks with fused kernels (MXNet, PaddlePaddle, TensorFlow), as a logistic
+  share (shrunk towards a half);
+- a factor for fp32/TF32 steps (`precision:*`), whose convolutions run further below the
+  TF32 peak than 16-bit ones do below theirs.
+
+The class, fusion and depthwise terms are fitted by weighted least squares on the log of the
+step time (each configuration weighs one; Levenberg-Marquardt), shrunk towards their priors
+(class and precision 0, phi one half, e_dw = e, e 0.8) by the same ridge as the LLM fit. How sure: each publisher of
+these runs is left out in turn and predicted by the others (`ClassFit.cross_source`); the
+range printed with a figure is the 10th-90th percentile of those errors. A class, a fusion
+group or depthwise convolutions that no other publisher's run calibrates give no figure:
+the caller shows a bound.
+
+Pure: the published runs' traffic comes in as data (`published_traffic.toml`, counted by
+benchmarks/figures_vs_published_models.py on the models built to their shapes).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+import tomllib
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .catalogue import Chip, HardwareCatalogue
+from .op_traffic import OpTraffic
+from .published import PublishedRun, load_published_runs
+from .utilisation import (
+    RANGE_QUANTILES,
+    RIDGE,
+    ExpectedStep,
+    StepFeatures,
+    UtilisationFit,
+    _outer_quantile,
+    _solve,
+    default_framework,
+    expected_step,
+    infer_model_class,
+)
+
+CLASSES = ("cnn", "encoder", "unet")
+MODELS_TABLE = Path(__file__).with_name("published_runs_models.toml")
+TRAFFIC_TABLE = Path(__file__).with_name("published_traffic.toml")
+# Frameworks that run a GPU step through fused kernels of their own rather than one kernel
+# per PyTorch op; on a TPU every framework runs XLA's fused program.
+_GRAPH_ON_GPU = frozenset({"mxnet", "paddle", "tensorflow", "jax"})
+# 16-bit tensor-core precisions: the LLM fit's utilisation holds for them; fp32 and TF32
+# steps get a fitted factor of their own (`precision:*`) where a run calibrates it.
+_SAME_AS_BF16 = frozenset({"bf16", "fp16"})
+_PRIOR = {"bandwidth": math.log(0.8)}
+
+
+def fusion_group(framework: str, chip_kind: str) -> str:
+    """How a framework moves the bytes of elementwise ops on a kind of chip: "xla" (every
+    framework on a TPU), "graph" (fused GPU kernels) or "eager" (one kernel per op)."""
+    if chip_kind == "tpu":
+        return "xla"
+    return "graph" if framework in _GRAPH_ON_GPU else "eager"
+
+
+def traffic_key(model: str, batch: int, precision: str) -> str:
+    return f"{model}/{batch}/{precision}"
+
+
+def load_traffic(path: Path = TRAFFIC_TABLE) -> dict[str, OpTraffic]:
+    """The published runs' traffic per sample, keyed by `traffic_key`."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read the published runs' traffic ({exc}).") from exc
+    out = {}
+    for key, entry in data.get("traffic", {}).items():
+        out[key] = OpTraffic(
+            tuple((float(i), float(f), float(b)) for i, f, b in entry["matrix"]),
+            float(entry["other_bytes"]),
+            float(entry.get("depthwise_bytes", 0.0)),
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class _Case:
+    """One published run as the class fit sees it: its step's traffic and what it ran on."""
+
+    run: PublishedRun
+    chip: Chip
+    traffic: OpTraffic  # per chip per step
+    seconds: float  # published step time
+    weight: float
+
+
+@dataclass(frozen=True)
+class ClassPrediction:
+    """A step time and whether every term of it was calibrated (else why not)."""
+
+    seconds: float
+    calibrated: bool
+    why_not: str = ""
+    utilisation: float = 0.0
+
+
+@dataclass(frozen=True)
+class ClassError:
+    """One run predicted without its publisher: expected against published samples/s."""
+
+    run: PublishedRun
+    expected: float | None  # samples a second a chip; None where only a bound is given
+    published: float
+
+    @property
+    def error(self) -> float | None:
+        return None if self.expected is None else self.expected / self.published - 1
+
+
+@dataclass(frozen=True)
+class ClassFit:
+    """The fitted class, bandwidth, depthwise and fusion terms, what calibrated them, and
+    their error on publishers left out."""
+
+    coefficients: Mapping[str, float]
+    classes: frozenset[str]
+    fusions: frozenset[str]
+    depthwise: bool
+    sources: tuple[str, ...]
+    precisions: frozenset[str] = frozenset()
+    cross_source: tuple[ClassError, ...] = ()
+    log_range: tuple[float, float] = (0.0, 0.0)
+
+    def predict(
+        self,
+        llm: UtilisationFit,
+        chip: Chip,
+        traffic: OpTraffic,
+        model_class: str,
+        framework: str,
+        precision: str,
+    ) -> ClassPrediction | None:
+        """The step time of `traffic` on `chip`, or None where the chip has no peak."""
+        peak, _ = chip.peak_for(precision)
+        if not peak or not chip.hbm_bandwidth:
+            return None
+        base = llm.utilisation(chip, 0.0, framework=framework, precision=precision)
+        if base is None:
+            return None
+        fusion = fusion_group(framework, chip.kind)
+        seconds, u = _seconds(self.coefficients, traffic, peak, chip.hbm_bandwidth, base,
+                              model_class, fusion, precision)  # fmt: skip
+        missing = []
+        if model_class not in self.classes:
+            missing.append(f"no published {model_class} run")
+        if fusion != "eager" and fusion not in self.fusions:
+            missing.append(f"no published run of {_FUSION_WHAT[fusion]}")
+        if precision not in _SAME_AS_BF16 and precision not in self.precisions:
+            missing.append(f"no published {precision} run")
+        if traffic.has_depthwise and not self.depthwise:
+            missing.append("no published run with depthwise convolutions")
+        return ClassPrediction(seconds, not missing, "; ".join(missing), u)
+
+    def configuration_errors(self) -> dict[tuple[object, ...], float]:
+        grouped: dict[tuple[object, ...], list[float]] = defaultdict(list)
+        for h in self.cross_source:
+            if h.error is not None:
+                grouped[h.run.configuration].append(math.log1p(h.error))
+        return {k: math.expm1(statistics.fmean(v)) for k, v in grouped.items()}
+
+    def class_errors(self, model_class: str) -> tuple[int, float, float] | None:
+        """Configurations, median and worst absolute cross-source error of one class."""
+        errors = [
+            abs(e)
+            for k, e in self.configuration_errors().items()
+            if any(h.run.configuration == k and h.run.model_class == model_class
+                   for h in self.cross_source)
+        ]  # fmt: skip
+        if not errors:
+            return None
+        return len(errors), statistics.median(errors), max(errors)
+
+    def source_line(self, model_class: str) -> str:
+        errors = self.class_errors(model_class)
+        measured = (
+            f"leave-one-publisher-out error over {errors[0]} {model_class} configurations: "
+            f"median {errors[1]:.0%}, worst {errors[2]:.0%}"
+            if errors
+            else f"no {model_class} configuration predicted without its publisher"
+        )
+        return (
+            f"op-by-op model (compute or memory per op) on {len(self.sources)} publishers' "
+            f"CNN, encoder and U-Net runs ({measured})"
+        )
+
+
+_FUSION_WHAT = {
+    "xla": "an XLA-compiled (TPU) CNN, encoder or U-Net",
+    "graph": "a fused-kernel GPU framework",
+}
+
+
+def _seconds(
+    c: Mapping[str, float],
+    traffic: OpTraffic,
+    peak: float,
+    bandwidth: float,
+    base_utilisation: float,
+    model_class: str,
+    fusion: str,
+    precision: str,
+) -> tuple[float, float]:
+    u = base_utilisation * math.exp(c.get(f"class:{model_class}", 0.0))
+    u = min(1.0, u * math.exp(c.get(f"precision:{precision}", 0.0)))
+    e = min(1.0, math.exp(c["bandwidth"]))
+    e_dw = min(1.0, math.exp(c.get("depthwise", c["bandwidth"])))
+    phi = 1.0 if fusion == "eager" else 1.0 / (1.0 + math.exp(-c.get(f"fusion:{fusion}", 0.0)))
+    matrix = sum(max(f / (peak * u), b / (bandwidth * e)) for _, f, b in traffic.matrix)
+    rest = phi * traffic.other_bytes / (bandwidth * e) + traffic.depthwise_bytes / (
+        bandwidth * e_dw
+    )
+    return matrix + rest, u
+
+
+def _cases(
+    runs: Iterable[PublishedRun],
+    traffic: Mapping[str, OpTraffic],
+    catalogue: HardwareCatalogue,
+) -> list[_Case]:
+    runs = [r for r in runs if r.model_class in CLASSES]
+    per_configuration = Counter(r.configuration for r in runs)
+    cases = []
+    for run in runs:
+        batch = max(1, math.ceil(run.per_device_batch))
+        per_sample = traffic.get(traffic_key(run.model.key, batch, run.precision))
+        if per_sample is None:
+            raise ValueError(
+                f"{TRAFFIC_TABLE.name}: no traffic for {run.id} "
+                f"({traffic_key(run.model.key, batch, run.precision)}); "
+                "run benchmarks/figures_vs_published_models.py --write-traffic."
+            )
+        cases.append(
+            _Case(
+                run,
+                catalogue.get(run.chip),
+                per_sample.scaled(run.per_device_batch),
+                run.per_device_batch / run.samples_per_s_per_chip,
+                1.0 / per_configuration[run.configuration],
+            )
+        )
+    return cases
+
+
+def _names(cases: Sequence[_Case]) -> list[str]:
+    names = ["bandwidth"]
+    names += sorted({f"class:{c.run.model_class}" for c in cases})
+    if any(c.traffic.has_depthwise for c in cases):
+        names.append("depthwise")
+    names += sorted(
+        {f"precision:{p}" for c in cases if (p := c.run.precision) not in _SAME_AS_BF16}
+    )
+    names += sorted(
+        {
+            f"fusion:{g}"
+            for c in cases
+            if (g := fusion_group(c.run.framework, c.chip.kind)) != "eager"
+        }
+    )
+    return names
+
+
+def _fit(cases: Sequence[_Case], llm: UtilisationFit) -> dict[str, float]:
+    """Levenberg-Marquardt on the weighted, ridge-penalised log-time residuals."""
+    names = _names(cases)
+    bases = []
+    for case in cases:
+        peak, _ = case.chip.peak_for(case.run.precision)
+        base = llm.utilisation(case.chip, 0.0, framework=case.run.framework,
+                               precision=case.run.precision)  # fmt: skip
+        bases.append((peak or 0.0, base or 0.0))
+
+    def prior(name: str, theta: Mapping[str, float]) -> float:
+        return theta["bandwidth"] if name == "depthwise" else _PRIOR.get(name, 0.0)
+
+    def residuals(theta: Mapping[str, float]) -> list[float]:
+        out = []
+        for case, (peak, base) in zip(cases, bases, strict=True):
+            fusion = fusion_group(case.run.framework, case.chip.kind)
+            t, _ = _seconds(theta, case.traffic, peak, case.chip.hbm_bandwidth, base,
+                            case.run.model_class, fusion, case.run.precision)  # fmt: skip
+            out.append(math.sqrt(case.weight) * math.log(t / case.seconds))
+        for name in names:
+            if name != "bandwidth":
+                out.append(math.sqrt(RIDGE) * (theta[name] - prior(name, theta)))
+        return out
+
+    theta = {n: _PRIOR.get(n, 0.0) for n in names}
+    if "depthwise" in theta:
+        theta["depthwise"] = theta["bandwidth"]
+    damping = 1e-2
+    loss = sum(r * r for r in residuals(theta))
+    for _ in range(100):
+        r0 = residuals(theta)
+        jac = []
+        for n in names:
+            moved = dict(theta)
+            moved[n] += 1e-6
+            jac.append([(a - b) / 1e-6 for a, b in zip(residuals(moved), r0, strict=True)])
+        normal = [[sum(x * y for x, y in zip(ji, jj, strict=True)) for jj in jac] for ji in jac]
+        grad = [sum(x * y for x, y in zip(ji, r0, strict=True)) for ji in jac]
+        while True:
+            a = [row[:] for row in normal]
+            for i in range(len(names)):
+                a[i][i] *= 1 + damping
+                a[i][i] += 1e-12
+            step = _solve(a, [-g for g in grad])
+            trial = {n: theta[n] + s for n, s in zip(names, step, strict=True)}
+            trial_loss = sum(r * r for r in residuals(trial))
+            if trial_loss < loss:
+                theta, damping = trial, max(damping / 3, 1e-7)
+                improved = loss - trial_loss
+                loss = trial_loss
+                break
+            damping *= 4
+            if damping > 1e8:
+                return theta
+        if improved < 1e-12:
+            break
+    return theta
+
+
+def _bare(cases: Sequence[_Case], llm: UtilisationFit) -> ClassFit:
+    return ClassFit(
+        coefficients=_fit(cases, llm),
+        classes=frozenset(c.run.model_class for c in cases),
+        fusions=frozenset(fusion_group(c.run.framework, c.chip.kind) for c in cases),
+        depthwise=any(c.traffic.has_depthwise for c in cases),
+        sources=tuple(sorted({c.run.source_group for c in cases})),
+        precisions=frozenset(c.run.precision for c in cases),
+    )
+
+
+def _predicted(fit: ClassFit, case: _Case, llm: UtilisationFit) -> ClassError:
+    run = case.run
+    p = fit.predict(llm, case.chip, case.traffic, run.model_class, run.framework, run.precision)
+    expected = None if p is None or not p.calibrated else run.per_device_batch / p.seconds
+    return ClassError(run, expected, run.samples_per_s_per_chip)
+
+
+def fit_classes(
+    runs: Iterable[PublishedRun],
+    traffic: Mapping[str, OpTraffic],
+    catalogue: HardwareCatalogue,
+    llm: UtilisationFit,
+) -> ClassFit:
+    """Fit on every run; predict each publisher's runs from a fit without it."""
+    cases = _cases(runs, traffic, catalogue)
+    full = _bare(cases, llm)
+    cross: list[ClassError] = []
+    for group in full.sources:
+        others = [c for c in cases if c.run.source_group != group]
+        if not others:
+            continue
+        fold = _bare(others, llm)
+        cross.extend(_predicted(fold, c, llm) for c in cases if c.run.source_group == group)
+    interim = replace(full, cross_source=tuple(cross))
+    residuals = [-math.log1p(e) for e in interim.configuration_errors().values()]
+    log_range = (
+        (
+            _outer_quantile(residuals, RANGE_QUANTILES[0]),
+            _outer_quantile(residuals, RANGE_QUANTILES[1]),
+        )
+        if residuals
+        else (0.0, 0.0)
+    )
+    return replace(full, cross_source=tuple(cross), log_range=log_range)
+
+
+def fit_without_error(
+    runs: Iterable[PublishedRun],
+    traffic: Mapping[str, OpTraffic],
+    catalogue: HardwareCatalogue,
+    llm: UtilisationFit,
+) -> ClassFit:
+    """The fit on `runs` alone, its error not measured (one fold of `fit_classes`)."""
+    return _bare(_cases(runs, traffic, catalogue), llm)
+
+
+@functools.cache
+def default_class_fit() -> ClassFit:
+    """The fit on the shipped non-LLM runs (computed once per process)."""
+    from .utilisation import default_fit
+
+    return fit_classes(
+        load_published_runs(MODELS_TABLE), load_traffic(), HardwareCatalogue.load(), default_fit()
+    )
+
+
+__all__ = [
+    "CLASSES",
+    "ClassError",
+    "ClassFit",
+    "ClassPrediction",
+    "OpTraffic",
+    "default_class_fit",
+    "expected_class_step",
+    "expected_step_by_op",
+    "fit_classes",
+    "fit_without_error",
+    "fusion_group",
+    "load_traffic",
+    "traffic_key",
+]
+
+
+def expected_class_step(
+    features: StepFeatures,
+    chip: Chip,
+    llm: UtilisationFit,
+    model_class: str,
+    framework: str,
+    notes: Sequence[str],
+    fit: ClassFit | None = None,
+) -> ExpectedStep | None:
+    """`expected_step` for a CNN, encoder or U-Net whose op-by-op traffic is known: the
+    op-by-op figure with its cross-publisher range where every term of it is calibrated,
+    else a bound (the roofline at peak) that says what is missing. None where the chip has
+    no peak for the step's precision."""
+    traffic = features.traffic
+    peak, _ = chip.peak_for(features.precision)
+    if traffic is None or not peak:
+        return None
+    fit = fit or default_class_fit()
+    prediction = fit.predict(llm, chip, traffic, model_class, framework, features.precision)
+    if prediction is None:
+        return None
+    bound = features.flops_per_chip / peak
+    notes = list(notes)
+    if prediction.calibrated:
+        seconds = max(prediction.seconds, bound)
+        low = seconds * math.exp(-fit.log_range[1])
+        high = seconds * math.exp(-fit.log_range[0])
+        kind = "expected"
+        compute = sum(f for _, f, _ in traffic.matrix) / peak
+        limited_by = "compute" if compute / prediction.utilisation >= seconds / 2 else "memory"
+    else:
+        seconds = low = high = bound
+        kind, limited_by = "bound", "compute"
+        notes.append(f"{prediction.why_not} calibrates a figure: shown as a bound")
+    return ExpectedStep(
+        seconds=seconds,
+        low=max(low, bound),
+        high=high,
+        bound_seconds=bound,
+        utilisation=bound / seconds if seconds else 0.0,
+        limited_by=limited_by,
+        calibrated=prediction.calibrated,
+        source=fit.source_line(model_class),
+        notes=tuple(notes),
+        kind=kind,
+        framework=features.framework or framework,
+        precision=features.precision,
+        peak_flops=peak,
+        model_class=model_class,
+    )
+
+
+def expected_step_by_op(
+    features: StepFeatures,
+    chip: Chip,
+    fit: UtilisationFit | None = None,
+    *,
+    utilisation: float | None = None,
+) -> ExpectedStep | None:
+    """`utilisation.expected_step`, with CNNs, encoders and U-Nets whose traffic is known
+    costed op by op (`expected_class_step`); every other step, and any step whose
+    utilisation was measured (`utilisation`), as the LLM fit costs it."""
+    from .utilisation import default_fit
+
+    llm = fit or default_fit()
+    model_class = features.model_class or infer_model_class(features)
+    if utilisation is None and features.traffic is not None and model_class in CLASSES:
+        framework, note = llm.resolve_framework(features.framework or default_framework(chip.kind))
+        by_op = expected_class_step(
+            features, chip, llm, model_class, framework, [n for n in (note,) if n]
+        )
+        if by_op is not None:
+            return by_op
+    return expected_step(features, chip, llm, utilisation=utilisation)

@@ -1,0 +1,153 @@
+"""The op-by-op model of CNNs, encoders and U-Nets (pricing/class_fit.py) and the profiler's
+figure for a step with no matrix FLOPs (issue 35).
+
+Each test would fail if the physics it names were ignored: depthwise convolutions' own
+bandwidth, the per-class factor, the fusion of elementwise ops, the calibration check that
+turns an uncalibrated regime into a bound, the LLM fit left as it was, the traffic table
+matching the profiler's count."""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpu2tpu.measure.flops import count_meta_step
+from gpu2tpu.pricing.catalogue import HardwareCatalogue
+from gpu2tpu.pricing.class_fit import (
+    MODELS_TABLE,
+    OpTraffic,
+    default_class_fit,
+    expected_step_by_op,
+    fit_without_error,
+    load_traffic,
+    traffic_key,
+)
+from gpu2tpu.pricing.published import load_published_runs
+from gpu2tpu.pricing.utilisation import StepFeatures, default_fit, fit_utilisation
+
+sys.path.insert(0, str(Path(__file__).parent))
+from published_models import build
+
+CATALOGUE = HardwareCatalogue.load()
+A100 = CATALOGUE.get("a100-80gb")
+
+
+def _features(
+    key: str, batch: int, chip: str = "a100-80gb", precision: str = "fp16", **kw: object
+) -> StepFeatures:
+    traffic = load_traffic()[traffic_key(key, batch, precision)].scaled(batch)
+    flops = sum(f for _, f, _ in traffic.matrix)
+    return StepFeatures(
+        chip=chip,
+        chips=1,
+        flops_per_chip=flops,
+        model_class="cnn",
+        precision=precision,
+        framework="pytorch",
+        traffic=traffic,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_a_cnn_with_its_traffic_gets_an_expected_figure_from_the_op_by_op_model() -> None:
+    step = expected_step_by_op(_features("resnet50_v1_5", 256), A100)
+    assert step is not None and step.kind == "expected"
+    assert "op-by-op" in step.source and "leave-one-publisher-out" in step.source
+    assert step.low < step.seconds < step.high
+    # without its traffic the same step is only a bound: the LLM fit has no CNN run
+    bare = expected_step_by_op(replace(_features("resnet50_v1_5", 256), traffic=None), A100)
+    assert bare is not None and bare.kind == "bound"
+
+
+def test_depthwise_convolutions_run_at_their_own_bandwidth() -> None:
+    """EfficientNet-B0 does a tenth of ResNet-50's FLOPs and published runs show it no
+    faster on an A100: its depthwise convolutions' bytes at their fitted bandwidth say why."""
+    fit = default_class_fit()
+    assert fit.depthwise and math.exp(fit.coefficients["depthwise"]) < math.exp(
+        fit.coefficients["bandwidth"]
+    )
+    effnet = _features("efficientnet_b0", 256)
+    assert effnet.traffic is not None and effnet.traffic.has_depthwise
+    with_dw = expected_step_by_op(effnet, A100)
+    moved = effnet.traffic
+    as_other = OpTraffic(moved.matrix, moved.other_bytes + moved.depthwise_bytes, 0.0)
+    without = expected_step_by_op(replace(effnet, traffic=as_other), A100)
+    assert with_dw is not None and without is not None
+    assert with_dw.seconds > without.seconds
+    resnet = expected_step_by_op(_features("resnet50_v1_5", 256), A100)
+    assert resnet is not None
+    # ResNet-50 does 10.6x the FLOPs; its step is predicted within 2x of EfficientNet-B0's
+    # (published: 2,470 and 2,489 img/s), where FLOPs at one utilisation say 10.6x
+    assert 0.5 < with_dw.seconds / resnet.seconds < 2.0
+    assert resnet.bound_seconds / with_dw.bound_seconds > 10
+
+
+def test_the_class_factor_and_fusion_enter_the_figure() -> None:
+    fit = default_class_fit()
+    base = _features("resnet50_v1_5", 256)
+    cnn = expected_step_by_op(base, A100)
+    unet = expected_step_by_op(replace(base, model_class="unet"), A100)
+    assert cnn is not None and unet is not None
+    factor = math.exp(fit.coefficients["class:cnn"] - fit.coefficients["class:unet"])
+    assert factor != pytest.approx(1.0, abs=0.05) and cnn.seconds != pytest.approx(unet.seconds)
+    fused = expected_step_by_op(replace(base, framework="mxnet"), A100)
+    assert fused is not None and fused.seconds < cnn.seconds  # fused kernels move fewer bytes
+
+
+def test_a_regime_no_other_publisher_calibrates_is_a_bound() -> None:
+    """Without Google's MLPerf runs nothing calibrates XLA's fusion of a CNN on a TPU."""
+    runs = [r for r in load_published_runs(MODELS_TABLE) if r.source_group != "mlperf-google"]
+    fold = fit_without_error(runs, load_traffic(), CATALOGUE, default_fit())
+    assert "xla" not in fold.fusions
+    v4 = CATALOGUE.get("v4")
+    traffic = _features("resnet50_v1_5", 128, chip="v4", precision="bf16").traffic
+    assert traffic is not None
+    prediction = fold.predict(default_fit(), v4, traffic, "cnn", "tensorflow", "bf16")
+    assert prediction is not None and not prediction.calibrated
+    assert "XLA" in prediction.why_not
+    shipped = default_class_fit().predict(default_fit(), v4, traffic, "cnn", "tensorflow", "bf16")
+    assert shipped is not None and shipped.calibrated
+
+
+def test_the_llm_fit_is_untouched_by_the_non_llm_runs() -> None:
+    alone = fit_utilisation(load_published_runs(), CATALOGUE)
+    assert dict(default_fit().coefficients) == pytest.approx(dict(alone.coefficients))
+    assert "cnn" not in default_fit().model_classes
+
+
+def test_every_class_is_predicted_without_its_publisher() -> None:
+    fit = default_class_fit()
+    for cls in ("cnn", "encoder", "unet"):
+        errors = fit.class_errors(cls)
+        assert errors is not None and errors[0] >= 3
+    assert {h.run.source_group for h in fit.cross_source} >= {"timm", "nvidia-dle", "mlperf-nvidia"}
+
+
+def test_the_traffic_table_is_the_profilers_count() -> None:
+    model, (inputs, targets), recipe = build("efficientnet_b0", 256)
+    step = count_meta_step(model, (inputs,), {}, targets, recipe.loss, torch.float16)
+    table = load_traffic()[traffic_key("efficientnet_b0", 256, "fp16")]
+    counted = step.traffic().scaled(1 / 256)
+    assert table.total_bytes == pytest.approx(counted.total_bytes, rel=1e-4)
+    assert table.depthwise_bytes == pytest.approx(counted.depthwise_bytes, rel=1e-4)
+    assert step.bytes_accessed / 256 == pytest.approx(counted.total_bytes, rel=1e-9)
+
+
+def test_a_step_with_no_matrix_flops_shows_the_floor_as_a_bound() -> None:
+    from gpu2tpu import profile
+
+    bag = torch.nn.EmbeddingBag(10000, 64)
+    ids = torch.randint(0, 10000, (256, 20))
+    result = profile(lambda: bag(ids), steps=3, warmup=1, backend="cpu")
+    assert result.flops_per_step == 0
+    assert any("per-step floor alone" in n for n in result.notes)
+    estimated = [r for r in result.comparison.rows if r.source == "estimated"]
+    assert estimated
+    for row in estimated:
+        assert row.time_kind == "bound" and row.step_seconds and row.step_seconds > 0
+        assert "per-step floor" in row.note and "no published run" in row.note
