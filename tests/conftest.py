@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,20 @@ from cpu_durations import (  # noqa: F401 (pytest finds hooks by name in a conft
 ROOT = Path(__file__).resolve().parent.parent
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def _ctrl_c_raises() -> None:
+    """A run started with SIGINT ignored (`nohup make test`, `make test &` from a script: the
+    shell starts a background job so) would keep it ignored, and Python then installs no
+    handler of its own: a SIGINT never becomes KeyboardInterrupt, here or in the processes
+    the tests start (an ignored signal stays ignored across exec, a handled one does not).
+    The tests of Ctrl-C (test_isolate, test_write_fidelity, test_forecast_isolation) need
+    Python's own handler, so the run puts it back; pytest-xdist's workers run this too."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_ctrl_c_raises()
 
 
 def _fixed_examples_in_ci() -> None:

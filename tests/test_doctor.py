@@ -246,15 +246,17 @@ def test_torch_outside_torch_tpu_range(tmp_path: Path) -> None:
     assert not report.ok
 
 
-def test_torch_213_fix_satisfies_torchax_and_torch_tpu_together(tmp_path: Path) -> None:
-    report = stand_in(tmp_path, "torchax_torch_213_with_torchtpu", probe_backends=True)
+def test_torch_216_fix_satisfies_torchax_and_torch_tpu_together(tmp_path: Path) -> None:
+    report = stand_in(tmp_path, "torchax_torch_216_with_torchtpu", probe_backends=True)
     torch_problems = [p for p in version_problems(report) if p.package == "torch"]
-    (problem,) = torch_problems
-    assert "torchax 0.0.13 needs torch<2.13" in problem.message
+    # torch 2.16 is past both ranges: one problem each, with the same fix.
+    (problem,) = [p for p in torch_problems if "torchax" in p.message]
+    assert {p.fix for p in torch_problems} == {problem.fix} and len(torch_problems) == 2
+    assert "torchax 0.0.13 needs torch<2.16" in problem.message
     assert "dim_Dimname" in problem.message  # the known fact says why
     package, version = pinned(problem.fix)
     assert package == "torch"
-    assert SpecifierSet("<2.13").contains(version)
+    assert SpecifierSet("<2.16").contains(version)
     assert SpecifierSet("<=2.15,>=2.11").contains(version)
     # A torch problem means importing torch could crash: the backends are not started.
     assert report.backends is None
@@ -264,7 +266,7 @@ def test_torch_213_fix_satisfies_torchax_and_torch_tpu_together(tmp_path: Path) 
 def test_libtpu_pins_that_conflict_on_a_tpu(tmp_path: Path) -> None:
     environ = {"LD_PRELOAD": "libtcmalloc.so.4"}
     report = stand_in(
-        tmp_path, "torchax_torch_213_with_torchtpu", environ=environ, root=tpu_root(tmp_path)
+        tmp_path, "torchax_torch_216_with_torchtpu", environ=environ, root=tpu_root(tmp_path)
     )
     (libtpu,) = [p for p in report.problems if p.package == "libtpu"]
     assert "jax[tpu] 0.10.2 pins libtpu==0.0.42.* for TPUs" in libtpu.message
@@ -277,7 +279,7 @@ def test_libtpu_pins_that_conflict_on_a_tpu(tmp_path: Path) -> None:
 
 
 def test_libtpu_pin_is_only_a_note_without_a_tpu(tmp_path: Path) -> None:
-    report = stand_in(tmp_path, "torchax_torch_213_with_torchtpu")
+    report = stand_in(tmp_path, "torchax_torch_216_with_torchtpu")
     assert not [p for p in report.problems if p.package == "libtpu"]
     assert any("matters only on a TPU machine" in n.message for n in report.notes)
 
@@ -457,7 +459,7 @@ def test_real_environment_is_healthy_for_the_cpu_backend() -> None:
 
 def test_renderings_carry_every_problem_and_fix(tmp_path: Path) -> None:
     root = tpu_root(tmp_path)
-    report = stand_in(tmp_path, "torchax_torch_213_with_torchtpu", root=root)
+    report = stand_in(tmp_path, "torchax_torch_216_with_torchtpu", root=root)
     assert len(report.problems) >= 3  # torch, libtpu and tcmalloc
     text = str(report)
     data = json.loads(json.dumps(report.to_dict()))

@@ -29,6 +29,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ..backends.torchax_compat import NEWEST_TORCH
+
 __all__ = [
     "CHECKED",
     "KNOWN_FACTS",
@@ -103,22 +105,27 @@ class KnownFact:
     verified: tuple[str, ...] = ()
 
 
+# The torch after the newest that gpu2tpu's torchax layer is tested with: "2.16" for (2, 15).
+_NEWEST = NEWEST_TORCH["0.0.13"]
+_PAST_NEWEST_TORCH = f"{_NEWEST[0]}.{_NEWEST[1] + 1}"
+
 KNOWN_FACTS: tuple[KnownFact, ...] = (
     KnownFact(
         package="torchax",
         package_versions="<=0.0.13",
         target="torch",
-        specifier="<2.13",
+        specifier=f"<{_PAST_NEWEST_TORCH}",
         reason=(
-            "torchax 0.0.13 fails to import with torch 2.13 "
-            "(AttributeError: aten.prod has no overload 'dim_Dimname')"
+            "torchax 0.0.13 names ATen ops that torch 2.13 and 2.14 removed "
+            "(aten.prod.dim_Dimname, aten.cholesky); gpu2tpu imports it through a "
+            f"compatibility layer tested up to torch {_NEWEST[0]}.{_NEWEST[1]}, and the "
+            "forecast refuses a newer torch"
         ),
         source=(
-            'verified with torch 2.13.0 and 2.12.1 (docs/backends.md, "torchax on JAX"); '
-            "torchax main fixed it after 0.0.13 in commit d1a9349 'Fix PyTorch 2.13 named "
-            "overload compatibility'"
+            "gpu2tpu/backends/torchax_compat.py and tests/test_torchax_compat.py; torchax's "
+            "main branch fixed the named overloads after 0.0.13 (google/torchax#102)"
         ),
-        verified=("2.12.1",),
+        verified=(f"{_NEWEST[0]}.{_NEWEST[1]}.0",),
     ),
     KnownFact(
         package="torchax",
