@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import signal
 import subprocess
@@ -51,6 +52,11 @@ def _fixed_examples_in_ci() -> None:
 
 
 _fixed_examples_in_ci()
+
+
+def installed_torch_minor() -> str:
+    """'2.6' for torch 2.6.0: the target-torch of a rewrite meant to run on this torch."""
+    return ".".join(importlib.metadata.version("torch").split(".")[:2])
 
 
 def run_cli(

@@ -17,6 +17,8 @@ Each mismatch comes back as one sentence and the one command that fixes it, a pi
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.resources
+import json
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -45,6 +47,8 @@ __all__ = [
     "display_name",
     "read_installed",
     "reported_versions",
+    "tested_sets",
+    "untested_set_findings",
 ]
 
 # The distributions whose versions decide whether PyTorch runs on a TPU (canonical names).
@@ -608,3 +612,83 @@ def allocator_finding(
         source="TorchTPU prints a tcmalloc warning at import when tcmalloc is not preloaded "
         '(docs/backends.md, "TorchTPU 0.2.0 as released")',
     )
+
+
+# -- the sets the project tests ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TestedSet:
+    """The versions of one stack that one environment of `make test-all` runs the tests on."""
+
+    name: str  # what the stack is for: "the forecast and the jax backend"
+    key: str  # the distribution whose presence means this stack is installed
+    source: str  # the lock file(s) it comes from
+    versions: dict[str, str]  # canonical name -> version
+
+    def describe(self) -> str:
+        return ", ".join(f"{display_name(n)} {v}" for n, v in self.versions.items())
+
+
+def tested_sets() -> list[TestedSet]:
+    """The table shipped with gpu2tpu (readiness/tested_sets.json)."""
+    text = (
+        importlib.resources.files("gpu2tpu.readiness")
+        .joinpath("tested_sets.json")
+        .read_text("utf-8")
+    )
+    return [
+        TestedSet(
+            name=entry["name"],
+            key=canonicalize_name(entry["key"]),
+            source=entry["source"],
+            versions={canonicalize_name(n): v for n, v in entry["versions"].items()},
+        )
+        for entry in json.loads(text)["sets"]
+    ]
+
+
+def _same_release(installed: str, tested: str) -> bool:
+    """2.15.0+cu132 is the tested 2.15.0: a local build tag names the build, not the release."""
+    a, b = _version(installed), _version(tested)
+    return a is not None and b is not None and a.public == b.public
+
+
+def untested_set_findings(
+    installed: Mapping[str, InstalledDistribution], sets: Sequence[TestedSet] | None = None
+) -> list[VersionFinding]:
+    """A note for each installed stack whose versions match none of the tested sets for it."""
+    sets = tested_sets() if sets is None else sets
+    findings: list[VersionFinding] = []
+    for key in dict.fromkeys(s.key for s in sets):
+        if key not in installed:
+            continue
+        candidates = [s for s in sets if s.key == key]
+        if any(
+            all(
+                n in installed and _same_release(installed[n].version, v)
+                for n, v in s.versions.items()
+            )
+            for s in candidates
+        ):
+            continue
+        here = ", ".join(
+            installed[n].label if n in installed else f"no {display_name(n)}"
+            for n in candidates[0].versions
+        )
+        tested = "; ".join(s.describe() for s in candidates)
+        pins = " ".join(f'"{display_name(n)}=={v}"' for n, v in candidates[0].versions.items())
+        findings.append(
+            VersionFinding(
+                message=(
+                    f"This set is not one gpu2tpu has tested for {candidates[0].name}: {here} "
+                    f"(tested: {tested}). It may work; what fails here may be the versions."
+                ),
+                fix=f"pip install {pins}",
+                severity="note",
+                package=key,
+                source="gpu2tpu/readiness/tested_sets.json: "
+                + "; ".join(s.source for s in candidates),
+            )
+        )
+    return findings
