@@ -73,7 +73,7 @@ lock-xla:
 # each torch minor the rules write for (docs/torch-versions.md): 2.6 and 2.12 in environments
 # of their own (requirements/torch-<minor>.lock: torch and what those tests need), 2.9 in the
 # XLA environment, the newest in .venv (the main run). CONTRIBUTING.md says what they cost.
-MATRIX_TORCH := 2.6
+MATRIX_TORCH := 2.6 2.12
 TORCH_VENV ?= .venv-torch
 torch_deps = $(TORCH_VENV)$(1)/.deps-$(shell cat requirements/torch-$(1).lock | sha256sum | cut -c1-16)
 torch_src = $(TORCH_VENV)$(1)/.src-$(shell printf '%s' "$(CURDIR)" | sha256sum | cut -c1-16)
