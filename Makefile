@@ -10,7 +10,8 @@ SRC_STAMP := $(VENV)/.src-$(shell printf '%s' "$(CURDIR)" | sha256sum | cut -c1-
 HTML_MANAGER := tests/browser/node_modules/@jupyter-widgets/html-manager/dist/embed.js
 
 .PHONY: install test test-all test-fast lint demo browser-deps bench clean lock install-xla test-xla lock-xla corpus tpu-env
-.PHONY: _test-fast-main _test-fast-torchax _test-all-main _test-all-torchax
+.PHONY: install-torch test-torch lock-torch
+.PHONY: _test-fast-main _test-fast-torchax _test-all-main _test-all-torchax _test-all-older-torch
 
 # Tests run with their bytecode cached: where the shell sets PYTHONDONTWRITEBYTECODE, every run
 # (and every xdist worker) would compile the tests' assertion rewrites and gpu2tpu anew.
@@ -67,6 +68,53 @@ lock-xla:
 	/tmp/gpu2tpu-lock-xla/bin/pip install -q -r requirements/xla-cpu.in
 	/tmp/gpu2tpu-lock-xla/bin/pip freeze --exclude gpu2tpu > $(XLA_LOCK)
 
+# The torch matrix: the codemod's output checks (the tests marked `torch_matrix`: every call a
+# rewrite emits for the installed torch binds, the simulated accelerator, the PyPI corpus) on
+# each torch minor the rules write for (docs/torch-versions.md): 2.6 and 2.12 in environments
+# of their own (requirements/torch-<minor>.lock: torch and what those tests need), 2.9 in the
+# XLA environment, the newest in .venv (the main run). CONTRIBUTING.md says what they cost.
+MATRIX_TORCH := 2.6 2.12
+TORCH_VENV ?= .venv-torch
+torch_deps = $(TORCH_VENV)$(1)/.deps-$(shell cat requirements/torch-$(1).lock | sha256sum | cut -c1-16)
+torch_src = $(TORCH_VENV)$(1)/.src-$(shell printf '%s' "$(CURDIR)" | sha256sum | cut -c1-16)
+TORCH_ENVS := $(foreach v,$(MATRIX_TORCH),$(call torch_src,$(v)))
+
+# One pair of rules per environment, as for .venv: the deps stamp names its lock's hash, so a
+# changed lock rebuilds the environment; the package is installed editable once per checkout.
+define torch_env
+$(call torch_deps,$(1)): requirements/torch-$(1).lock
+	@rm -rf $(TORCH_VENV)$(1) && $(PYTHON) -m venv $(TORCH_VENV)$(1)
+	$(TORCH_VENV)$(1)/bin/python -m pip install -q --upgrade pip
+	$(TORCH_VENV)$(1)/bin/python -m pip install -q --no-compile -r requirements/torch-$(1).lock
+	@touch $$@
+$(call torch_src,$(1)): $(call torch_deps,$(1)) pyproject.toml
+	$(TORCH_VENV)$(1)/bin/python -m pip install -q --no-deps -e .
+	@rm -f $(TORCH_VENV)$(1)/.src-*
+	@touch $$@
+endef
+$(foreach v,$(MATRIX_TORCH),$(eval $(call torch_env,$(v))))
+
+install-torch: $(TORCH_ENVS)
+
+# `-m torch_matrix` in each older torch's environment, one after another (the corpus's
+# packages for each torch are installed once, by the corpus harness, into the corpus cache).
+# ruff for the corpus's F821 check is .venv's; torch_xla is not loaded in .venv-xla's run
+# (TORCH_DEVICE_BACKEND_AUTOLOAD=0): these tests are about torch 2.9's own API.
+MATRIX_TESTS := tests/test_rule_fixtures.py tests/test_other_accelerators.py tests/test_corpus.py
+test-torch: install install-torch install-xla
+	@for py in $(foreach v,$(MATRIX_TORCH),$(TORCH_VENV)$(v)/bin/python) $(XLA_BIN)/python; do \
+	  echo "torch matrix: torch $$($$py -c 'import importlib.metadata as m; print(m.version("torch"))')"; \
+	  PATH="$(abspath $(BIN)):$$PATH" TORCH_DEVICE_BACKEND_AUTOLOAD=0 \
+	    $$py -m pytest -q -m torch_matrix -p no:cacheprovider $(DURATIONS) $(MATRIX_TESTS) || exit 1; \
+	done
+
+lock-torch:
+	for v in $(MATRIX_TORCH); do \
+	  rm -rf /tmp/gpu2tpu-lock-torch && $(PYTHON) -m venv /tmp/gpu2tpu-lock-torch && \
+	  /tmp/gpu2tpu-lock-torch/bin/pip install -q -r requirements/torch-$$v.in && \
+	  /tmp/gpu2tpu-lock-torch/bin/pip freeze --exclude gpu2tpu > requirements/torch-$$v.lock || exit 1; \
+	done
+
 # The released TorchTPU for tests/test_torchtpu_contract.py (requirements/tpu.lock), in a
 # folder only those tests' subprocesses see: an installed torch_tpu loads at `import torch`.
 TPU_SITE ?= $(VENV)-tpu
@@ -117,8 +165,12 @@ _test-fast-torchax:
 # Everything: the fast tier, the slow tests (real environments built from the registries, the
 # PyPI corpus, torch's sources, Jupyter kernels, the browser, TPU compiles), the TorchTPU
 # contract and the XLA environment's tests, the three runs side by side.
-test-all: install lint browser-deps tpu-env corpus install-xla
-	@$(MAKE) --no-print-directory -j3 -O _test-all-main _test-all-torchax test-xla
+test-all: install lint browser-deps tpu-env corpus install-xla install-torch
+	@$(MAKE) --no-print-directory -j3 -O _test-all-main _test-all-torchax _test-all-older-torch
+
+# The XLA run ends well before the other two: the torch matrix follows it in its lane.
+_test-all-older-torch:
+	@$(MAKE) --no-print-directory test-xla && $(MAKE) --no-print-directory test-torch
 
 _test-all-main:
 	$(PYTEST) -m "not torchax" -n $(JOBS) --dist loadgroup $(DURATIONS)
@@ -143,4 +195,4 @@ lock:
 	/tmp/gpu2tpu-lock/bin/pip freeze --exclude gpu2tpu > $(LOCK)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(foreach v,$(MATRIX_TORCH),$(TORCH_VENV)$(v)) .pytest_cache .ruff_cache build *.egg-info

@@ -185,8 +185,11 @@ def run_bare(model_name: str, target: str) -> dict:
         os.environ.setdefault(key, value)
     import jax
     import optax
-    import torchax
     from jax.experimental import topologies
+
+    from gpu2tpu.backends.torchax_compat import import_torchax
+
+    torchax = import_torchax()  # torch 2.13 and newer need gpu2tpu's layer to import it
 
     jax.config.update("jax_enable_compilation_cache", False)
     names = {"v5e": "v5e:1x1", "v6e": "v6e:1x1", "v5p": "v5p:1x1x1", "tpu7x": "tpu7x:1x1x1"}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +23,20 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
+def _ctrl_c_raises() -> None:
+    """A run started with SIGINT ignored (`nohup make test`, `make test &` from a script: the
+    shell starts a background job so) would keep it ignored, and Python then installs no
+    handler of its own: a SIGINT never becomes KeyboardInterrupt, here or in the processes
+    the tests start (an ignored signal stays ignored across exec, a handled one does not).
+    The tests of Ctrl-C (test_isolate, test_write_fidelity, test_forecast_isolation) need
+    Python's own handler, so the run puts it back; pytest-xdist's workers run this too."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_ctrl_c_raises()
+
+
 def _fixed_examples_in_ci() -> None:
     """In CI the property tests draw the same examples on every run: a red CI blocks a
     submission, so a case found by chance should turn up in a developer's run (random, and
@@ -36,6 +52,11 @@ def _fixed_examples_in_ci() -> None:
 
 
 _fixed_examples_in_ci()
+
+
+def installed_torch_minor() -> str:
+    """'2.6' for torch 2.6.0: the target-torch of a rewrite meant to run on this torch."""
+    return ".".join(importlib.metadata.version("torch").split(".")[:2])
 
 
 def run_cli(

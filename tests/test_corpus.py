@@ -51,6 +51,7 @@ def corpus_table(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def
 
 
 @pytest.mark.slow
+@pytest.mark.torch_matrix
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("package", PACKAGES, ids=[p.name for p in PACKAGES])
 def test_rewritten_package_still_works(

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from gpu2tpu.backends.torchax_compat import import_torchax
 from gpu2tpu.forecasting import aot
 from gpu2tpu.forecasting import forecast as fc
 from gpu2tpu.forecasting.optimizers import UnsupportedOptimizer, plan_optimizer, to_optax
@@ -271,8 +272,8 @@ def test_a_random_op_in_the_traced_step_leaves_torchaxs_key_alone(monkeypatch):
     yet, as in a fresh process: torchax makes it, and its first key, on first use."""
     import jax
     import jax.numpy as jnp
-    import torchax
 
+    torchax = import_torchax()
     monkeypatch.setattr(torchax, "_env", None)
 
     model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.Linear(8, 2))

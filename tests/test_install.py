@@ -7,6 +7,11 @@ environment with no lock: pip resolves it against the registries as a user's pip
 find no problem, `gpu2tpu rewrite` must migrate a CUDA script, and where the line installs the
 `notebook` and `forecast` extras a tiny forecast must compile for a TPU.
 
+No line downgrades torch: where a line brings torch (the `notebook`, `forecast` and `tpu`
+extras), the environment first gets the newest torch the registry has, as a user on current
+torch has it, and the line must leave that torch as it was (a cap on torch anywhere in the
+extras' requirements would make pip replace it, or refuse).
+
 To spare the network, pip first downloads each line's resolution into one wheelhouse
 (`pip download` resolves exactly as `pip install` does; files already there are reused) and
 installs from it with `--no-index`. The wheelhouse is kept between runs in
@@ -31,10 +36,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 CACHE = Path(os.environ.get("GPU2TPU_CI_CACHE", Path.home() / ".cache" / "gpu2tpu-ci"))
+LOCK_TORCH = re.findall(r"^torch==(\S+)$", (ROOT / "requirements" / "dev.lock").read_text(), re.M)[
+    0
+]
 
 pytestmark = pytest.mark.slow
 
@@ -126,6 +135,30 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+# The extras that bring torch (pyproject.toml): a line with one of them must keep the newest.
+TORCH_EXTRAS = {"notebook", "forecast", "tpu"}
+
+
+def _install(py: str, requirement: list[str], wheels: Path, cwd: Path, line: str) -> None:
+    """Resolve `requirement` from the registries into the wheelhouse, then install it."""
+    with _locked(wheels / ".lock"):
+        fetched = _run([py, "-m", "pip", "download", "-q", "-d", str(wheels), *requirement], cwd)
+    assert fetched.returncode == 0, f"{line}: pip download failed\n{fetched.stderr[-3000:]}"
+    # --no-compile: the same files, without pip compiling torch's ~4,000 modules to bytecode.
+    installed = _run(
+        [py, "-m", "pip", "install", "-q", "--no-compile", "--no-index",
+         "--find-links", str(wheels), *requirement],
+        cwd,
+    )  # fmt: skip
+    assert installed.returncode == 0, f"{line}: pip install failed\n{installed.stderr[-3000:]}"
+
+
+def _version_in(py: str, dist: str, cwd: Path) -> str:
+    done = _run([py, "-c", f"import importlib.metadata as m; print(m.version({dist!r}))"], cwd)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()
+
+
 # A fresh install of torch and its CUDA libraries took 9-10 min per line here (2026-12-01).
 @pytest.mark.timeout(3000)
 @pytest.mark.parametrize("line", readme_install_lines(README.read_text(encoding="utf-8")))
@@ -140,28 +173,17 @@ def test_each_readme_install_line_gives_a_working_set(
     py = str(venv / "bin" / "python")
     requirement = _requirement(line, wheel)
 
-    with _locked(wheels / ".lock"):
-        fetched = _run(
-            [py, "-m", "pip", "download", "-q", "-d", str(wheels), *requirement], tmp_path
+    newest_torch = None
+    if _extras(line) & TORCH_EXTRAS:
+        _install(py, ["torch"], wheels, tmp_path, line)  # the newest torch, as a user has it
+        newest_torch = _version_in(py, "torch", tmp_path)
+        # the registry's newest is at least the development lock's (no cap on this machine)
+        assert Version(newest_torch).release >= Version(LOCK_TORCH).release, newest_torch
+    _install(py, requirement, wheels, tmp_path, line)
+    if newest_torch is not None:
+        assert _version_in(py, "torch", tmp_path) == newest_torch, (
+            f"{line} replaced torch {newest_torch} with {_version_in(py, 'torch', tmp_path)}"
         )
-    assert fetched.returncode == 0, f"{line}: pip download failed\n{fetched.stderr[-3000:]}"
-    # --no-compile: the same files, without pip compiling torch's ~4,000 modules to bytecode.
-    installed = _run(
-        [
-            py,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-compile",
-            "--no-index",
-            "--find-links",
-            str(wheels),
-        ]
-        + requirement,
-        tmp_path,
-    )
-    assert installed.returncode == 0, f"{line}: pip install failed\n{installed.stderr[-3000:]}"
 
     gpu2tpu = str(venv / "bin" / "gpu2tpu")
     doctor = _run([gpu2tpu, "doctor"], tmp_path, timeout=600)

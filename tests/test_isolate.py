@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -126,6 +127,26 @@ def test_ctrl_c_in_the_parent_kills_the_child_and_keeps_the_events(tmp_path) -> 
     assert [e[0] for e in seen] == ["started", "still running"]  # SIGINT did not stop the child
     child = int((tmp_path / "pid").read_text())
     assert not _alive(child)
+
+
+@pytest.mark.parametrize("new_session", [False, True], ids=["nohup", "setsid"])
+def test_the_ctrl_c_test_passes_in_a_run_that_inherits_an_ignored_sigint(
+    new_session: bool,
+) -> None:
+    """`nohup make test`, or `make test &` from a script, starts pytest with SIGINT ignored
+    (and `setsid` in a session of its own): the test above must still see its Ctrl-C."""
+    name = "test_ctrl_c_in_the_parent_kills_the_child_and_keeps_the_events"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::{name}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        start_new_session=new_session,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "1 passed" in done.stdout
 
 
 def test_idle_callback_ticks_while_the_child_works() -> None:

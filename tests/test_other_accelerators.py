@@ -13,9 +13,11 @@ import textwrap
 import pytest
 import torch
 
+from conftest import installed_torch_minor
 from gpu2tpu.backends.base import accelerator_answers
 from gpu2tpu.rewrite.core.model import Options
 from gpu2tpu.rewrite.core.source import rewrite_source
+from gpu2tpu.rewrite.core.torch_target import rewrite_for_target
 
 # name -> (snippet, what the rewrite's `result` must be on the simulated accelerator)
 SNIPPETS: dict[str, tuple[str, object]] = {
@@ -95,11 +97,15 @@ def _run(text: str) -> tuple[str | None, dict[str, object]]:
     return None, namespace
 
 
+@pytest.mark.torch_matrix
 @pytest.mark.parametrize("name", SNIPPETS)
 def test_the_rewrite_runs_where_the_original_ran(name: str) -> None:
+    """The rewrite made for the installed torch (target-torch), so that `make test-all`'s runs
+    on each torch minor the rules write for (2.6, 2.9, 2.12, newest) check the forms of each."""
     snippet, expected = SNIPPETS[name]
     original = textwrap.dedent(snippet)
-    rewritten = rewrite_source(original).new_text
+    options = Options(target_torch=installed_torch_minor())
+    rewritten = rewrite_for_target(rewrite_source, original, options).new_text
     assert not torch.cuda.is_available()  # the simulated host has no CUDA, as a TPU host
     with accelerator_answers(torch.device("meta")):
         assert torch.accelerator.is_available()

@@ -10,13 +10,16 @@ sets the options.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import shlex
 from pathlib import Path
 
 import pytest
 
+from conftest import installed_torch_minor
 from gpu2tpu.rewrite.core.model import Options
 from gpu2tpu.rewrite.core.source import rewrite_source
+from gpu2tpu.rewrite.core.torch_target import rewrite_for_target
 from gpu2tpu.rewrite.rules.base import Rule, all_rules
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rules"
@@ -165,30 +168,54 @@ def _resolve(name: str) -> object | None:
     return None
 
 
-def test_every_emitted_call_binds_to_the_installed_torchs_signature() -> None:
+def _older(a: str, b: str) -> str:
+    return min(a, b, key=lambda v: tuple(int(p) for p in v.split(".")))
+
+
+def _check_calls_bind(name_of: str, text: str) -> int:
+    """Bind each torch call `text` emits to the installed torch's signature; how many."""
     import inspect
 
     checked = 0
-    for out in sorted(FIXTURES.glob("*.out.py")):
-        tree = ast.parse(out.read_text())
-        for name, call in _torch_calls(tree):
-            target = _resolve(name)
-            assert target is not None, f"{out.name}:{call.lineno}: {name} does not exist"
-            try:
-                signature = inspect.signature(target)  # type: ignore[arg-type]
-            except (TypeError, ValueError):
-                continue  # a C function without a signature (torch.device, manual_seed)
-            if any(isinstance(a, ast.Starred) for a in call.args) or any(
-                k.arg is None for k in call.keywords
-            ):
-                continue
-            args = [object()] * len(call.args)
-            kwargs = {k.arg: object() for k in call.keywords if k.arg}
-            try:
-                signature.bind(*args, **kwargs)
-            except TypeError as err:
-                raise AssertionError(
-                    f"{out.name}:{call.lineno}: {name}{signature}: {err}"
-                ) from None
-            checked += 1
+    tree = ast.parse(text)
+    for name, call in _torch_calls(tree):
+        target = _resolve(name)
+        assert target is not None, f"{name_of}:{call.lineno}: {name} does not exist"
+        try:
+            signature = inspect.signature(target)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue  # a C function without a signature (torch.device, manual_seed)
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(
+            k.arg is None for k in call.keywords
+        ):
+            continue
+        args = [object()] * len(call.args)
+        kwargs = {k.arg: object() for k in call.keywords if k.arg}
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as err:
+            raise AssertionError(f"{name_of}:{call.lineno}: {name}{signature}: {err}") from None
+        checked += 1
+    return checked
+
+
+@pytest.mark.torch_matrix
+def test_every_call_emitted_for_the_installed_torch_binds() -> None:
+    """Each fixture rewritten with target-torch set to the installed torch (its own target if
+    older): every torch call it writes exists in this torch and binds to its signature.
+    `make test-all` runs it on each torch minor the rules write for (2.6, 2.9, 2.12, newest)."""
+    installed = installed_torch_minor()
+    checked = 0
+    for case in CASES:
+        text = case.read_text()
+        options = options_for(text)
+        target = _older(options.target_torch or installed, installed)
+        targeted = dataclasses.replace(options, target_torch=target)
+        result = rewrite_for_target(rewrite_source, text, targeted)  # as the CLI does
+        checked += _check_calls_bind(f"{case.name} (target-torch {target})", result.new_text)
+    assert checked >= 40, checked  # the fixtures emit many such calls: the test sees them
+
+
+def test_every_emitted_call_binds_to_the_installed_torchs_signature() -> None:
+    checked = sum(_check_calls_bind(out.name, out.read_text()) for out in FIXTURES.glob("*.out.py"))
     assert checked >= 40, checked  # the fixtures emit many such calls: the test sees them

@@ -32,6 +32,7 @@ from .base import (
     package_version,
     tpu_chips_on_pci,
 )
+from .torchax_compat import NEWEST_TORCH, import_torchax
 
 if TYPE_CHECKING:
     import torch
@@ -74,9 +75,7 @@ class JAXBackend(Backend):
     name = "jax"
     title = "torchax on JAX"
     install = "pip install torchax 'jax[cpu]'"
-    install_note = (
-        "(on a TPU VM: `pip install torchax 'jax[tpu]'`; torchax 0.0.13 needs torch<=2.12)"
-    )
+    install_note = "(on a TPU VM: `pip install torchax 'jax[tpu]'`)"
     distribution = "torchax"
 
     _lock = threading.Lock()
@@ -89,11 +88,11 @@ class JAXBackend(Backend):
         if missing:
             return f"{' and '.join(missing)} not installed"
         torch_v = _version_tuple(package_version("torch"))
-        torchax_v = _version_tuple(package_version("torchax"))
-        if torch_v >= (2, 13) and torchax_v and torchax_v <= (0, 0, 13):
+        newest = NEWEST_TORCH.get(package_version("torchax") or "")
+        if newest is not None and torch_v[:2] > newest:
             return (
-                f"torchax {package_version('torchax')} fails to import with torch "
-                f"{package_version('torch')} (it supports torch up to 2.12)"
+                f"torchax {package_version('torchax')} is tested with torch up to "
+                f"{newest[0]}.{newest[1]}, not with torch {package_version('torch')}"
             )
         return None
 
@@ -123,9 +122,7 @@ class JAXBackend(Backend):
         """torchax's environment. Importing torchax makes "jax" torch's accelerator for the
         rest of the process, so only running code on this backend does it, never a query."""
         self._jax()
-        import torchax
-
-        return torchax.default_env()
+        return import_torchax().default_env()
 
     @classmethod
     def _listen_for_compiles(cls) -> None:
@@ -177,9 +174,7 @@ class JAXBackend(Backend):
     def compile(self, fn_or_module: Callable[..., Any]) -> Callable[..., Any]:
         """`torchax.compile`: a jitted JittableModule for modules, `jax_jit` for functions."""
         self._env()
-        import torchax
-
-        return torchax.compile(fn_or_module)
+        return import_torchax().compile(fn_or_module)
 
     def compilation_count(self) -> int | None:
         """JAX backend compiles seen since this backend was first used in the process."""

@@ -37,6 +37,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from ..backends import torchax_compat
+
 if TYPE_CHECKING:
     import torch
 
@@ -44,8 +46,8 @@ if TYPE_CHECKING:
     from .optimizers import OptimizerPlan
 
 EXTRA_INSTALL = "pip install 'gpu2tpu[forecast]'"
-# Newest torch (major, minor) each torchax release imports with (docs/forecast.md, Install).
-TORCHAX_MAX_TORCH: dict[str, tuple[int, int]] = {"0.0.13": (2, 12)}
+# Newest torch (major, minor) each torchax release is tested with (docs/forecast.md, Install).
+TORCHAX_MAX_TORCH: dict[str, tuple[int, int]] = torchax_compat.NEWEST_TORCH
 _EXTRA_MODULES = (("jax", "jax"), ("jaxlib", "jaxlib"), ("torchax", "torchax"), ("optax", "optax"))
 # Set while libtpu starts on a host without a TPU: no metadata-server query, no host
 # discovery errors, and no lock on /tmp/libtpu_lockfile, so two forecasts (two notebooks,
@@ -80,8 +82,9 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 def forecast_versions(import_torchax: bool = True) -> dict[str, str]:
     """Check the `forecast` extra and return its versions; raise ForecastUnavailable if unusable.
 
-    Checks what is missing before importing anything, then the torch/torchax pairing (torchax
-    0.0.13 fails to import with torch 2.13), then imports torchax to be sure (unless
+    Checks what is missing before importing anything, then the torch/torchax pairing (each
+    torchax release up to the newest torch it is tested with), then imports torchax through
+    backends/torchax_compat.py (torch 2.13 and newer need its layer) to be sure (unless
     `import_torchax` is False: the user's process checks without it; the child imports it).
     """
     from ..backends.base import has_module
@@ -112,7 +115,7 @@ def forecast_versions(import_torchax: bool = True) -> dict[str, str]:
         return versions
     try:
         _prepare_jax()
-        import torchax  # noqa: F401
+        torchax_compat.import_torchax()
     except Exception as exc:  # an incompatible pairing fails at import time with odd errors
         raise ForecastUnavailable(
             f"torchax {versions['torchax']} failed to import with torch {torch.__version__} "
@@ -508,7 +511,8 @@ class TrainingStep:
 
     def _loss_and_buffers(self, trainable: dict, frozen: dict, buffers: dict, batch: list) -> tuple:
         import torch
-        import torchax
+
+        torchax = torchax_compat.import_torchax()
         from torch.utils import _pytree as pytree
 
         env = torchax.default_env()
@@ -539,7 +543,8 @@ class TrainingStep:
         """The pure step: (trainable, frozen, buffers, opt_state, batch) -> (loss, new state)."""
         import jax
         import optax
-        import torchax
+
+        torchax = torchax_compat.import_torchax()
 
         # torchax makes its default env, and the env its first key, on first use: made while
         # `step` is traced, that key would be a tracer kept for good. Made here, before any trace.
@@ -606,7 +611,7 @@ class TrainingStep:
                 shardings(opt_state),
             ),
         )
-        import torchax
+        torchax = torchax_compat.import_torchax()
 
         from .lowering import TraceRecord, lowered_calls
 
@@ -635,6 +640,8 @@ def fsdp_spec(shape: tuple[int, ...], devices: int) -> Any:
 def _jax_dtype(torch_dtype: torch.dtype) -> Any:
     """The JAX dtype for a torch dtype as JAX runs it (int64 is int32 unless x64 is on)."""
     import jax
+
+    torchax_compat.import_torchax()
     from torchax.ops import mappings
 
     return jax.dtypes.canonicalize_dtype(mappings.t2j_dtype(torch_dtype))
@@ -682,7 +689,8 @@ def _traced_torch(model: torch.nn.Module, missing: list[str]) -> Iterator[None]:
     shape its meta kernel gives, so one trace names every missing op instead of the first.
     """
     import torch
-    import torchax
+
+    torchax = torchax_compat.import_torchax()
     from torch.utils import _pytree as pytree
     from torch.utils._python_dispatch import _disable_current_modes
     from torchax.ops import ops_registry

@@ -37,6 +37,7 @@ from .versions import (
     display_name,
     read_installed,
     reported_versions,
+    untested_set_findings,
 )
 
 if TYPE_CHECKING:
@@ -374,6 +375,8 @@ def diagnose(
             )
         else:
             report.notes.append(Note(finding.message, finding.fix, finding.source))
+    for finding in untested_set_findings(installed):
+        report.notes.append(Note(finding.message, finding.fix, finding.source))
     allocator = allocator_finding(installed, env_vars, tcmalloc_dirs, tpu_present)
     if allocator is not None and allocator.severity == "problem":
         report.problems.append(

@@ -482,10 +482,10 @@ def live_lowering_table() -> LoweringTable:
     if reason is not None:
         raise RuntimeError(f"cannot read torchax's operator registry: {reason}")
     configure_jax_platform()
-    import torchax
+    from ..backends.torchax_compat import import_torchax
 
     table = LoweringTable.from_torchax_environment(
-        torchax.default_env(), package_version("torchax"), torch.__version__.split("+")[0]
+        import_torchax().default_env(), package_version("torchax"), torch.__version__.split("+")[0]
     )
     _CACHE["live"] = table
     return table

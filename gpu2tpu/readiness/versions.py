@@ -17,6 +17,8 @@ Each mismatch comes back as one sentence and the one command that fixes it, a pi
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.resources
+import json
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,6 +30,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
+
+from ..backends.torchax_compat import NEWEST_TORCH
 
 __all__ = [
     "CHECKED",
@@ -43,6 +47,8 @@ __all__ = [
     "display_name",
     "read_installed",
     "reported_versions",
+    "tested_sets",
+    "untested_set_findings",
 ]
 
 # The distributions whose versions decide whether PyTorch runs on a TPU (canonical names).
@@ -103,22 +109,27 @@ class KnownFact:
     verified: tuple[str, ...] = ()
 
 
+# The torch after the newest that gpu2tpu's torchax layer is tested with: "2.16" for (2, 15).
+_NEWEST = NEWEST_TORCH["0.0.13"]
+_PAST_NEWEST_TORCH = f"{_NEWEST[0]}.{_NEWEST[1] + 1}"
+
 KNOWN_FACTS: tuple[KnownFact, ...] = (
     KnownFact(
         package="torchax",
         package_versions="<=0.0.13",
         target="torch",
-        specifier="<2.13",
+        specifier=f"<{_PAST_NEWEST_TORCH}",
         reason=(
-            "torchax 0.0.13 fails to import with torch 2.13 "
-            "(AttributeError: aten.prod has no overload 'dim_Dimname')"
+            "torchax 0.0.13 names ATen ops that torch 2.13 and 2.14 removed "
+            "(aten.prod.dim_Dimname, aten.cholesky); gpu2tpu imports it through a "
+            f"compatibility layer tested up to torch {_NEWEST[0]}.{_NEWEST[1]}, and the "
+            "forecast refuses a newer torch"
         ),
         source=(
-            'verified with torch 2.13.0 and 2.12.1 (docs/backends.md, "torchax on JAX"); '
-            "torchax main fixed it after 0.0.13 in commit d1a9349 'Fix PyTorch 2.13 named "
-            "overload compatibility'"
+            "gpu2tpu/backends/torchax_compat.py and tests/test_torchax_compat.py; torchax's "
+            "main branch fixed the named overloads after 0.0.13 (google/torchax#102)"
         ),
-        verified=("2.12.1",),
+        verified=(f"{_NEWEST[0]}.{_NEWEST[1]}.0",),
     ),
     KnownFact(
         package="torchax",
@@ -601,3 +612,83 @@ def allocator_finding(
         source="TorchTPU prints a tcmalloc warning at import when tcmalloc is not preloaded "
         '(docs/backends.md, "TorchTPU 0.2.0 as released")',
     )
+
+
+# -- the sets the project tests ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TestedSet:
+    """The versions of one stack that one environment of `make test-all` runs the tests on."""
+
+    name: str  # what the stack is for: "the forecast and the jax backend"
+    key: str  # the distribution whose presence means this stack is installed
+    source: str  # the lock file(s) it comes from
+    versions: dict[str, str]  # canonical name -> version
+
+    def describe(self) -> str:
+        return ", ".join(f"{display_name(n)} {v}" for n, v in self.versions.items())
+
+
+def tested_sets() -> list[TestedSet]:
+    """The table shipped with gpu2tpu (readiness/tested_sets.json)."""
+    text = (
+        importlib.resources.files("gpu2tpu.readiness")
+        .joinpath("tested_sets.json")
+        .read_text("utf-8")
+    )
+    return [
+        TestedSet(
+            name=entry["name"],
+            key=canonicalize_name(entry["key"]),
+            source=entry["source"],
+            versions={canonicalize_name(n): v for n, v in entry["versions"].items()},
+        )
+        for entry in json.loads(text)["sets"]
+    ]
+
+
+def _same_release(installed: str, tested: str) -> bool:
+    """2.15.0+cu132 is the tested 2.15.0: a local build tag names the build, not the release."""
+    a, b = _version(installed), _version(tested)
+    return a is not None and b is not None and a.public == b.public
+
+
+def untested_set_findings(
+    installed: Mapping[str, InstalledDistribution], sets: Sequence[TestedSet] | None = None
+) -> list[VersionFinding]:
+    """A note for each installed stack whose versions match none of the tested sets for it."""
+    sets = tested_sets() if sets is None else sets
+    findings: list[VersionFinding] = []
+    for key in dict.fromkeys(s.key for s in sets):
+        if key not in installed:
+            continue
+        candidates = [s for s in sets if s.key == key]
+        if any(
+            all(
+                n in installed and _same_release(installed[n].version, v)
+                for n, v in s.versions.items()
+            )
+            for s in candidates
+        ):
+            continue
+        here = ", ".join(
+            installed[n].label if n in installed else f"no {display_name(n)}"
+            for n in candidates[0].versions
+        )
+        tested = "; ".join(s.describe() for s in candidates)
+        pins = " ".join(f'"{display_name(n)}=={v}"' for n, v in candidates[0].versions.items())
+        findings.append(
+            VersionFinding(
+                message=(
+                    f"This set is not one gpu2tpu has tested for {candidates[0].name}: {here} "
+                    f"(tested: {tested}). It may work; what fails here may be the versions."
+                ),
+                fix=f"pip install {pins}",
+                severity="note",
+                package=key,
+                source="gpu2tpu/readiness/tested_sets.json: "
+                + "; ".join(s.source for s in candidates),
+            )
+        )
+    return findings

@@ -184,9 +184,27 @@ def fetch(pkg: Package, cache: Path) -> Path:
     return target
 
 
+# torchvision's release for each torch minor the corpus runs on (torchvision's README,
+# "Installation"; 0.29.2 checked here with torch 2.15.0: its C++ ops load and `nms` runs):
+# the build for another torch fails to load its ops. requirements/corpus.lock pins the one
+# for the development lock's torch; `make test-all` runs the corpus on the others too.
+TORCHVISION_FOR_TORCH = {"2.6": "0.21.0", "2.9": "0.24.0", "2.12": "0.27.1", "2.15": "0.29.2"}
+
+
+def deps_requirements() -> str:
+    """requirements/corpus.lock, with the torchvision built for the installed torch."""
+    torchvision = TORCHVISION_FOR_TORCH.get(installed_torch())
+    lines = DEPS_LOCK.read_text(encoding="utf-8").splitlines()
+    if torchvision is not None:
+        lines = [f"torchvision=={torchvision}" if ln.startswith("torchvision==") else ln
+                 for ln in lines]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def deps_dir(cache: Path) -> Path:
-    key = hashlib.sha256(DEPS_LOCK.read_bytes()).hexdigest()[:16]
-    return cache / f"deps-{key}"
+    """One folder per torch minor (each torch environment of `make test-all` has its own)."""
+    key = hashlib.sha256(deps_requirements().encode()).hexdigest()[:16]
+    return cache / f"deps-torch{installed_torch()}-{key}"
 
 
 def install_deps(cache: Path) -> Path:
@@ -197,15 +215,18 @@ def install_deps(cache: Path) -> Path:
         return target
     partial = target.with_name(target.name + ".part")
     subprocess.run(["rm", "-rf", str(partial)], check=True)
+    partial.mkdir(parents=True)
+    requirements = partial / "requirements.txt"
+    requirements.write_text(deps_requirements(), encoding="utf-8")
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--only-binary", ":all:",
-           "--target", str(partial), "-r", str(DEPS_LOCK)]  # fmt: skip
+           "--target", str(partial), "-r", str(requirements)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
         raise CorpusError(f"pip could not install {DEPS_LOCK.name}:\n{proc.stderr[-3000:]}")
     subprocess.run(["rm", "-rf", str(target)], check=True)
     partial.rename(target)
     stamp.touch()
-    for old in cache.glob("deps-*"):
+    for old in cache.glob(f"deps-torch{installed_torch()}-*"):
         if old != target:
             subprocess.run(["rm", "-rf", str(old)], check=True)
     return target

@@ -98,9 +98,10 @@ STANDIN_SETS: dict[str, tuple[StandInDistribution, ...]] = {
         TORCH_TPU_020,
         StandInDistribution("libtpu", "0.0.52", (), ">=3.11"),
     ),
-    # torch 2.13 with torchax 0.0.13 (fails to import) and torch_tpu: the fix must suit both.
-    "torchax_torch_213_with_torchtpu": (
-        _torch("2.13.0"),
+    # torch 2.16 with torchax 0.0.13 (past the newest torch gpu2tpu's layer is tested with)
+    # and torch_tpu (past its torch range): the fix must suit both.
+    "torchax_torch_216_with_torchtpu": (
+        _torch("2.16.0"),
         TORCH_TPU_020,
         StandInDistribution("libtpu", "0.0.52", (), ">=3.11"),
         TORCHAX_0013,
