@@ -118,6 +118,9 @@ class ModuleState:
         self.device_name: str | None = None
         self.device_defined = False
         self.device_lazy = False
+        # A fix was not applied because the caller's device variable (`Options.device_name`)
+        # means something else where it would go: the caller may offer another name.
+        self.device_shadowed = False
         self.needs_torch_import = False
         # Import statements the new text needs but may not add (`insert_statements=False`).
         self.required_imports: list[str] = []

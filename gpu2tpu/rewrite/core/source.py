@@ -28,7 +28,7 @@ from ..analysis.placement import device_line_after, device_line_blocked, leading
 from ..analysis.values import ordinal_argument_lines
 from ..rules.base import Rule, RuleContext, hook_methods, rules_for
 from . import net, statements
-from .model import Options, Result
+from .model import Finding, Options, Result
 from .module_state import Fix, ModuleState, Pending
 from .parsing import Prepared, SourceError, parse_module, prepare
 from .positions import source_span, statement_position
@@ -204,9 +204,17 @@ def _run_rules(
     _Dispatch(ctx, rules, keep).walk(module)
     state.resolve_pending(ctx)
     ctx.decide_device_name()
+
+    def unchanged(edits: list[Finding], findings: list[Finding]) -> Result:
+        """The original text, with what the rules found in it."""
+        device = ctx.device_name_or_none()
+        return Result(
+            text, tuple(edits), tuple(findings), device, device_shadowed=state.device_shadowed
+        )
+
     if not state.fixes or not options.fix:
         _, findings = state.finalize()
-        return net.Attempt(text, Result(text, (), tuple(findings), ctx.device_name_or_none()))
+        return net.Attempt(text, unchanged([], findings))
     failed: list[tuple[Pending | None, Exception]] = []
     for key, entries in state.fixes.items():
         state.fixes[key] = [(_guarded(fix, pending, failed), pending) for fix, pending in entries]
@@ -227,16 +235,14 @@ def _run_rules(
         pending, cause = failed[0] if failed else (None, err)
         culprit = (pending.rule.code, pending.line, pending.col) if pending is not None else None
         problem = Problem("fix-error", 0, detail=f"{type(cause).__name__}: {cause}")
-        result = Result(text, tuple(edits), tuple(findings), ctx.device_name_or_none())
-        return net.Attempt(text, result, problem=problem, culprit=culprit)
+        return net.Attempt(text, unchanged(edits, findings), problem=problem, culprit=culprit)
     if text.endswith("\r") and not new_text.endswith(("\r", "\n")):
         new_text += "\r"  # libcst drops the last newline of a file that ends lines with CR
     edits, findings = state.finalize()
     if moved:
-        result = Result(text, tuple(edits), tuple(findings), ctx.device_name_or_none())
-        return net.Attempt(text, result, problem=Problem("held", moved))
+        return net.Attempt(text, unchanged(edits, findings), problem=Problem("held", moved))
     if new_text == text:
-        return net.Attempt(text, Result(text, (), tuple(findings), ctx.device_name_or_none()))
+        return net.Attempt(text, unchanged([], findings))
     device_keys = frozenset(
         (p.rule.code, p.line, p.col) for p in state.pending if p.fixed and p.uses_device
     )
@@ -247,6 +253,7 @@ def _run_rules(
         ctx.device_name_or_none(),
         state.device_defined,
         required_imports=tuple(state.required_imports),
+        device_shadowed=state.device_shadowed,
     )
     return net.Attempt(new_text, result, device_keys)
 

@@ -342,9 +342,10 @@ class RuleContext:
             return "no device variable is given and no statement may be added here"
         return self._state.device_line_blocked
 
-    def shadowed_at(self, node: cst.CSTNode) -> str | None:
+    def shadowed_at(self, node: cst.CSTNode, uses_device: bool = True) -> str | None:
         """A name a fix at `node` would emit that means something else there (a parameter or
-        local variable named like torch's alias or the caller's device variable), or None."""
+        local variable named like torch's alias or, for a fix that writes the device
+        (`uses_device`), the caller's device variable), or None."""
         torch = self.torch_alias or "torch"
         scopes = enclosing_scopes(self, node)
         if not scopes:
@@ -353,7 +354,8 @@ class RuleContext:
             if self.torch_alias is not None or self.names.torch_in_scopes(scopes, self) is None:
                 return torch
         given = self.options.device_name
-        if given and self.names.binds_in_scopes(given, scopes, self):
+        if uses_device and given and self.names.binds_in_scopes(given, scopes, self):
+            self._state.device_shadowed = True
             return given
         return None
 
@@ -681,7 +683,7 @@ class Rule(BaseRule):
             reason = ctx.device_unavailable()
             if reason:
                 return reason
-        shadowed = ctx.shadowed_at(node)
+        shadowed = ctx.shadowed_at(node, uses_device)
         if shadowed:
             return f"`{shadowed}` means something else here"
         return None
