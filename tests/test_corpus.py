@@ -72,7 +72,9 @@ def test_the_rewrite_agrees_with_itself_and_sees_every_device_flow(
     package: harness.Package, corpus_cache: Path, tmp_path: Path
 ) -> None:
     """Issue 27 on code nobody here wrote. §3: each file's rewrite reaches the fixed point in
-    one run and its output draws no finding the first run did not leave (tests/self_check.py).
+    one run and its output draws no finding the first run did not leave (tests/self_check.py);
+    issue 32 §2: `check` of the file leaves to a person what `rewrite` leaves, and `check` of
+    the rewrite reports nothing it did not leave.
     §1: no file where a CUDA device string reaches a device argument through a variable (by
     an independent reading, tests/device_flow_oracle.py) is called clean."""
     root = harness.extract(harness.fetch(package, corpus_cache), tmp_path)
@@ -82,6 +84,7 @@ def test_the_rewrite_agrees_with_itself_and_sees_every_device_flow(
         if "cuda" not in text:
             continue
         problems += [f"{rel}: {d}" for d in self_check.disagreements(text)]
+        problems += [f"{rel}: {d}" for d in self_check.check_disagreements(text)]
         try:
             flows = device_flow_oracle.device_flows(ast.parse(text))
         except (SyntaxError, ValueError, RecursionError):

@@ -146,9 +146,10 @@ class RuleContext:
         return self._float16_tests
 
     def fix_active(self, rule: type[Rule]) -> bool:
-        """Whether a rule's fixes are applied under this run's options (cross-rule decisions)."""
+        """Whether a rule's fixes are applied under this run's options (cross-rule decisions);
+        `check` decides as `rewrite` with its options would."""
         options = self.options
-        if not (options.fix and options.enabled(rule.code)):
+        if not options.enabled(rule.code):
             return False
         return rule.safety is Safety.SAFE or options.unsafe_fixes
 
@@ -457,7 +458,7 @@ class RuleContext:
         if self.options.device_name:
             self._state.device_name = self.options.device_name
             return
-        use_lines = [p.line for p in self._state.pending if p.fixed and p.uses_device]
+        use_lines = [p.line for p in self._state.pending if p.applies and p.uses_device]
         first_use = min(use_lines, default=None)
         if (
             self._state.adopted_device
@@ -465,7 +466,7 @@ class RuleContext:
             and not any(
                 self.binds_in_scopes(self._state.adopted_device[0], p.node)
                 for p in self._state.pending
-                if p.fixed and p.uses_device
+                if p.applies and p.uses_device
             )
         ):
             self._state.device_name = self._state.adopted_device[0]
@@ -494,7 +495,7 @@ class RuleContext:
         return all(
             any(kind in ("def", "lambda") for kind, _ in enclosing_scopes(self, p.node))
             for p in self._state.pending
-            if p.fixed and p.uses_device
+            if p.applies and p.uses_device
         )
 
 
@@ -650,11 +651,9 @@ class Rule(BaseRule):
             if blocked:
                 can_fix = False
                 hint = f"{hint if hint is not None else self.hint}; not fixed: {blocked}"
-        apply = (
-            can_fix
-            and self.ctx.options.fix
-            and (self.safety is Safety.SAFE or self.ctx.options.unsafe_fixes)
-        )
+        # Decided as `rewrite` decides, also in `check` (options.fix False), which only
+        # applies nothing: so every rule's later decisions, and what is left, are the same.
+        apply = can_fix and (self.safety is Safety.SAFE or self.ctx.options.unsafe_fixes)
         if apply and self.ctx.options.withhold:  # the safety net's rerun (net.py)
             apply = not self.ctx.options.withholds(self.code, self.ctx.position(node)[0])
         message = message or self.message
@@ -666,9 +665,10 @@ class Rule(BaseRule):
             message=message,
             hint=hint if hint is not None else self.hint,
             before="",  # the node's text, read with its position (resolve_pending)
-            fixed=bool(apply),
+            fixed=bool(apply) and self.ctx.options.fix,
             fixable=bool(can_fix),
             uses_device=uses_device,
+            applies=bool(apply),
         )
         ctx.add_report(pending)
         if apply:

@@ -399,7 +399,7 @@ class CudaSetDevice(_CudaRuntimeCall):
     def rewrite(self, node: cst.Call) -> None:
         before = self.ctx.report_count()
         super().rewrite(node)
-        if any(p.fixed and p.uses_device for p in self.ctx.reports(before)):
+        if any(p.applies and p.uses_device for p in self.ctx.reports(before)):
             self.ctx.claim_node(node)  # G2T407's question is answered by the guard
 
 

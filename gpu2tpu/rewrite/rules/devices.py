@@ -18,6 +18,7 @@ from ..analysis.branches import (
 )
 from ..analysis.edits import (
     carries_prefix,
+    cuda_only_choice,
     find_arg,
     indexed_device_string,
     is_cuda_only,
@@ -287,6 +288,8 @@ class CudaDeviceString(Rule):
         for call, value in self.arguments:
             if id(value) in taken or id(call) in taken:
                 continue  # `.to(rank)`: G2T407; `.cuda(i)`: G2T101
+            if cuda_only_choice(value):
+                continue  # `i if device.type == "cuda" else None`: the ordinal on CUDA only
             found = values.ordinal_source(*self.position(value))
             if found is None:
                 continue

@@ -674,12 +674,7 @@ class CudaLegacyTensor(Rule):
         half tensor is then a person's call, since the float16 it would become is rewritten
         again by the next run."""
         options = self.ctx.options
-        return (
-            kind == "HalfTensor"
-            and options.fix
-            and options.unsafe_fixes
-            and options.enabled("G2T212")
-        )
+        return kind == "HalfTensor" and options.unsafe_fixes and options.enabled("G2T212")
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self._is_type_call(node):
