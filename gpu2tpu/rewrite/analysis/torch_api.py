@@ -94,12 +94,21 @@ def _is_float16(node: ast.AST, torch_names: frozenset[str]) -> bool:
     )
 
 
+def _major_minor(target_torch: str) -> tuple[int, int]:
+    parts = [int(p) for p in re.findall(r"\d+", str(target_torch))[:2]]
+    major, minor = (*parts, 0, 0)[:2]
+    return major, minor
+
+
 def checks_available(target_torch: str | None) -> bool:
     """Whether `torch.accelerator.current_accelerator(check_available=True)` exists in the
     oldest torch the rewritten code must run on (it arrived in torch 2.7; no target: yes).
     docs/torch-versions.md has the table."""
-    if not target_torch:
-        return True
-    parts = [int(p) for p in re.findall(r"\d+", str(target_torch))[:2]]
-    major, minor = (*parts, 0, 0)[:2]
-    return (major, minor) >= (2, 7)
+    return not target_torch or _major_minor(target_torch) >= (2, 7)
+
+
+def has_accelerator(target_torch: str | None) -> bool:
+    """Whether `torch.accelerator` exists in the oldest torch the rewritten code must run on
+    (torch 2.6; no target: yes). Below it, what the fixes write asks `hasattr(torch,
+    "accelerator")` first and falls back to the CUDA call (core/torch_compat.py)."""
+    return not target_torch or _major_minor(target_torch) >= (2, 6)

@@ -25,6 +25,7 @@ from ..analysis.flow_recorder import FlowRecorder
 from ..analysis.lines import python_lines
 from ..analysis.names import ModuleNames, caller_names
 from ..analysis.placement import device_line_after, device_line_blocked, leading_imports_end
+from ..analysis.torch_api import has_accelerator
 from ..analysis.values import ordinal_argument_lines
 from ..rules.base import Rule, RuleContext, hook_methods, rules_for
 from . import net, statements
@@ -32,6 +33,7 @@ from .model import Finding, Options, Result
 from .module_state import Fix, ModuleState, Pending
 from .parsing import Prepared, SourceError, parse_module, prepare
 from .positions import source_span, statement_position
+from .torch_compat import compat_calls
 from .verify import Problem
 
 __all__ = ["SourceError", "one_parse", "parse_module", "prefilter_tokens", "rewrite_source"]
@@ -564,6 +566,8 @@ class _ApplyFixes(cst.CSTTransformer):
         self.top = state.statement_index()
         self.new_top: dict[int, object] = state.rewritten_statements
         self.wanted = _fix_paths(ctx, state)
+        # A target-torch without `torch.accelerator`: the calls fixes write fall back to CUDA's.
+        self.compat = not has_accelerator(ctx.options.target_torch)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         # A subtree without a fix is kept as it is: libcst rebuilds every node it passes,
@@ -589,7 +593,10 @@ class _ApplyFixes(cst.CSTTransformer):
             for fix, pending in fixes:
                 # Names the fix spells (torch's) are chosen for where its finding is.
                 self.ctx.fix_site = pending.node if pending is not None else original_node
-                node = fix(cast(cst.CSTNode, node))  # a fixed node is never removed
+                before = cast(cst.CSTNode, node)
+                node = fix(before)  # a fixed node is never removed
+                if self.compat:
+                    node = compat_calls(node, before, self.ctx.torch_name())
                 if pending is not None and isinstance(node, cst.CSTNode):
                     pending.after.append(self.blank.code_for_node(node))
             self.ctx.fix_site = None

@@ -290,21 +290,39 @@ def rule_min_torch() -> dict[str, str]:
     return {r.code: normalize(r.min_torch) for r in all_rules()}
 
 
+@functools.lru_cache(maxsize=1)
+def rule_compat_torch() -> dict[str, str]:
+    """Rule code -> the torch its fix runs on in the form written for a torch without
+    `torch.accelerator` (`Rule.compat_torch`; core/torch_compat.py), for the rules that have one."""
+    from ..rules.base import all_rules
+
+    return {r.code: normalize(r.compat_torch) for r in all_rules() if r.compat_torch}
+
+
 def rewrite_floor() -> str:
     """The oldest torch any fix writes for: below it, every fix is held back."""
-    return min(rule_min_torch().values(), key=_key)
+    needs = {**rule_min_torch(), **rule_compat_torch()}
+    return min(needs.values(), key=_key)
+
+
+def fix_needs(code: str, target: str | None) -> str | None:
+    """The torch rule `code`'s fix needs beyond `target` (None: it applies there, in its
+    compat form where the target is older than its `min_torch`)."""
+    need = rule_min_torch()[code]
+    if not target or _key(need) <= _key(normalize(target)):
+        return None
+    compat = rule_compat_torch().get(code)
+    if compat is not None and _key(compat) <= _key(normalize(target)):
+        return None
+    return need
 
 
 def held_back(options: Options) -> dict[str, str]:
     """The switched-on rules whose fixes need a newer torch than `options.target_torch`."""
     if not options.target_torch:
         return {}
-    target = _key(normalize(options.target_torch))
-    return {
-        code: need
-        for code, need in rule_min_torch().items()
-        if options.enabled(code) and _key(need) > target
-    }
+    found = {code: fix_needs(code, options.target_torch) for code in rule_min_torch()}
+    return {code: need for code, need in found.items() if need and options.enabled(code)}
 
 
 R = TypeVar("R")

@@ -30,7 +30,7 @@ from ..analysis.flow import FlowFacts
 from ..analysis.literals import code_for, shorten
 from ..analysis.names import ModuleNames, enclosing_scopes, variable_names
 from ..analysis.placement import runs_as_script
-from ..analysis.torch_api import checks_available, float16_tests
+from ..analysis.torch_api import checks_available, float16_tests, has_accelerator
 from ..core.cst_internals import layout
 from ..core.model import Options, Safety, Severity
 from ..core.module_state import Fix as Fix  # the type of the fixes rules build
@@ -43,6 +43,13 @@ DEVICE_EXPR = 'torch.accelerator.current_accelerator(check_available=True) or to
 DEVICE_EXPR_2_6 = (
     "torch.accelerator.current_accelerator() if torch.accelerator.is_available() "
     'else torch.device("cpu")'
+)
+# For a target-torch older than 2.6, which has no `torch.accelerator`: the accelerator where
+# torch has the module, else what the classic idiom picks (the same on CUDA, on any torch).
+DEVICE_EXPR_COMPAT = (
+    'torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") and '
+    'torch.accelerator.is_available() else torch.device("cuda" if torch.cuda.is_available() '
+    'else "cpu")'
 )
 DEVICE_NAMES = ("device", "accel_device", "torch_device")
 # The same, as a function a library module defines instead (asked when needed, not at import).
@@ -421,8 +428,12 @@ class RuleContext:
     def device_expression(self, kind: str = "device") -> cst.BaseExpression:
         """The checked accelerator expression, as a torch.device or as its type string."""
         t = self.torch_name()
-        checked = checks_available(self.options.target_torch)
-        expr = (DEVICE_EXPR if checked else DEVICE_EXPR_2_6).replace("torch.", f"{t}.")
+        target = self.options.target_torch
+        if not has_accelerator(target):
+            expr = DEVICE_EXPR_COMPAT.replace("(torch,", f"({t},")
+        else:
+            expr = DEVICE_EXPR if checks_available(target) else DEVICE_EXPR_2_6
+        expr = expr.replace("torch.", f"{t}.")
         if kind == "str":
             return cst.parse_expression(f"({expr}).type")
         return cst.parse_expression(expr)
@@ -508,7 +519,11 @@ class BaseRule:
     construct), `hint`, and the docstring with "Why:" and "Example:" that `gpu2tpu rules` and
     docs/rules.md show. `min_torch` is the oldest torch its fix runs on: with
     `--target-torch` older than that, the fix is held back and reported
-    (rewrite/core/torch_target.py).
+    (rewrite/core/torch_target.py). `compat_torch`, where set, is the oldest torch the fix
+    runs on in the form written for a torch without `torch.accelerator` (the device line's
+    `hasattr(torch, "accelerator")` form, each `torch.accelerator` call it writes falling back
+    to its `torch.cuda` counterpart: rewrite/core/torch_compat.py); a target between the two
+    gets that form. Set it only for a fix that writes nothing else newer than the code had.
     """
 
     code: ClassVar[str]
@@ -518,6 +533,7 @@ class BaseRule:
     message: ClassVar[str]
     hint: ClassVar[str] = ""
     min_torch: ClassVar[str] = "2.6"
+    compat_torch: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

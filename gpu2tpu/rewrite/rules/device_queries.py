@@ -148,6 +148,7 @@ class CudaIsAvailable(_CudaRuntimeCall):
     """
 
     code = "G2T104"
+    compat_torch = "0.4"
     name = "cuda-is-available"
     safety = Safety.SAFE
     message = "`{call}` asks only about NVIDIA GPUs"
@@ -302,6 +303,7 @@ class CudaDeviceCount(_CudaRuntimeCall):
     """
 
     code = "G2T105"
+    compat_torch = "0.4"
     name = "cuda-device-count"
     safety = Safety.SAFE
     message = "`{call}` counts only NVIDIA GPUs"
@@ -350,6 +352,7 @@ class CudaCurrentDevice(_CudaRuntimeCall):
     """
 
     code = "G2T106"
+    compat_torch = "0.4"
     name = "cuda-current-device"
     safety = Safety.SAFE
     message = "`{call}` fails without CUDA"
@@ -378,6 +381,7 @@ class CudaSetDevice(_CudaRuntimeCall):
     """
 
     code = "G2T107"
+    compat_torch = "0.4"
     name = "cuda-set-device"
     safety = Safety.SAFE
     message = "`{call}` fails without CUDA"
@@ -419,6 +423,7 @@ class CudaSynchronize(_CudaRuntimeCall):
     """
 
     code = "G2T108"
+    compat_torch = "0.4"
     name = "cuda-synchronize"
     safety = Safety.SAFE
     message = "`{call}` fails without CUDA"
@@ -445,6 +450,7 @@ class TensorIsCuda(Rule):
     """
 
     code = "G2T109"
+    compat_torch = "0.4"
     name = "tensor-is-cuda"
     safety = Safety.SAFE
     message = "`{attr}` is False on TPUs; ask whether the tensor is on the accelerator"

@@ -84,6 +84,7 @@ class CudaMethod(Rule):
     """
 
     code = "G2T101"
+    compat_torch = "0.4"
     name = "cuda-method"
     safety = Safety.SAFE
     message = "`{call}` ties the value to NVIDIA GPUs; use the module's device"
@@ -208,6 +209,7 @@ class CudaDeviceString(Rule):
     """
 
     code = "G2T102"
+    compat_torch = "0.4"
     name = "cuda-device-string"
     safety = Safety.SAFE
     message = "device string {value} names NVIDIA GPUs; use the module's device"
@@ -589,6 +591,7 @@ class CudaDeviceIdiom(Rule):
     """
 
     code = "G2T103"
+    compat_torch = "0.4"
     name = "cuda-device-idiom"
     safety = Safety.SAFE
     message = "`{idiom}` knows only CUDA and the CPU"
@@ -769,6 +772,7 @@ class PinMemory(Rule):
     """
 
     code = "G2T112"
+    compat_torch = "0.4"
     name = "pin-memory"
     safety = Safety.SAFE
     message = "`.pin_memory()` raises where no accelerator is present"
@@ -848,6 +852,7 @@ class CudaDefault(Rule):
     """
 
     code = "G2T113"
+    compat_torch = "0.4"
     name = "cuda-default"
     safety = Safety.SAFE
     message = "{what} defaults to {value}: every run asks for an NVIDIA GPU"
