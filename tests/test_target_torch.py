@@ -355,7 +355,8 @@ def test_a_legacy_pin_reports_every_fix_and_applies_none(tmp_path: Path) -> None
     assert "every fix is reported, none applied" in check.stdout
     proc = run_cli("rewrite", ".", cwd=tmp_path)
     assert proc.returncode == 1 and not proc.stderr, proc.stderr
-    assert "0 files rewritten, 4 left unchanged (1 skipped without parsing)" in proc.stdout
+    # the three pin files are listed too (G2T520 would raise each)
+    assert "0 files rewritten, 7 left unchanged (1 skipped without parsing)" in proc.stdout
     for folder in ("requirements", "setup", "environment"):
         assert (tmp_path / folder / "train.py").read_text() == SCRIPT
     piped = run_cli("rewrite", "-", "--stdin-filename", "setup/x.py", cwd=tmp_path, stdin=SCRIPT)
@@ -409,6 +410,7 @@ def test_each_file_takes_the_tool_section_of_its_own_project(tmp_path: Path) -> 
         ("old/src/train.py", "G2T301"),  # G2T101 ignored by old's own section
         ("new/src/train.py", "G2T101"),
         ("new/src/train.py", "G2T301"),
+        ("old/requirements.txt", "G2T520"),  # old's pin held G2T301 back; new's target is set
     }, proc.stdout
     assert (
         "target-torch is 2.6 ([tool.gpu2tpu] target-torch in new/pyproject.toml), "

@@ -596,7 +596,8 @@ class _ApplyFixes(cst.CSTTransformer):
                 before = cast(cst.CSTNode, node)
                 node = fix(before)  # a fixed node is never removed
                 if self.compat:
-                    node = compat_calls(node, before, self.ctx.torch_name())
+                    quote = _quote_inside(self.ctx, original_node)
+                    node = compat_calls(node, before, self.ctx.torch_name(), quote)
                 if pending is not None and isinstance(node, cst.CSTNode):
                     pending.after.append(self.blank.code_for_node(node))
             self.ctx.fix_site = None
@@ -604,6 +605,17 @@ class _ApplyFixes(cst.CSTTransformer):
         if index is not None:
             self.new_top[index] = node
         return node
+
+
+def _quote_inside(ctx: RuleContext, node: cst.CSTNode) -> str:
+    """The quote a string written at `node` may use: not that of an f-string around it (before
+    Python 3.12 the same quote ends the f-string)."""
+    current = ctx.parents.get(id(node))
+    while current is not None and not isinstance(current, cst.BaseStatement):
+        if isinstance(current, cst.FormattedString):
+            return "'" if '"' in current.start else '"'
+        current = ctx.parents.get(id(current))
+    return '"'
 
 
 def _fix_paths(ctx: RuleContext, state: ModuleState) -> set[int] | None:

@@ -17,8 +17,6 @@ calls and the torch each needs.
 
 from __future__ import annotations
 
-from typing import TypeVar, cast
-
 import libcst as cst
 
 # A `torch.accelerator` function -> its counterpart in `torch.cuda` (same arguments, same
@@ -64,10 +62,11 @@ def asks_for_accelerator(test: cst.BaseExpression, torch: str) -> bool:
 
 
 class _Compat(cst.CSTTransformer):
-    def __init__(self, kept: set[int], torch: str) -> None:
+    def __init__(self, kept: set[int], torch: str, quote: str) -> None:
         super().__init__()
         self.kept = kept
         self.torch = torch
+        self.quote = quote  # inside an f-string, the other quote than the f-string's
 
     def visit_IfExp(self, node: cst.IfExp) -> bool:
         return not asks_for_accelerator(node.test, self.torch)
@@ -87,12 +86,12 @@ class _Compat(cst.CSTTransformer):
         if counterpart is None:
             if updated_node.args:
                 return updated_node  # `check_available=True`: the device line's, compat already
-            fallback = cst.parse_expression(f'{self.torch}.device("cuda")')
+            fallback = cst.parse_expression(f"{self.torch}.device({self.quote}cuda{self.quote})")
         else:
             fallback = updated_node.with_changes(
                 func=cst.Attribute(value=cuda, attr=cst.Name(counterpart))
             )
-        test = cst.parse_expression(f'hasattr({self.torch}, "accelerator")')
+        test = cst.parse_expression(f"hasattr({self.torch}, {self.quote}accelerator{self.quote})")
         choice = cst.IfExp(
             test=test, body=updated_node.with_changes(lpar=[], rpar=[]), orelse=fallback
         )
@@ -113,19 +112,23 @@ class _Compat(cst.CSTTransformer):
         return None
 
 
-N = TypeVar("N", cst.CSTNode, cst.FlattenSentinel[cst.CSTNode], cst.RemovalSentinel)
+Fixed = cst.CSTNode | cst.FlattenSentinel[cst.CSTNode] | cst.RemovalSentinel
 
 
-def compat_calls(new: N, before: cst.CSTNode, torch: str) -> N:
+def compat_calls(new: Fixed, before: cst.CSTNode, torch: str, quote: str = '"') -> Fixed:
     """`new` (what a fix made of `before`: a node, or the statements it became) with each
     `torch.accelerator` call it wrote that has a CUDA counterpart asked for only where torch
     has the module (`torch` is the name the module uses for torch)."""
     if isinstance(new, cst.RemovalSentinel):
         return new
     if isinstance(new, cst.FlattenSentinel):
-        return cst.FlattenSentinel([compat_calls(n, before, torch) for n in new.nodes])
+        return cst.FlattenSentinel([_compat_node(n, before, torch, quote) for n in new.nodes])
+    return _compat_node(new, before, torch, quote)
+
+
+def _compat_node(new: cst.CSTNode, before: cst.CSTNode, torch: str, quote: str) -> cst.CSTNode:
     if "accelerator" not in cst.Module(body=[]).code_for_node(new):
         return new
-    result = new.visit(_Compat(_all_ids(before), torch))
-    assert isinstance(result, cst.CSTNode)
-    return cast(N, result)
+    result = new.visit(_Compat(_all_ids(before), torch, quote))
+    assert isinstance(result, cst.CSTNode)  # a call becomes an expression, never a removal
+    return result

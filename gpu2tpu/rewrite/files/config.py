@@ -22,6 +22,7 @@ projects in one run keep their own pins. A pin older than the oldest torch any f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.model import Options
+from ..core.torch_target import Pin
 from .discovery import Scope
 from .engine import DEFAULT_MAX_BYTES, Config
 
@@ -202,7 +204,7 @@ class ProjectConfigs:
     overrides: Overrides
     cwd: Path
     _sections: dict[str, tuple[Path, ToolSection] | None] = field(default_factory=dict)
-    _pins: dict[str, tuple[str, str] | None] = field(default_factory=dict)
+    _pins: dict[str, Pin | None] = field(default_factory=dict)
     _configs: dict[str, Config] = field(default_factory=dict)
     _scopes: dict[str, Scope] = field(default_factory=dict)
 
@@ -239,7 +241,7 @@ class ProjectConfigs:
         ignore = o.ignore if o.ignore is not None else (section.ignore or ())
         if "ALL" in select:
             select = ()
-        target, source = self._target(folder, root, section)
+        target, source, pin = self._target(folder, root, section)
         unsafe = o.unsafe_fixes if o.unsafe_fixes is not None else bool(section.unsafe_fixes)
         return Config(
             options=Options(select=select, ignore=ignore, unsafe_fixes=unsafe, target_torch=target),
@@ -249,6 +251,7 @@ class ProjectConfigs:
             root=root,
             respect_gitignore=self._gitignore(section),
             target_source=source,
+            target_pin=pin,
         )
 
     def _section(self, folder: str) -> tuple[Path, ToolSection] | None:
@@ -278,27 +281,31 @@ class ProjectConfigs:
             self._sections[seen] = found
         return found
 
-    def _target(self, folder: str, root: Path, section: ToolSection) -> tuple[str | None, str]:
+    def _target(
+        self, folder: str, root: Path, section: ToolSection
+    ) -> tuple[str | None, str, Pin | None]:
+        """target-torch, where it came from, and the pin that set it (when one did)."""
         from ..core.torch_target import TargetError, normalize
 
         if self.overrides.target_torch:
             try:
-                return normalize(self.overrides.target_torch), "--target-torch"
+                return normalize(self.overrides.target_torch), "--target-torch", None
             except TargetError as err:
                 raise ConfigError(str(err)) from None
         if section.target_torch:
             where = self._shown_path(root / "pyproject.toml")
-            return section.target_torch, f"[tool.gpu2tpu] target-torch in {where}"
+            return section.target_torch, f"[tool.gpu2tpu] target-torch in {where}", None
         pin = self._nearest_pin(folder) or self._nearest_pin(str(self.cwd))
-        return pin if pin else (None, "")
+        return (pin.version, pin.source, pin) if pin else (None, "", None)
 
-    def _nearest_pin(self, folder: str) -> tuple[str, str] | None:
-        """The lowest torch the pins of the nearest folder with any admit, and where it was
-        read; the search stops at the top of the folder's git repository."""
+    def _nearest_pin(self, folder: str) -> Pin | None:
+        """The lowest torch the pins of the nearest folder with any admit (its `source` says
+        where it was read, from the current folder); the search stops at the top of the
+        folder's git repository."""
         from ..core.torch_target import project_floor
 
         walked = []
-        found: tuple[str, str] | None = None
+        found: Pin | None = None
         current = folder
         while True:
             if current in self._pins:
@@ -309,7 +316,7 @@ class ProjectConfigs:
             if pin is not None:
                 where = self._shown_path(Path(current))
                 prefix = "" if where == "." else f"{where}/"
-                found = (pin.version, prefix + pin.source)
+                found = dataclasses.replace(pin, source=prefix + pin.source)
                 break
             parent = os.path.dirname(current)
             if parent == current or os.path.exists(os.path.join(current, ".git")):

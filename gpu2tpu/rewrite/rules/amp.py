@@ -290,7 +290,6 @@ class AutocastWithoutDtype(Rule):
     """
 
     code = "G2T203"
-    compat_torch = "0.4"
     name = "autocast-without-dtype"
     safety = Safety.UNSAFE
     severity = Severity.WARNING

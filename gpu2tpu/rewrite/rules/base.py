@@ -52,6 +52,22 @@ DEVICE_EXPR_COMPAT = (
     'else "cpu")'
 )
 DEVICE_NAMES = ("device", "accel_device", "torch_device")
+
+
+def own_device_kind(code: str, torch: str = "torch") -> str | None:
+    """ "device" when `code` is a device expression the codemod writes (any target-torch's
+    form), "str" when it is that expression's `.type`; None otherwise. A later run (after a
+    pin was raised) reuses such a variable instead of defining another."""
+    text = " ".join(code.split())
+    for expr in (DEVICE_EXPR, DEVICE_EXPR_2_6, DEVICE_EXPR_COMPAT):
+        own = expr.replace("(torch,", f"({torch},").replace("torch.", f"{torch}.")
+        if text == own:
+            return "device"
+        if text == f"({own}).type":
+            return "str"
+    return None
+
+
 # The same, as a function a library module defines instead (asked when needed, not at import).
 DEVICE_FUNCTIONS = ("accelerator_device", "accel_device", "torch_device")
 
@@ -549,6 +565,13 @@ class NotebookRule(BaseRule):
     It reads no Python, so it has no hooks: rewrite/notebooks/notebook.py runs the checks and
     reports under these codes (rules/notebook_checks.py declares them).
     """
+
+    message: ClassVar[str] = ""
+
+
+class ProjectRule(BaseRule):
+    """A check on a project's own files (its torch pin), not on code: rewrite/files/ runs it
+    once a run knows what the code needs (rules/project_checks.py declares them)."""
 
     message: ClassVar[str] = ""
 

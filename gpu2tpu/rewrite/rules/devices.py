@@ -47,7 +47,7 @@ from ..analysis.names import defines_attribute, is_torch_device_call
 from ..analysis.ranks import device_index_names
 from ..analysis.values import DeviceUse, module_values
 from ..core.model import Safety
-from .base import Rule, RuleContext
+from .base import Rule, RuleContext, own_device_kind
 
 DEVICE_KWARGS = frozenset({"device", "map_location", "output_device"})
 STORAGE_METHODS = frozenset({"storage", "untyped_storage", "_typed_storage", "_untyped_storage"})
@@ -596,6 +596,7 @@ class CudaDeviceIdiom(Rule):
     safety = Safety.SAFE
     message = "`{idiom}` knows only CUDA and the CPU"
     hint = "use `torch.accelerator.current_accelerator(check_available=True)`"
+    tokens = (b"cuda", b"current_accelerator")  # an earlier run's device line is adopted
 
     def __init__(self, ctx: RuleContext) -> None:
         super().__init__(ctx)
@@ -699,6 +700,15 @@ class CudaDeviceIdiom(Rule):
         if not isinstance(target, cst.Name):
             return
         value = node.value
+        own = None
+        if isinstance(value, cst.IfExp | cst.BooleanOperation | cst.Attribute):
+            own = own_device_kind(self.code_for(value), self.ctx.torch_alias or "torch")
+        if own is not None:  # a device line of an earlier run: the module's device
+            if not self.depth and self.ctx.names.bound_once_at_module(
+                target.value, self.ctx.source
+            ):
+                self.ctx.adopt_device(target.value, node, own)
+            return
         kind = _idiom_parts(self, value)
         if kind is None and isinstance(value, cst.Call) and is_torch_device_call(self.ctx, value):
             if len(value.args) == 1 and _idiom_parts(self, value.args[0].value) == "str":
