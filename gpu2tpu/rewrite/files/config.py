@@ -16,8 +16,10 @@ the defaults. Settings are not merged across files; the command line's options g
 target-torch, per folder: `--target-torch`, else the nearest `[tool.gpu2tpu] target-torch`,
 else the torch pins (torch_target.py) of the nearest folder at or above it that has any,
 looking no higher than the top of its git repository; else those of the current folder. Two
-projects in one run keep their own pins. A pin older than the oldest torch any fix writes for
-(`torch>=0.4.1`) is a target like any other: every fix is reported, none applied.
+projects in one run keep their own pins (and `Config.target_pin` is the one that set the
+target, which G2T520 may raise: files/pins.py). Below torch 2.6 the fixes that need only the
+device are written for a torch without `torch.accelerator` (core/torch_compat.py); a pin older
+than the oldest torch any fix writes for (`torch>=0.3.1`) holds every fix back.
 """
 
 from __future__ import annotations
