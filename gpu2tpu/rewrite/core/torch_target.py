@@ -12,6 +12,11 @@ own pins: the lowest torch that its pyproject.toml (dependencies, optional depen
 dependency groups, Poetry), requirements*.txt, environment.yml, setup.cfg or setup.py admit.
 A requirement with no lower bound (`torch`, `torch<3`) pins nothing.
 
+Below torch 2.6, which brought `torch.accelerator`, a rule with `Rule.compat_torch` is not
+held back: its fix is written in a form that asks `hasattr(torch, "accelerator")` and falls
+back to what the code did (core/torch_compat.py). `raise_pin` raises the requirement that set
+the target, for G2T520 (files/pins.py).
+
 The decision is made around `rewrite_source`/`rewrite_notebook`, not inside the rules: the
 fixes that may be applied run as usual with the held-back rules switched off, and those rules
 then run once more in report-only mode to say where their fixes would have gone. Both runs
