@@ -226,7 +226,7 @@ CASES = [
     Case("requirements-not-utf8", **_pins("requirements.txt", b"torch>=2.9 # caf\xe9\n")),
     Case("environment-odd", **_pins("environment.yml", "dependencies:\n  - pytorch=\n  - [\n")),
     Case("pin-below-any-release", **_pins("requirements.txt", "torch>=0.0.1\n")),
-    Case("legacy-pin", {"requirements.txt": "torch>=0.4.1\n"}, code=1, errors=0,
+    Case("legacy-pin", {"requirements.txt": "torch>=0.3.1\n"}, code=1, errors=0,
          rewrites_good=False),  # every fix reported, none applied
     # -- the command line -------------------------------------------------------------------
     Case("output-file-is-an-input", args=("check", "-o", "good.py", "good.py"),
@@ -260,7 +260,7 @@ CASES = [
          files={"pyproject.toml": '[tool.gpu2tpu]\nselect = "G2T1"\n'},
          says='[tool.gpu2tpu] select = "G2T1"', rewrites_good=False, filter=True),
     Case("stdin-legacy-pin", args=("rewrite", "-"), stdin=GOOD.encode(),
-         files={"requirements.txt": "torch>=0.4.1\n"}, code=1, errors=0, rewrites_good=False),
+         files={"requirements.txt": "torch>=0.3.1\n"}, code=1, errors=0, rewrites_good=False),
 ]  # fmt: skip
 
 

@@ -73,7 +73,9 @@ def test_the_rewrite_agrees_with_itself_and_sees_every_device_flow(
     package: harness.Package, corpus_cache: Path, tmp_path: Path
 ) -> None:
     """Issue 27 on code nobody here wrote. §3: each file's rewrite reaches the fixed point in
-    one run and its output draws no finding the first run did not leave (tests/self_check.py).
+    one run and its output draws no finding the first run did not leave (tests/self_check.py);
+    issue 32 §2: `check` of the file leaves to a person what `rewrite` leaves, and `check` of
+    the rewrite reports nothing it did not leave.
     §1: no file where a CUDA device string reaches a device argument through a variable (by
     an independent reading, tests/device_flow_oracle.py) is called clean."""
     root = harness.extract(harness.fetch(package, corpus_cache), tmp_path)
@@ -83,6 +85,7 @@ def test_the_rewrite_agrees_with_itself_and_sees_every_device_flow(
         if "cuda" not in text:
             continue
         problems += [f"{rel}: {d}" for d in self_check.disagreements(text)]
+        problems += [f"{rel}: {d}" for d in self_check.check_disagreements(text)]
         try:
             flows = device_flow_oracle.device_flows(ast.parse(text))
         except (SyntaxError, ValueError, RecursionError):
@@ -222,3 +225,46 @@ def test_run_package_reports_a_changed_smoke_result_and_ignores_old_breakage(
     assert [(f.kind, f.detail.split(":")[0]) for f in result.failures] == [
         ("smoke mismatch", "smoke_tiny.py.source")
     ]
+
+
+# Issue 32 §1: ultralytics pins `torch>=1.8.0` (its pyproject.toml). A default rewrite read
+# that pin as the target and held every fix back; `BaseTensor.cuda()` crashed on the CPU
+# before and after. The probe is the package's own documented use of it.
+OLD_PIN_PROBE = (
+    "import torch\n"
+    "{prelude}"
+    "from ultralytics.engine.results import BaseTensor\n"
+    "print(BaseTensor(torch.zeros(2, 3), (4, 4)).cuda().data.device.type)\n"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_a_package_pinned_to_an_old_torch_runs_on_the_cpu_after_a_default_rewrite(
+    corpus_cache: Path, tmp_path: Path
+) -> None:
+    (package,) = [p for p in PACKAGES if p.name == "ultralytics"]
+    root = harness.extract(harness.fetch(package, corpus_cache), tmp_path / "src")
+    env = harness.run_env(
+        [root / package.import_root, harness.install_deps(corpus_cache)], tmp_path
+    )
+
+    def probe(without_accelerator: bool = False) -> subprocess.CompletedProcess[str]:
+        # a torch older than 2.6 has no torch.accelerator: this one, with it taken away
+        prelude = "del torch.accelerator\n" if without_accelerator else ""
+        code = OLD_PIN_PROBE.format(prelude=prelude)
+        return subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+
+    before = probe()
+    assert before.returncode != 0 and "NVIDIA" in before.stderr, before.stderr[-2000:]
+    proc, _ = harness.gpu2tpu(["rewrite", "."], root)  # no option: the target is the pin
+    output = proc.stdout + proc.stderr
+    assert "target-torch is 1.8 (pyproject.toml: torch>=1.8.0)" in output, output[-3000:]
+    rewritten, edits, _ = harness.read_summary(output)
+    assert rewritten > 0 and edits > 0, output[-3000:]
+    for without in (False, True):
+        after = probe(without)
+        assert after.returncode == 0, after.stderr[-2000:]
+        assert after.stdout.split() == ["cpu"]

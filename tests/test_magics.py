@@ -1090,3 +1090,30 @@ def test_tpu_info_widget_says_autos_choice_once() -> None:
     widget = info.widget()
     texts = [child.value for child in widget.children]
     assert sum(info.auto.split(";")[0] in text for text in texts) == 1
+
+
+@NO_GPU
+@pytest.mark.parametrize("auto", [False, True], ids=["tpu", "tpu_auto"])
+def test_a_function_local_device_is_rewritten_as_the_cli_rewrites_it(
+    ip: InteractiveShell, auto: bool
+) -> None:
+    """Issue 32: a function of the cell binds `device` itself. The idiom there is rewritten
+    (the CLI does), and `.cuda()` in a function with a `device` parameter runs on the
+    magic's other device variable instead of raising without CUDA."""
+    cell = (
+        "def setup():\n"
+        "    device = torch.device('cuda:0' if torch.cuda.is_available() else 'cpu')\n"
+        "    return device\n"
+        "def place(x, device):\n"
+        "    return x.cuda()\n"
+        "(setup().type, place(torch.ones(1), 'ignored').device.type)\n"
+    )
+    if auto:
+        run(ip, "%tpu_auto on --backend cpu")
+    try:
+        result, cap = run(ip, cell if auto else "%%tpu --backend cpu\n" + cell)
+    finally:
+        run(ip, "%tpu_auto off")
+    assert result.success, result.error_in_exec
+    assert result.result == ("cpu", "cpu")
+    assert "G2T103" not in cap.stderr and "G2T101" not in cap.stderr

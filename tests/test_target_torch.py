@@ -334,14 +334,14 @@ def test_a_bad_target_is_a_usage_error(tmp_path: Path) -> None:
 
 
 LEGACY_PINS = {
-    "requirements.txt": "torch>=0.4.1\n",
-    "setup.py": "from setuptools import setup\nsetup(install_requires=['torch>=0.4.1'])\n",
-    "environment.yml": "dependencies:\n  - pytorch=0.4.1\n",
+    "requirements.txt": "torch>=0.3.1\n",
+    "setup.py": "from setuptools import setup\nsetup(install_requires=['torch>=0.3.1'])\n",
+    "environment.yml": "dependencies:\n  - pytorch=0.3.1\n",
 }
 
 
 def test_a_legacy_pin_reports_every_fix_and_applies_none(tmp_path: Path) -> None:
-    """`torch>=0.4.1` in each kind of project file: a target like any other, older than every
+    """`torch>=0.3.1` in each kind of project file: a target like any other, older than every
     fix, so every fix is reported and none applied; never an error."""
     for name, text in LEGACY_PINS.items():
         (tmp_path / name.split(".")[0]).mkdir()
@@ -349,22 +349,24 @@ def test_a_legacy_pin_reports_every_fix_and_applies_none(tmp_path: Path) -> None
         (tmp_path / name.split(".")[0] / name).write_text(text)
     check = run_cli("check", ".", cwd=tmp_path)
     assert check.returncode == 1 and "Traceback" not in check.stderr, check.stderr
-    for where in ("requirements/requirements.txt: torch>=0.4.1", "setup/setup.py: torch>=0.4.1",
-                  "environment/environment.yml: pytorch=0.4.1"):  # fmt: skip
-        assert f"0.4 ({where})" in check.stdout, check.stdout
+    for where in ("requirements/requirements.txt: torch>=0.3.1", "setup/setup.py: torch>=0.3.1",
+                  "environment/environment.yml: pytorch=0.3.1"):  # fmt: skip
+        assert f"0.3 ({where})" in check.stdout, check.stdout
     assert "every fix is reported, none applied" in check.stdout
     proc = run_cli("rewrite", ".", cwd=tmp_path)
     assert proc.returncode == 1 and not proc.stderr, proc.stderr
-    assert "0 files rewritten, 4 left unchanged (1 skipped without parsing)" in proc.stdout
+    # the three pin files are listed too (G2T520 would raise each)
+    assert "0 files rewritten, 7 left unchanged (1 skipped without parsing)" in proc.stdout
     for folder in ("requirements", "setup", "environment"):
         assert (tmp_path / folder / "train.py").read_text() == SCRIPT
     piped = run_cli("rewrite", "-", "--stdin-filename", "setup/x.py", cwd=tmp_path, stdin=SCRIPT)
     assert piped.returncode == 1 and piped.stdout == SCRIPT, piped.stderr
-    assert "not fixed: the fix needs torch 2.6, target-torch is 0.4" in piped.stderr
+    assert "not fixed: the fix needs torch 2.6, target-torch is 0.3" in piped.stderr
 
 
 def two_projects(tmp_path: Path) -> Path:
-    """`old` pins torch 2.0 (below every fix), `new` torch 2.9 (every fix applies)."""
+    """`old` pins torch 2.0 (no `torch.accelerator`: the compat forms only), `new` torch 2.9
+    (every fix applies)."""
     for name, pin in (("old", "torch==2.0.0\n"), ("new", "torch>=2.9\n")):
         (tmp_path / name / "src").mkdir(parents=True)
         (tmp_path / name / "src" / "train.py").write_text(SCRIPT)
@@ -376,7 +378,9 @@ def test_each_file_takes_the_pins_of_its_own_project(tmp_path: Path) -> None:
     root = two_projects(tmp_path)
     proc = run_cli("rewrite", "old", "new/src/train.py", cwd=root)
     assert proc.returncode == 1, proc.stderr
-    assert (root / "old" / "src" / "train.py").read_text() == SCRIPT
+    old = (root / "old" / "src" / "train.py").read_text()
+    assert 'if hasattr(torch, "accelerator") and' in old and ".to(device)" in old
+    assert "torch.cuda.empty_cache()" in old  # torch.accelerator.memory needs 2.9: held back
     new = (root / "new" / "src" / "train.py").read_text()
     assert "torch.accelerator.memory.empty_cache()" in new and ".to(device)" in new
     assert "target-torch is 2.0 (old/requirements.txt: torch==2.0.0)" in proc.stdout, proc.stdout
@@ -406,6 +410,7 @@ def test_each_file_takes_the_tool_section_of_its_own_project(tmp_path: Path) -> 
         ("old/src/train.py", "G2T301"),  # G2T101 ignored by old's own section
         ("new/src/train.py", "G2T101"),
         ("new/src/train.py", "G2T301"),
+        ("old/requirements.txt", "G2T520"),  # old's pin held G2T301 back; new's target is set
     }, proc.stdout
     assert (
         "target-torch is 2.6 ([tool.gpu2tpu] target-torch in new/pyproject.toml), "

@@ -72,6 +72,7 @@ def test_cuda_heavy_torch_packages(tmp_path: Path) -> None:
         # one run reaches the fixed point and passes its own check (issue 27, §3)
         disagree = self_check.compare(rewrite_source(text), rewrite_source(new))
         failures += [f"{name}: {d}" for d in disagree]
+        failures += [f"{name}: {d}" for d in self_check.check_disagreements(text)]  # issue 32
         old_texts.append(text)
         new_texts.append(new)
         names.append(str(name))
@@ -126,3 +127,4 @@ def test_the_rewrite_of_torch_files_passes_its_own_check(name: str) -> None:
     second run leaves (tests/self_check.py)."""
     text = (_torch_root() / name).read_text(encoding="utf-8")
     assert self_check.disagreements(text) == []
+    assert self_check.check_disagreements(text) == []  # issue 32: check tells rewrite's story

@@ -164,8 +164,7 @@ class AutoMode:
         if (magic is not None and magic.name == "tpu") or not _needs_rewrite().search(text):
             self._pending = _Pending(number, text, None)
             return lines
-        device_name = self.runner.device_variable(self.backend)
-        result = self.runner.rewrite(text, device_name)
+        result = self.runner.rewrite(text, self.backend)
         self._pending = _Pending(number, text, result)  # its problems are said when it runs
         return result.new_source.splitlines(keepends=True)
 

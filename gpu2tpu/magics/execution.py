@@ -12,6 +12,7 @@ with a note saying what a rewritten line really ran.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import sys
 from collections import ChainMap
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
     from ..readiness.dryrun import DryRunReport
+    from ..rewrite.core.model import Options
     from ..rewrite.notebooks.notebook import CellRewrite
     from .auto import AutoMode
 
@@ -88,17 +90,43 @@ def _rewrite(
     there before the cell, so every line stays where the user wrote it. `taken` are names
     the namespace holds that those imports must not overwrite.
     """
-    from ..rewrite.core.model import Options
+    from ..rewrite.core.model import Options as Defaults
     from ..rewrite.notebooks.notebook import rewrite_cell
 
-    options = Options(
+    return rewrite_cell(text, magic_options(Defaults(), device_name, imports, taken))
+
+
+def magic_options(
+    base: Options, device_name: str, imports: tuple[str, ...], taken: frozenset[str]
+) -> Options:
+    """`base` as the magics run a cell: the device variable is theirs, bound before the cell
+    runs, and the cell gains no line (the imports it needs are run beside it)."""
+    return dataclasses.replace(
+        base,
         device_name=device_name,
         define_device=False,
         prior_imports=imports,
         prior_names=taken,
         insert_statements=False,
     )
-    return rewrite_cell(text, options)
+
+
+def rewrite_for_magic(
+    text: str,
+    device_name: str,
+    rewrite: Callable[[str, str], CellRewrite],
+) -> CellRewrite:
+    """`rewrite(text, name)` with the magic's device variable `device_name`, or, where that
+    name means something else at a place a fix writes the device (a parameter or local
+    `device` in a function of the cell), with `FALLBACK_DEVICE_VARIABLE`, which the magic
+    binds too: `gpu2tpu rewrite` picks a free name there, and the magic must fix as much.
+    The result's `device_name` is the variable its text uses."""
+    result = rewrite(text, device_name)
+    if result.device_shadowed and device_name != FALLBACK_DEVICE_VARIABLE:
+        other = rewrite(text, FALLBACK_DEVICE_VARIABLE)
+        if not other.device_shadowed:
+            return other
+    return result
 
 
 def _bound_by_import(statement: str) -> list[tuple[str, str]]:
@@ -166,21 +194,30 @@ class CellRunner:
         ns[FALLBACK_DEVICE_VARIABLE] = backend.device()
         return FALLBACK_DEVICE_VARIABLE
 
-    def rewrite(self, text: str, device_name: str) -> CellRewrite:
+    def rewrite(self, text: str, backend: Backend) -> CellRewrite:
         """The cell rewritten as `gpu2tpu rewrite` rewrites a notebook cell, knowing what the
-        cells that ran before imported."""
+        cells that ran before imported; the device variable its text uses
+        (`CellRewrite.device_name`) is bound for `backend`."""
+        device_name = self.device_variable(backend)
         imports = prior_imports(self.shell)
-        try:
-            result = _rewrite(text, device_name, imports, frozenset())
+
+        def rewrite(cell: str, name: str) -> CellRewrite:
+            result = _rewrite(cell, name, imports, frozenset())
             taken = _taken(result.required_imports, self.shell.user_ns)
             if taken:  # `import time` would overwrite the user's own `time`: ask again
-                result = _rewrite(text, device_name, imports, taken)
+                result = _rewrite(cell, name, imports, taken)
             return result
+
+        try:
+            result = rewrite_for_magic(text, device_name, rewrite)
         except Exception as err:  # a bug in the codemod must not stop the notebook: say it
             from ..rewrite.notebooks.notebook import CellRewrite
 
             reason = f"the rewrite failed ({type(err).__name__}: {err}); please report it"
             return CellRewrite(text, text, error=reason)
+        if result.device_name == FALLBACK_DEVICE_VARIABLE != device_name:
+            self.shell.user_ns[FALLBACK_DEVICE_VARIABLE] = backend.device()
+        return result
 
     def run_imports(self, result: CellRewrite | None) -> None:
         """Run the imports the rewritten cell needs (`import time`) in the namespace."""
@@ -202,11 +239,10 @@ class CellRunner:
         Raises a `CellSyntaxError` at the cell's own line when it does not parse.
         """
         shell = self.shell
-        device_name = self.device_variable(backend)
         rewritten = cell
         result = None
         if rewrite:
-            result = self.rewrite(cell, device_name)
+            result = self.rewrite(cell, backend)
             rewritten = result.new_source
             say(problem_lines(result, len(header)))
             self.run_imports(result)
@@ -565,10 +601,9 @@ class TPUMagics(Magics):
         __tracebackhide__ = True
         from ..rewrite.notebooks.ipython_syntax import split_cell_magic
 
-        device_name = self.runner.device_variable(backend)
         rewritten = cell
         if plan.rewrite:
-            result = self.runner.rewrite(cell, device_name)
+            result = self.runner.rewrite(cell, backend)
             rewritten = result.new_source
             say(problem_lines(result, len(header)))
             self.runner.run_imports(result)

@@ -18,7 +18,7 @@ import libcst as cst
 from ..core.model import Severity
 from .literals import string_value
 from .names import qualified
-from .torch_api import OTHER_BACKENDS, REWRITTEN_CUDA, cuda_member
+from .torch_api import OTHER_BACKENDS, REWRITTEN_CUDA, cuda_member, rewritten_off
 
 if TYPE_CHECKING:
     from ..rules.base import RuleContext
@@ -270,6 +270,8 @@ def cuda_only_uses(
     fixed = set()
     if after_fixes and ctx.options.enabled("G2T313"):
         fixed.add("torch.cuda.is_bf16_supported")
+    # after this run's fixes, a name whose rules are all off (held back) is still CUDA's own
+    off = rewritten_off(ctx.options.enabled) if after_fixes else frozenset()
     stack = list(reversed(region))
     while stack:
         node = stack.pop()
@@ -280,7 +282,7 @@ def cuda_only_uses(
         if isinstance(node, cst.Name | cst.Attribute):
             name = qualified(ctx, node) if _resolvable(ctx, node) else None
             if name is not None and name not in fixed:
-                what = _cuda_only_name(name)
+                what = _cuda_only_name(name, off)
                 if what is not None:
                     yield node, what
             if isinstance(node, cst.Name) and node.value in kernels:
@@ -291,13 +293,14 @@ def cuda_only_uses(
         stack.extend(reversed(node.children))
 
 
-def _cuda_only_name(name: str) -> str | None:
-    """`name` for a message, when the qualified name is one only CUDA runs."""
+def _cuda_only_name(name: str, off: frozenset[str] = frozenset()) -> str | None:
+    """`name` for a message, when the qualified name is one only CUDA runs (`off`: the
+    `torch.cuda` names no rule of this run rewrites)."""
     if name.split(".")[0] in CUDA_ONLY_PACKAGES:
         return f"`{name}`"
     if any(name == p or name.startswith(p + ".") for p in CUDA_ONLY_TORCH):
         return f"`{name}`"
-    if _cuda_own(name):
+    if _cuda_own(name, off):
         return f"`{name}`"
     return None
 
@@ -334,7 +337,8 @@ def left_on_cuda(
     resolve = ctx.names.module_binding
     kernels = ctx.names.triton_kernels
     for block in blocks:
-        for line, column, what in _ast_cuda_only(block, resolve, kernels, ctx.source):
+        off = rewritten_off(options.enabled)
+        for line, column, what in _ast_cuda_only(block, resolve, kernels, ctx.source, off):
             if not any(at == line and c <= column < c + n for (at, c), n in spots):
                 return what
     for p in left:
@@ -362,6 +366,7 @@ def _ast_cuda_only(
     resolve: Callable[[str], str | None],
     kernels: frozenset[str],
     source: str,
+    off: frozenset[str] = frozenset(),
 ) -> Iterator[tuple[int, int, str]]:
     """(line, column, name) of each CUDA-only use in statements of Python's tree, through
     the module's imports (a function's own imports aside)."""
@@ -380,7 +385,7 @@ def _ast_cuda_only(
             what = None
             base = resolve(head.id)
             if base is not None:
-                what = _cuda_only_name(".".join([base, *reversed(parts)]))
+                what = _cuda_only_name(".".join([base, *reversed(parts)]), off)
             elif isinstance(node, ast.Name) and node.id in kernels:
                 what = f"the Triton kernel `{node.id}`"
             if what is not None:
@@ -388,13 +393,16 @@ def _ast_cuda_only(
                 yield node.lineno, len(text.decode("utf-8", "surrogatepass")) + 1, what
 
 
-def _cuda_own(name: str) -> bool:
+def _cuda_own(name: str, off: frozenset[str] = frozenset()) -> bool:
     """`torch.cuda` itself as a value (`backend = torch.cuda`), or a `torch.cuda` name no rule
-    rewrites."""
+    rewrites (or none of this run: `off`)."""
     if name == "torch.cuda":
         return True
     member = cuda_member(name)
-    return member is not None and member.split(".")[0] not in REWRITTEN_CUDA
+    if member is None:
+        return False
+    head = member.split(".")[0]
+    return head not in REWRITTEN_CUDA or head in off
 
 
 def other_backend_branch(ctx: RuleContext, test: cst.CSTNode) -> str | None:
@@ -468,7 +476,7 @@ def _has_modern_api(ctx: RuleContext, test: cst.BaseExpression) -> bool:
         owner, attr = part.args[0].value, string_value(part.args[1].value)
         if attr is None or not isinstance(owner, cst.Name | cst.Attribute):
             continue
-        base = _dotted_torch(ctx, owner)
+        base = _dotted_torch(ctx, owner) or qualified(ctx, owner)  # `import torch as th` in a def
         if base is not None and f"{base}.{attr}.".startswith(MODERN_API):
             return True
     return False

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 
 # CUDA allocator tooling with no device-agnostic counterpart, and what to do instead (G2T305).
 MEMORY_TOOLING = {
@@ -42,6 +43,50 @@ REWRITTEN_CUDA = frozenset(
         "is_bf16_supported",
     }
 )  # fmt: skip
+# The rules that rewrite each of `REWRITTEN_CUDA`'s names (those left out have one each
+# that is always on). With all of a name's rules off (`--ignore`, or held back by
+# target-torch), the name stays CUDA's own: a test that guards it must not be widened.
+REWRITTEN_BY: dict[str, tuple[str, ...]] = {
+    "device": ("G2T110",),
+    "amp": ("G2T201", "G2T204", "G2T206"),
+    "empty_cache": ("G2T301",),
+    **dict.fromkeys(
+        (
+            "memory_allocated",
+            "max_memory_allocated",
+            "memory_reserved",
+            "max_memory_reserved",
+            "memory_cached",
+            "max_memory_cached",
+            "memory_stats",
+        ),
+        ("G2T302",),
+    ),  # fmt: skip
+    **dict.fromkeys(
+        (
+            "reset_peak_memory_stats",
+            "reset_accumulated_memory_stats",
+            "reset_max_memory_allocated",
+            "reset_max_memory_cached",
+        ),
+        ("G2T303",),
+    ),  # fmt: skip
+    "manual_seed": ("G2T306", "G2T307"),
+    "manual_seed_all": ("G2T306", "G2T307"),
+    "OutOfMemoryError": ("G2T317",),
+    "init": ("G2T315",),
+    "Event": ("G2T309",),
+    "nvtx": ("G2T311",),
+}
+
+
+def rewritten_off(enabled: Callable[[str], bool]) -> frozenset[str]:
+    """The names of `REWRITTEN_CUDA` no switched-on rule rewrites in this run."""
+    return frozenset(
+        name for name, codes in REWRITTEN_BY.items() if not any(enabled(c) for c in codes)
+    )
+
+
 # Availability tests of the other backends: a CUDA test next to them picks CUDA by name.
 OTHER_BACKENDS = tuple(
     f"torch.{b}.is_available" for b in ("xpu", "mps", "npu", "hpu", "mtia", "backends.mps")
@@ -94,12 +139,21 @@ def _is_float16(node: ast.AST, torch_names: frozenset[str]) -> bool:
     )
 
 
+def _major_minor(target_torch: str) -> tuple[int, int]:
+    parts = [int(p) for p in re.findall(r"\d+", str(target_torch))[:2]]
+    major, minor = (*parts, 0, 0)[:2]
+    return major, minor
+
+
 def checks_available(target_torch: str | None) -> bool:
     """Whether `torch.accelerator.current_accelerator(check_available=True)` exists in the
     oldest torch the rewritten code must run on (it arrived in torch 2.7; no target: yes).
     docs/torch-versions.md has the table."""
-    if not target_torch:
-        return True
-    parts = [int(p) for p in re.findall(r"\d+", str(target_torch))[:2]]
-    major, minor = (*parts, 0, 0)[:2]
-    return (major, minor) >= (2, 7)
+    return not target_torch or _major_minor(target_torch) >= (2, 7)
+
+
+def has_accelerator(target_torch: str | None) -> bool:
+    """Whether `torch.accelerator` exists in the oldest torch the rewritten code must run on
+    (torch 2.6; no target: yes). Below it, what the fixes write asks `hasattr(torch,
+    "accelerator")` first and falls back to the CUDA call (core/torch_compat.py)."""
+    return not target_torch or _major_minor(target_torch) >= (2, 6)

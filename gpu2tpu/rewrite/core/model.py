@@ -121,6 +121,10 @@ class Result:
     withheld: tuple[Finding, ...] = ()
     # Import statements the new text needs but did not add (`Options.insert_statements=False`).
     required_imports: tuple[str, ...] = ()
+    # A fix that writes the device was not applied because `Options.device_name` means
+    # something else where it would go (a parameter or local of that name): the caller may
+    # offer another name (the magics do).
+    device_shadowed: bool = False
 
     @property
     def changed(self) -> bool:

@@ -21,7 +21,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper
 
 from ..analysis.lines import python_lines
-from .model import Finding, Options, Safety
+from .model import Finding, Options
 
 if TYPE_CHECKING:
     from ..rules.base import Rule, RuleContext
@@ -56,13 +56,15 @@ class Pending:
     line: int = 0
     col: int = 0
     after: list[str] = field(default_factory=list)
+    # Whether the rewrite applies the fix: `fixed` when it fixes, and in `check`, which
+    # fixes nothing, what `rewrite` with the same options would do. The rules decide on it,
+    # so that `check` says exactly what `rewrite` leaves.
+    applies: bool = False
 
     def settled(self, options: Options) -> bool:
         """Whether the rewrite takes care of it: fixed, or (in `check`, which fixes nothing)
-        fixable under these options."""
-        if self.fixed or options.fix:
-            return self.fixed
-        return self.fixable and (self.rule.safety is Safety.SAFE or options.unsafe_fixes)
+        fixed by `rewrite` under these options."""
+        return self.applies
 
 
 class ModuleState:
@@ -118,6 +120,9 @@ class ModuleState:
         self.device_name: str | None = None
         self.device_defined = False
         self.device_lazy = False
+        # A fix was not applied because the caller's device variable (`Options.device_name`)
+        # means something else where it would go: the caller may offer another name.
+        self.device_shadowed = False
         self.needs_torch_import = False
         # Import statements the new text needs but may not add (`insert_statements=False`).
         self.required_imports: list[str] = []

@@ -25,13 +25,15 @@ from ..analysis.flow_recorder import FlowRecorder
 from ..analysis.lines import python_lines
 from ..analysis.names import ModuleNames, caller_names
 from ..analysis.placement import device_line_after, device_line_blocked, leading_imports_end
+from ..analysis.torch_api import has_accelerator
 from ..analysis.values import ordinal_argument_lines
 from ..rules.base import Rule, RuleContext, hook_methods, rules_for
 from . import net, statements
-from .model import Options, Result
+from .model import Finding, Options, Result
 from .module_state import Fix, ModuleState, Pending
 from .parsing import Prepared, SourceError, parse_module, prepare
 from .positions import source_span, statement_position
+from .torch_compat import compat_calls
 from .verify import Problem
 
 __all__ = ["SourceError", "one_parse", "parse_module", "prefilter_tokens", "rewrite_source"]
@@ -204,9 +206,17 @@ def _run_rules(
     _Dispatch(ctx, rules, keep).walk(module)
     state.resolve_pending(ctx)
     ctx.decide_device_name()
+
+    def unchanged(edits: list[Finding], findings: list[Finding]) -> Result:
+        """The original text, with what the rules found in it."""
+        device = ctx.device_name_or_none()
+        return Result(
+            text, tuple(edits), tuple(findings), device, device_shadowed=state.device_shadowed
+        )
+
     if not state.fixes or not options.fix:
         _, findings = state.finalize()
-        return net.Attempt(text, Result(text, (), tuple(findings), ctx.device_name_or_none()))
+        return net.Attempt(text, unchanged([], findings))
     failed: list[tuple[Pending | None, Exception]] = []
     for key, entries in state.fixes.items():
         state.fixes[key] = [(_guarded(fix, pending, failed), pending) for fix, pending in entries]
@@ -227,16 +237,14 @@ def _run_rules(
         pending, cause = failed[0] if failed else (None, err)
         culprit = (pending.rule.code, pending.line, pending.col) if pending is not None else None
         problem = Problem("fix-error", 0, detail=f"{type(cause).__name__}: {cause}")
-        result = Result(text, tuple(edits), tuple(findings), ctx.device_name_or_none())
-        return net.Attempt(text, result, problem=problem, culprit=culprit)
+        return net.Attempt(text, unchanged(edits, findings), problem=problem, culprit=culprit)
     if text.endswith("\r") and not new_text.endswith(("\r", "\n")):
         new_text += "\r"  # libcst drops the last newline of a file that ends lines with CR
     edits, findings = state.finalize()
     if moved:
-        result = Result(text, tuple(edits), tuple(findings), ctx.device_name_or_none())
-        return net.Attempt(text, result, problem=Problem("held", moved))
+        return net.Attempt(text, unchanged(edits, findings), problem=Problem("held", moved))
     if new_text == text:
-        return net.Attempt(text, Result(text, (), tuple(findings), ctx.device_name_or_none()))
+        return net.Attempt(text, unchanged([], findings))
     device_keys = frozenset(
         (p.rule.code, p.line, p.col) for p in state.pending if p.fixed and p.uses_device
     )
@@ -247,6 +255,7 @@ def _run_rules(
         ctx.device_name_or_none(),
         state.device_defined,
         required_imports=tuple(state.required_imports),
+        device_shadowed=state.device_shadowed,
     )
     return net.Attempt(new_text, result, device_keys)
 
@@ -557,6 +566,8 @@ class _ApplyFixes(cst.CSTTransformer):
         self.top = state.statement_index()
         self.new_top: dict[int, object] = state.rewritten_statements
         self.wanted = _fix_paths(ctx, state)
+        # A target-torch without `torch.accelerator`: the calls fixes write fall back to CUDA's.
+        self.compat = not has_accelerator(ctx.options.target_torch)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         # A subtree without a fix is kept as it is: libcst rebuilds every node it passes,
@@ -582,7 +593,11 @@ class _ApplyFixes(cst.CSTTransformer):
             for fix, pending in fixes:
                 # Names the fix spells (torch's) are chosen for where its finding is.
                 self.ctx.fix_site = pending.node if pending is not None else original_node
-                node = fix(cast(cst.CSTNode, node))  # a fixed node is never removed
+                before = cast(cst.CSTNode, node)
+                node = fix(before)  # a fixed node is never removed
+                if self.compat:
+                    quote = _quote_inside(self.ctx, original_node)
+                    node = compat_calls(node, before, self.ctx.torch_name(), quote)
                 if pending is not None and isinstance(node, cst.CSTNode):
                     pending.after.append(self.blank.code_for_node(node))
             self.ctx.fix_site = None
@@ -590,6 +605,17 @@ class _ApplyFixes(cst.CSTTransformer):
         if index is not None:
             self.new_top[index] = node
         return node
+
+
+def _quote_inside(ctx: RuleContext, node: cst.CSTNode) -> str:
+    """The quote a string written at `node` may use: not that of an f-string around it (before
+    Python 3.12 the same quote ends the f-string)."""
+    current = ctx.parents.get(id(node))
+    while current is not None and not isinstance(current, cst.BaseStatement):
+        if isinstance(current, cst.FormattedString):
+            return "'" if '"' in current.start else '"'
+        current = ctx.parents.get(id(current))
+    return '"'
 
 
 def _fix_paths(ctx: RuleContext, state: ModuleState) -> set[int] | None:

@@ -12,6 +12,11 @@ own pins: the lowest torch that its pyproject.toml (dependencies, optional depen
 dependency groups, Poetry), requirements*.txt, environment.yml, setup.cfg or setup.py admit.
 A requirement with no lower bound (`torch`, `torch<3`) pins nothing.
 
+Below torch 2.6, which brought `torch.accelerator`, a rule with `Rule.compat_torch` is not
+held back: its fix is written in a form that asks `hasattr(torch, "accelerator")` and falls
+back to what the code did (core/torch_compat.py). `raise_pin` raises the requirement that set
+the target, for G2T520 (files/pins.py).
+
 The decision is made around `rewrite_source`/`rewrite_notebook`, not inside the rules: the
 fixes that may be applied run as usual with the held-back rules switched off, and those rules
 then run once more in report-only mode to say where their fixes would have gone. Both runs
@@ -32,7 +37,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import InvalidSpecifier, Specifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from .model import CellFinding, Finding, Options, Safety
@@ -72,6 +77,11 @@ class Pin:
 
     version: str  # major.minor
     source: str  # e.g. "requirements.txt: torch>=2.4"
+    path: Path | None = None  # the file that holds it
+    # The requirement as written there (`torch>=2.4`, conda's `pytorch=2.4`); "" where it is
+    # no one string (Poetry's table), so that no fix may raise it.
+    text: str = ""
+    conda: bool = False
 
 
 def lower_bound(spec: SpecifierSet | str) -> str | None:
@@ -89,7 +99,7 @@ def lower_bound(spec: SpecifierSet | str) -> str | None:
     return normalize(max(bounds).base_version)
 
 
-def _requirement_pin(text: str, source: str) -> Pin | None:
+def _requirement_pin(text: str, source: str, path: Path | None = None) -> Pin | None:
     try:
         req = Requirement(text)
     except InvalidRequirement:
@@ -100,7 +110,7 @@ def _requirement_pin(text: str, source: str) -> Pin | None:
         version = lower_bound(req.specifier)
     except TargetError:  # `torch>=0.0.1`: no torch release is that old
         return None
-    return Pin(version, f"{source}: {text.strip()}") if version else None
+    return Pin(version, f"{source}: {text.strip()}", path, text.strip()) if version else None
 
 
 def _table(data: object, *keys: str) -> dict[str, Any]:
@@ -128,7 +138,7 @@ def _pyproject_pins(path: Path) -> Iterator[Pin]:
     for group in _table(data, "dependency-groups").values():
         texts += _strings(group)  # `{include-group = ...}` entries name no package
     for text in texts:
-        if pin := _requirement_pin(text, path.name):
+        if pin := _requirement_pin(text, path.name, path):
             yield pin
     poetry = _table(data, "tool", "poetry")
     tables = [_table(poetry, "dependencies")]
@@ -138,7 +148,7 @@ def _pyproject_pins(path: Path) -> Iterator[Pin]:
         if isinstance(spec, dict):
             spec = spec.get("version")
         if isinstance(spec, str) and (version := _poetry_bound(spec)):
-            yield Pin(version, f"{path.name}: torch = {spec!r} (Poetry)")
+            yield Pin(version, f"{path.name}: torch = {spec!r} (Poetry)", path)
 
 
 def _poetry_bound(spec: str) -> str | None:
@@ -164,7 +174,7 @@ def _requirements_pins(path: Path) -> Iterator[Pin]:
         if not line or line.startswith("-"):
             continue
         line = re.split(r"\s--", line, maxsplit=1)[0]  # `--hash=...` and other options
-        if pin := _requirement_pin(line, path.name):
+        if pin := _requirement_pin(line, path.name, path):
             yield pin
 
 
@@ -195,7 +205,14 @@ def _conda_pins(path: Path) -> Iterator[Pin]:
             if hit and hit["op"] in (None, "=", "==", "===", ">=", "~=", ">"):
                 bounds.append(Version(hit["v"]))
         if bounds and max(bounds).release[:2] >= (0, 1):
-            yield Pin(normalize(max(bounds)), f"{path.name}: {raw.strip().lstrip('- ')}")
+            written = raw.split("#", 1)[0].strip().lstrip("- ").strip()
+            yield Pin(
+                normalize(max(bounds)),
+                f"{path.name}: {raw.strip().lstrip('- ')}",
+                path,
+                written,
+                True,
+            )
 
 
 def _setup_cfg_pins(path: Path) -> Iterator[Pin]:
@@ -211,7 +228,7 @@ def _setup_cfg_pins(path: Path) -> Iterator[Pin]:
         values += [v for _, v in parser.items("options.extras_require")]
     for value in values:
         for line in value.splitlines():
-            if pin := _requirement_pin(line.split("#", 1)[0].strip() or "-", path.name):
+            if pin := _requirement_pin(line.split("#", 1)[0].strip() or "-", path.name, path):
                 yield pin
 
 
@@ -245,7 +262,7 @@ def _setup_py_pins(path: Path) -> Iterator[Pin]:
             for kw in node.keywords:
                 if kw.arg in ("install_requires", "extras_require"):
                     for text in strings(kw.value):
-                        if pin := _requirement_pin(text, path.name):
+                        if pin := _requirement_pin(text, path.name, path):
                             yield pin
 
 
@@ -269,7 +286,7 @@ def iter_pins(folder: Path) -> Iterator[Pin]:
             if path.is_file():
                 for pin in read(path):
                     if path.parent != folder:
-                        pin = Pin(pin.version, f"{path.parent.name}/{pin.source}")
+                        pin = dataclasses.replace(pin, source=f"{path.parent.name}/{pin.source}")
                     yield pin
 
 
@@ -290,21 +307,39 @@ def rule_min_torch() -> dict[str, str]:
     return {r.code: normalize(r.min_torch) for r in all_rules()}
 
 
+@functools.lru_cache(maxsize=1)
+def rule_compat_torch() -> dict[str, str]:
+    """Rule code -> the torch its fix runs on in the form written for a torch without
+    `torch.accelerator` (`Rule.compat_torch`; core/torch_compat.py), for the rules that have one."""
+    from ..rules.base import all_rules
+
+    return {r.code: normalize(r.compat_torch) for r in all_rules() if r.compat_torch}
+
+
 def rewrite_floor() -> str:
     """The oldest torch any fix writes for: below it, every fix is held back."""
-    return min(rule_min_torch().values(), key=_key)
+    needs = {**rule_min_torch(), **rule_compat_torch()}
+    return min(needs.values(), key=_key)
+
+
+def fix_needs(code: str, target: str | None) -> str | None:
+    """The torch rule `code`'s fix needs beyond `target` (None: it applies there, in its
+    compat form where the target is older than its `min_torch`)."""
+    need = rule_min_torch()[code]
+    if not target or _key(need) <= _key(normalize(target)):
+        return None
+    compat = rule_compat_torch().get(code)
+    if compat is not None and _key(compat) <= _key(normalize(target)):
+        return None
+    return need
 
 
 def held_back(options: Options) -> dict[str, str]:
     """The switched-on rules whose fixes need a newer torch than `options.target_torch`."""
     if not options.target_torch:
         return {}
-    target = _key(normalize(options.target_torch))
-    return {
-        code: need
-        for code, need in rule_min_torch().items()
-        if options.enabled(code) and _key(need) > target
-    }
+    found = {code: fix_needs(code, options.target_torch) for code in rule_min_torch()}
+    return {code: need for code, need in found.items() if need and options.enabled(code)}
 
 
 R = TypeVar("R")
@@ -363,3 +398,47 @@ def _held(
     if isinstance(item, CellFinding):
         return dataclasses.replace(item, finding=marked)
     return marked
+
+
+# -- raising a pin (G2T520) --------------------------------------------------------------------
+
+
+def raised_requirement(pin: Pin, need: str) -> str | None:
+    """`pin.text` with its lower bound raised to `need` (`torch==1.9.1` -> `torch>=2.9`;
+    conda's `pytorch=1.9` -> `pytorch>=2.9`), upper bounds, extras and markers kept; None where
+    it cannot be said in one edit (Poetry's table, an upper bound below `need`)."""
+    if not pin.text:
+        return None
+    floor = Version(need)
+    if pin.conda:
+        m = re.match(r"^(?P<name>(?:[\w.-]+::)?(?:py)?torch)(?![\w.-])", pin.text)
+        return f"{m['name']}>={need}" if m else None
+    try:
+        req = Requirement(pin.text)
+    except InvalidRequirement:
+        return None
+    kept = [s for s in req.specifier if s.operator in ("<", "<=", "!=")]
+    # `<2`, and the upper bound `~=1.9` and `==1.9.*` carry: a person moves those
+    bounding = [*kept, *(s for s in req.specifier if s.operator == "~=" or "*" in s.version)]
+    if any(not s.contains(floor, prereleases=True) for s in bounding if s.operator != "!="):
+        return None
+    for s in req.specifier:
+        if s.operator == "~=":  # `~=2.0` is also `<3`, which raising must not drop
+            release = Version(s.version).release[:-1]
+            upper = ".".join(map(str, (*release[:-1], release[-1] + 1)))
+            kept.append(Specifier(f"<{upper}"))
+    specs = ",".join([f">={need}", *(str(s) for s in kept)])
+    extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+    name = re.match(r"\s*([A-Za-z0-9._-]+)", pin.text)
+    marker = f"; {req.marker}" if req.marker else ""
+    return f"{name[1] if name else req.name}{extras}{specs}{marker}"
+
+
+def raise_pin(text: str, pin: Pin, need: str) -> tuple[str, int] | None:
+    """`text` (the file that holds `pin`) with the pin raised to `need`, and the line it is on;
+    None where the requirement is not written exactly once there or cannot be raised."""
+    new = raised_requirement(pin, need)
+    if new is None or text.count(pin.text) != 1:
+        return None
+    line = text[: text.index(pin.text)].count("\n") + 1
+    return text.replace(pin.text, new, 1), line

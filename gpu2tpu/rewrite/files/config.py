@@ -23,12 +23,15 @@ what the table selected.
 target-torch, per folder: `--target-torch`, else the nearest `[tool.gpu2tpu] target-torch`,
 else the torch pins (torch_target.py) of the nearest folder at or above it that has any,
 looking no higher than the top of its git repository; else those of the current folder. Two
-projects in one run keep their own pins. A pin older than the oldest torch any fix writes for
-(`torch>=0.4.1`) is a target like any other: every fix is reported, none applied.
+projects in one run keep their own pins (and `Config.target_pin` is the one that set the
+target, which G2T520 may raise: files/pins.py). Below torch 2.6 the fixes that need only the
+device are written for a torch without `torch.accelerator` (core/torch_compat.py); a pin older
+than the oldest torch any fix writes for (`torch>=0.3.1`) holds every fix back.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable
@@ -36,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.model import Options
+from ..core.torch_target import Pin
 from .discovery import Scope
 from .engine import DEFAULT_MAX_BYTES, Config
 
@@ -257,7 +261,7 @@ class ProjectConfigs:
     overrides: Overrides
     cwd: Path
     _sections: dict[str, tuple[Path, ToolSection] | None] = field(default_factory=dict)
-    _pins: dict[str, tuple[str, str] | None] = field(default_factory=dict)
+    _pins: dict[str, Pin | None] = field(default_factory=dict)
     _configs: dict[str, Config] = field(default_factory=dict)
     _scopes: dict[str, Scope] = field(default_factory=dict)
 
@@ -291,7 +295,7 @@ class ProjectConfigs:
         root, section = self._located(folder)
         o = self.overrides
         select, ignore = rule_options(((section.select, section.ignore), (o.select, o.ignore)))
-        target, source = self._target(folder, root, section)
+        target, source, pin = self._target(folder, root, section)
         unsafe = o.unsafe_fixes if o.unsafe_fixes is not None else bool(section.unsafe_fixes)
         return Config(
             options=Options(select=select, ignore=ignore, unsafe_fixes=unsafe, target_torch=target),
@@ -301,6 +305,7 @@ class ProjectConfigs:
             root=root,
             respect_gitignore=self._gitignore(section),
             target_source=source,
+            target_pin=pin,
         )
 
     def selects_nothing(self) -> bool:
@@ -341,27 +346,31 @@ class ProjectConfigs:
             self._sections[seen] = found
         return found
 
-    def _target(self, folder: str, root: Path, section: ToolSection) -> tuple[str | None, str]:
+    def _target(
+        self, folder: str, root: Path, section: ToolSection
+    ) -> tuple[str | None, str, Pin | None]:
+        """target-torch, where it came from, and the pin that set it (when one did)."""
         from ..core.torch_target import TargetError, normalize
 
         if self.overrides.target_torch:
             try:
-                return normalize(self.overrides.target_torch), "--target-torch"
+                return normalize(self.overrides.target_torch), "--target-torch", None
             except TargetError as err:
                 raise ConfigError(str(err)) from None
         if section.target_torch:
             where = self._shown_path(root / "pyproject.toml")
-            return section.target_torch, f"[tool.gpu2tpu] target-torch in {where}"
+            return section.target_torch, f"[tool.gpu2tpu] target-torch in {where}", None
         pin = self._nearest_pin(folder) or self._nearest_pin(str(self.cwd))
-        return pin if pin else (None, "")
+        return (pin.version, pin.source, pin) if pin else (None, "", None)
 
-    def _nearest_pin(self, folder: str) -> tuple[str, str] | None:
-        """The lowest torch the pins of the nearest folder with any admit, and where it was
-        read; the search stops at the top of the folder's git repository."""
+    def _nearest_pin(self, folder: str) -> Pin | None:
+        """The lowest torch the pins of the nearest folder with any admit (its `source` says
+        where it was read, from the current folder); the search stops at the top of the
+        folder's git repository."""
         from ..core.torch_target import project_floor
 
         walked = []
-        found: tuple[str, str] | None = None
+        found: Pin | None = None
         current = folder
         while True:
             if current in self._pins:
@@ -372,7 +381,7 @@ class ProjectConfigs:
             if pin is not None:
                 where = self._shown_path(Path(current))
                 prefix = "" if where == "." else f"{where}/"
-                found = (pin.version, prefix + pin.source)
+                found = dataclasses.replace(pin, source=prefix + pin.source)
                 break
             parent = os.path.dirname(current)
             if parent == current or os.path.exists(os.path.join(current, ".git")):

@@ -21,12 +21,14 @@ from pathlib import Path
 from typing import Protocol
 
 from ..core.model import CellFinding, Finding, Options
+from ..core.torch_target import Pin
 from .atomic_write import ChangedDuringRun, ReadOnly, Snapshot, remove_stale_temporaries
 from .atomic_write import write_atomic as write_atomic
 from .discovery import CUDA_SOURCE_SUFFIXES, Scope, discover, inside, os_reason
 from .discovery import DEFAULT_EXCLUDES as DEFAULT_EXCLUDES
 from .discovery import SOURCE_SUFFIXES as SOURCE_SUFFIXES
 from .interrupts import checkpoint
+from .pins import PinChange, pin_changes
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 
@@ -64,6 +66,7 @@ class Config:
     roots: tuple[str, ...] = ()
     respect_gitignore: bool = True  # inside a git repository (discovery.py)
     target_source: str = ""  # where options.target_torch came from, for the reports
+    target_pin: Pin | None = None  # the project's torch pin, where it set the target (G2T520)
 
     @property
     def scope(self) -> Scope:
@@ -468,9 +471,31 @@ def run(
     except KeyboardInterrupt:
         raise Interrupted(0, None) from None
     outcomes = _process_all(files, file_configs, config, mode, warnings.append)
+    # G2T520: after the files, which say what each project's pin held back
+    changes = pin_changes(
+        (c.target_pin, c.options, o.findings) for o, c in zip(outcomes, file_configs, strict=False)
+    )
     outcomes.extend(_cuda_source_outcomes(found, base))
+    outcomes.extend(_pin_outcome(change, mode) for change in changes)
     targets = {(c.options.target_torch, c.target_source): None for c in file_configs}
     return RunReport(outcomes, discovery_errors, mode, tuple(targets) or ((None, ""),), warnings)
+
+
+def _pin_outcome(change: PinChange, mode: Mode) -> FileOutcome:
+    """G2T520's finding on a pin file, the raised pin written (`rewrite --unsafe-fixes`) or
+    shown (`--diff`) like any other fix."""
+    if change.finding is None:
+        return FileOutcome(change.path, Status.ERROR, error=change.error)
+    if change.new_text is None:
+        return FileOutcome(change.path, Status.UNCHANGED, findings=[change.finding])
+    if mode is Mode.WRITE:
+        try:
+            write_atomic(change.real_path, change.new_text, "utf-8", change.snapshot)
+        except (ChangedDuringRun, ReadOnly, OSError) as err:
+            return FileOutcome(change.path, Status.ERROR, error=f"torch pin not raised: {err}")
+        return FileOutcome(change.path, Status.REWRITTEN, edits=[change.finding])
+    diff = unified_diff(change.path, change.old_text, change.new_text) if mode is Mode.DIFF else ""
+    return FileOutcome(change.path, Status.WOULD_REWRITE, edits=[change.finding], diff=diff)
 
 
 def _for_mode(config: Config, mode: Mode) -> Config:

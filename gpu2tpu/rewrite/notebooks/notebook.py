@@ -408,6 +408,7 @@ class CellRewrite:
     # With `Options.insert_statements=False`: the imports the new text needs, for the caller
     # to run before it (the text itself gains no line).
     required_imports: tuple[str, ...] = ()
+    device_shadowed: bool = False  # as `Result.device_shadowed`
 
     @property
     def changed(self) -> bool:
@@ -458,6 +459,7 @@ def rewrite_cell(
             device_name=result.device_name,
             withheld=tuple(sorted((_shift(f, cell) for f in result.withheld), key=_order)),
             required_imports=result.required_imports,
+            device_shadowed=result.device_shadowed,
         )
     return CellRewrite(source, source, findings=tuple(sorted(findings, key=_order)), error=error)
 

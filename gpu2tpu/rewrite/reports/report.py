@@ -357,6 +357,11 @@ def summary_text(report: RunReport, info: RunInfo | None = None) -> list[str]:
             f"Applying them would raise the minimum torch to {highest} in {k} "
             f"file{'s' * (k != 1)}; target-torch is {target or c['target_torch']}."
         )
+        lines.append(
+            f'To raise the floor: `--target-torch {highest}`, or `target-torch = "{highest}"` '
+            "in [tool.gpu2tpu] of pyproject.toml; `--unsafe-fixes` raises the project's own "
+            "torch pin (G2T520)."
+        )
         floor = rewrite_floor()
         if info and info.target_torch and _version_key(info.target_torch) < _version_key(floor):
             lines.append(

@@ -20,6 +20,7 @@ def rule_record(rule: type[BaseRule]) -> dict[str, str]:
         "message": rule.message,
         "hint": rule.hint,
         "min_torch": rule.min_torch,
+        "compat_torch": rule.compat_torch or "",  # "": the fix has no form below 2.6
         "explanation": inspect.cleandoc(rule.__doc__ or ""),
     }
 

@@ -212,6 +212,7 @@ class AutocastCudaDeviceType(Rule):
     """
 
     code = "G2T202"
+    compat_torch = "0.4"
     name = "autocast-cuda-device-type"
     safety = Safety.SAFE
     message = "device type {value} names NVIDIA GPUs; use the module's device type"

@@ -30,7 +30,7 @@ from ..analysis.flow import FlowFacts
 from ..analysis.literals import code_for, shorten
 from ..analysis.names import ModuleNames, enclosing_scopes, variable_names
 from ..analysis.placement import runs_as_script
-from ..analysis.torch_api import checks_available, float16_tests
+from ..analysis.torch_api import checks_available, float16_tests, has_accelerator
 from ..core.cst_internals import layout
 from ..core.model import Options, Safety, Severity
 from ..core.module_state import Fix as Fix  # the type of the fixes rules build
@@ -44,7 +44,30 @@ DEVICE_EXPR_2_6 = (
     "torch.accelerator.current_accelerator() if torch.accelerator.is_available() "
     'else torch.device("cpu")'
 )
+# For a target-torch older than 2.6, which has no `torch.accelerator`: the accelerator where
+# torch has the module, else what the classic idiom picks (the same on CUDA, on any torch).
+DEVICE_EXPR_COMPAT = (
+    'torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") and '
+    'torch.accelerator.is_available() else torch.device("cuda" if torch.cuda.is_available() '
+    'else "cpu")'
+)
 DEVICE_NAMES = ("device", "accel_device", "torch_device")
+
+
+def own_device_kind(code: str, torch: str = "torch") -> str | None:
+    """ "device" when `code` is a device expression the codemod writes (any target-torch's
+    form), "str" when it is that expression's `.type`; None otherwise. A later run (after a
+    pin was raised) reuses such a variable instead of defining another."""
+    text = " ".join(code.split())
+    for expr in (DEVICE_EXPR, DEVICE_EXPR_2_6, DEVICE_EXPR_COMPAT):
+        own = expr.replace("(torch,", f"({torch},").replace("torch.", f"{torch}.")
+        if text == own:
+            return "device"
+        if text == f"({own}).type":
+            return "str"
+    return None
+
+
 # The same, as a function a library module defines instead (asked when needed, not at import).
 DEVICE_FUNCTIONS = ("accelerator_device", "accel_device", "torch_device")
 
@@ -146,9 +169,10 @@ class RuleContext:
         return self._float16_tests
 
     def fix_active(self, rule: type[Rule]) -> bool:
-        """Whether a rule's fixes are applied under this run's options (cross-rule decisions)."""
+        """Whether a rule's fixes are applied under this run's options (cross-rule decisions);
+        `check` decides as `rewrite` with its options would."""
         options = self.options
-        if not (options.fix and options.enabled(rule.code)):
+        if not options.enabled(rule.code):
             return False
         return rule.safety is Safety.SAFE or options.unsafe_fixes
 
@@ -342,9 +366,10 @@ class RuleContext:
             return "no device variable is given and no statement may be added here"
         return self._state.device_line_blocked
 
-    def shadowed_at(self, node: cst.CSTNode) -> str | None:
+    def shadowed_at(self, node: cst.CSTNode, uses_device: bool = True) -> str | None:
         """A name a fix at `node` would emit that means something else there (a parameter or
-        local variable named like torch's alias or the caller's device variable), or None."""
+        local variable named like torch's alias or, for a fix that writes the device
+        (`uses_device`), the caller's device variable), or None."""
         torch = self.torch_alias or "torch"
         scopes = enclosing_scopes(self, node)
         if not scopes:
@@ -353,7 +378,8 @@ class RuleContext:
             if self.torch_alias is not None or self.names.torch_in_scopes(scopes, self) is None:
                 return torch
         given = self.options.device_name
-        if given and self.names.binds_in_scopes(given, scopes, self):
+        if uses_device and given and self.names.binds_in_scopes(given, scopes, self):
+            self._state.device_shadowed = True
             return given
         return None
 
@@ -418,8 +444,12 @@ class RuleContext:
     def device_expression(self, kind: str = "device") -> cst.BaseExpression:
         """The checked accelerator expression, as a torch.device or as its type string."""
         t = self.torch_name()
-        checked = checks_available(self.options.target_torch)
-        expr = (DEVICE_EXPR if checked else DEVICE_EXPR_2_6).replace("torch.", f"{t}.")
+        target = self.options.target_torch
+        if not has_accelerator(target):
+            expr = DEVICE_EXPR_COMPAT.replace("(torch,", f"({t},")
+        else:
+            expr = DEVICE_EXPR if checks_available(target) else DEVICE_EXPR_2_6
+        expr = expr.replace("torch.", f"{t}.")
         if kind == "str":
             return cst.parse_expression(f"({expr}).type")
         return cst.parse_expression(expr)
@@ -455,7 +485,7 @@ class RuleContext:
         if self.options.device_name:
             self._state.device_name = self.options.device_name
             return
-        use_lines = [p.line for p in self._state.pending if p.fixed and p.uses_device]
+        use_lines = [p.line for p in self._state.pending if p.applies and p.uses_device]
         first_use = min(use_lines, default=None)
         if (
             self._state.adopted_device
@@ -463,7 +493,7 @@ class RuleContext:
             and not any(
                 self.binds_in_scopes(self._state.adopted_device[0], p.node)
                 for p in self._state.pending
-                if p.fixed and p.uses_device
+                if p.applies and p.uses_device
             )
         ):
             self._state.device_name = self._state.adopted_device[0]
@@ -492,7 +522,7 @@ class RuleContext:
         return all(
             any(kind in ("def", "lambda") for kind, _ in enclosing_scopes(self, p.node))
             for p in self._state.pending
-            if p.fixed and p.uses_device
+            if p.applies and p.uses_device
         )
 
 
@@ -505,7 +535,11 @@ class BaseRule:
     construct), `hint`, and the docstring with "Why:" and "Example:" that `gpu2tpu rules` and
     docs/rules.md show. `min_torch` is the oldest torch its fix runs on: with
     `--target-torch` older than that, the fix is held back and reported
-    (rewrite/core/torch_target.py).
+    (rewrite/core/torch_target.py). `compat_torch`, where set, is the oldest torch the fix
+    runs on in the form written for a torch without `torch.accelerator` (the device line's
+    `hasattr(torch, "accelerator")` form, each `torch.accelerator` call it writes falling back
+    to its `torch.cuda` counterpart: rewrite/core/torch_compat.py); a target between the two
+    gets that form. Set it only for a fix that writes nothing else newer than the code had.
     """
 
     code: ClassVar[str]
@@ -515,6 +549,7 @@ class BaseRule:
     message: ClassVar[str]
     hint: ClassVar[str] = ""
     min_torch: ClassVar[str] = "2.6"
+    compat_torch: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -530,6 +565,13 @@ class NotebookRule(BaseRule):
     It reads no Python, so it has no hooks: rewrite/notebooks/notebook.py runs the checks and
     reports under these codes (rules/notebook_checks.py declares them).
     """
+
+    message: ClassVar[str] = ""
+
+
+class ProjectRule(BaseRule):
+    """A check on a project's own files (its torch pin), not on code: rewrite/files/ runs it
+    once a run knows what the code needs (rules/project_checks.py declares them)."""
 
     message: ClassVar[str] = ""
 
@@ -648,11 +690,9 @@ class Rule(BaseRule):
             if blocked:
                 can_fix = False
                 hint = f"{hint if hint is not None else self.hint}; not fixed: {blocked}"
-        apply = (
-            can_fix
-            and self.ctx.options.fix
-            and (self.safety is Safety.SAFE or self.ctx.options.unsafe_fixes)
-        )
+        # Decided as `rewrite` decides, also in `check` (options.fix False), which only
+        # applies nothing: so every rule's later decisions, and what is left, are the same.
+        apply = can_fix and (self.safety is Safety.SAFE or self.ctx.options.unsafe_fixes)
         if apply and self.ctx.options.withhold:  # the safety net's rerun (net.py)
             apply = not self.ctx.options.withholds(self.code, self.ctx.position(node)[0])
         message = message or self.message
@@ -664,9 +704,10 @@ class Rule(BaseRule):
             message=message,
             hint=hint if hint is not None else self.hint,
             before="",  # the node's text, read with its position (resolve_pending)
-            fixed=bool(apply),
+            fixed=bool(apply) and self.ctx.options.fix,
             fixable=bool(can_fix),
             uses_device=uses_device,
+            applies=bool(apply),
         )
         ctx.add_report(pending)
         if apply:
@@ -681,7 +722,7 @@ class Rule(BaseRule):
             reason = ctx.device_unavailable()
             if reason:
                 return reason
-        shadowed = ctx.shadowed_at(node)
+        shadowed = ctx.shadowed_at(node, uses_device)
         if shadowed:
             return f"`{shadowed}` means something else here"
         return None

@@ -148,6 +148,7 @@ class CudaIsAvailable(_CudaRuntimeCall):
     """
 
     code = "G2T104"
+    compat_torch = "0.4"
     name = "cuda-is-available"
     safety = Safety.SAFE
     message = "`{call}` asks only about NVIDIA GPUs"
@@ -302,6 +303,7 @@ class CudaDeviceCount(_CudaRuntimeCall):
     """
 
     code = "G2T105"
+    compat_torch = "0.4"
     name = "cuda-device-count"
     safety = Safety.SAFE
     message = "`{call}` counts only NVIDIA GPUs"
@@ -350,6 +352,7 @@ class CudaCurrentDevice(_CudaRuntimeCall):
     """
 
     code = "G2T106"
+    compat_torch = "0.4"
     name = "cuda-current-device"
     safety = Safety.SAFE
     message = "`{call}` fails without CUDA"
@@ -378,6 +381,7 @@ class CudaSetDevice(_CudaRuntimeCall):
     """
 
     code = "G2T107"
+    compat_torch = "0.4"
     name = "cuda-set-device"
     safety = Safety.SAFE
     message = "`{call}` fails without CUDA"
@@ -399,7 +403,7 @@ class CudaSetDevice(_CudaRuntimeCall):
     def rewrite(self, node: cst.Call) -> None:
         before = self.ctx.report_count()
         super().rewrite(node)
-        if any(p.fixed and p.uses_device for p in self.ctx.reports(before)):
+        if any(p.applies and p.uses_device for p in self.ctx.reports(before)):
             self.ctx.claim_node(node)  # G2T407's question is answered by the guard
 
 
@@ -419,6 +423,7 @@ class CudaSynchronize(_CudaRuntimeCall):
     """
 
     code = "G2T108"
+    compat_torch = "0.4"
     name = "cuda-synchronize"
     safety = Safety.SAFE
     message = "`{call}` fails without CUDA"
@@ -445,6 +450,7 @@ class TensorIsCuda(Rule):
     """
 
     code = "G2T109"
+    compat_torch = "0.4"
     name = "tensor-is-cuda"
     safety = Safety.SAFE
     message = "`{attr}` is False on TPUs; ask whether the tensor is on the accelerator"

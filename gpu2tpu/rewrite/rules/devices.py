@@ -18,6 +18,7 @@ from ..analysis.branches import (
 )
 from ..analysis.edits import (
     carries_prefix,
+    cuda_only_choice,
     find_arg,
     indexed_device_string,
     is_cuda_only,
@@ -46,7 +47,7 @@ from ..analysis.names import defines_attribute, is_torch_device_call
 from ..analysis.ranks import device_index_names
 from ..analysis.values import DeviceUse, module_values
 from ..core.model import Safety
-from .base import Rule, RuleContext
+from .base import Rule, RuleContext, own_device_kind
 
 DEVICE_KWARGS = frozenset({"device", "map_location", "output_device"})
 STORAGE_METHODS = frozenset({"storage", "untyped_storage", "_typed_storage", "_untyped_storage"})
@@ -83,6 +84,7 @@ class CudaMethod(Rule):
     """
 
     code = "G2T101"
+    compat_torch = "0.4"
     name = "cuda-method"
     safety = Safety.SAFE
     message = "`{call}` ties the value to NVIDIA GPUs; use the module's device"
@@ -207,6 +209,7 @@ class CudaDeviceString(Rule):
     """
 
     code = "G2T102"
+    compat_torch = "0.4"
     name = "cuda-device-string"
     safety = Safety.SAFE
     message = "device string {value} names NVIDIA GPUs; use the module's device"
@@ -287,6 +290,8 @@ class CudaDeviceString(Rule):
         for call, value in self.arguments:
             if id(value) in taken or id(call) in taken:
                 continue  # `.to(rank)`: G2T407; `.cuda(i)`: G2T101
+            if cuda_only_choice(value):
+                continue  # `i if device.type == "cuda" else None`: the ordinal on CUDA only
             found = values.ordinal_source(*self.position(value))
             if found is None:
                 continue
@@ -586,10 +591,12 @@ class CudaDeviceIdiom(Rule):
     """
 
     code = "G2T103"
+    compat_torch = "0.4"
     name = "cuda-device-idiom"
     safety = Safety.SAFE
     message = "`{idiom}` knows only CUDA and the CPU"
     hint = "use `torch.accelerator.current_accelerator(check_available=True)`"
+    tokens = (b"cuda", b"current_accelerator")  # an earlier run's device line is adopted
 
     def __init__(self, ctx: RuleContext) -> None:
         super().__init__(ctx)
@@ -693,6 +700,15 @@ class CudaDeviceIdiom(Rule):
         if not isinstance(target, cst.Name):
             return
         value = node.value
+        own = None
+        if isinstance(value, cst.IfExp | cst.BooleanOperation | cst.Attribute):
+            own = own_device_kind(self.code_for(value), self.ctx.torch_alias or "torch")
+        if own is not None:  # a device line of an earlier run: the module's device
+            if not self.depth and self.ctx.names.bound_once_at_module(
+                target.value, self.ctx.source
+            ):
+                self.ctx.adopt_device(target.value, node, own)
+            return
         kind = _idiom_parts(self, value)
         if kind is None and isinstance(value, cst.Call) and is_torch_device_call(self.ctx, value):
             if len(value.args) == 1 and _idiom_parts(self, value.args[0].value) == "str":
@@ -766,6 +782,7 @@ class PinMemory(Rule):
     """
 
     code = "G2T112"
+    compat_torch = "0.4"
     name = "pin-memory"
     safety = Safety.SAFE
     message = "`.pin_memory()` raises where no accelerator is present"
@@ -845,6 +862,7 @@ class CudaDefault(Rule):
     """
 
     code = "G2T113"
+    compat_torch = "0.4"
     name = "cuda-default"
     safety = Safety.SAFE
     message = "{what} defaults to {value}: every run asks for an NVIDIA GPU"

@@ -306,6 +306,7 @@ class DdpDeviceIds(Rule):
     """
 
     code = "G2T405"
+    compat_torch = "0.4"
     name = "ddp-device-ids"
     safety = Safety.SAFE
     message = "`device_ids`/`output_device` work only for CUDA modules"
@@ -400,6 +401,7 @@ class LocalRankDevice(Rule):
     """
 
     code = "G2T407"
+    compat_torch = "0.4"
     name = "local-rank-device"
     safety = Safety.SAFE
     message = "device index `{index}` is the process's rank; a TPU process owns only index 0"
@@ -478,6 +480,7 @@ class DeviceMeshCuda(Rule):
     """
 
     code = "G2T408"
+    compat_torch = "0.4"
     name = "device-mesh-cuda"
     safety = Safety.SAFE
     severity = Severity.ERROR

@@ -139,6 +139,7 @@ class CudaEventTiming(Rule):
     """
 
     code = "G2T309"
+    compat_torch = "0.4"
     name = "cuda-event-timing"
     safety = Safety.SAFE
     message = "`torch.cuda.Event` timing only works on CUDA"
@@ -522,6 +523,7 @@ class CudaDeviceProperties(Rule):
     """
 
     code = "G2T313"
+    compat_torch = "0.4"
     name = "cuda-device-properties"
     safety = Safety.SAFE
     message = "`{call}` asks about the NVIDIA GPU; a TPU has no answer"
@@ -623,6 +625,7 @@ class CudaLegacyTensor(Rule):
     """
 
     code = "G2T314"
+    compat_torch = "0.4"
     name = "cuda-legacy-tensor"
     safety = Safety.SAFE
     message = "`torch.cuda.{type}` is a legacy CUDA-only tensor type"
@@ -674,12 +677,7 @@ class CudaLegacyTensor(Rule):
         half tensor is then a person's call, since the float16 it would become is rewritten
         again by the next run."""
         options = self.ctx.options
-        return (
-            kind == "HalfTensor"
-            and options.fix
-            and options.unsafe_fixes
-            and options.enabled("G2T212")
-        )
+        return kind == "HalfTensor" and options.unsafe_fixes and options.enabled("G2T212")
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self._is_type_call(node):
@@ -751,6 +749,7 @@ class CudaInit(Rule):
     """
 
     code = "G2T315"
+    compat_torch = "0.4"
     name = "cuda-init"
     safety = Safety.SAFE
     message = "`torch.cuda.init()` is CUDA-only and initialisation is lazy anyway"

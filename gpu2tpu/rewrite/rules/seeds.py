@@ -105,6 +105,7 @@ class CudaSeedAlreadySeeded(Rule):
     """
 
     code = "G2T306"
+    compat_torch = "0.4"
     name = "cuda-seed-already-seeded"
     safety = Safety.SAFE
     message = "`{func}` is CUDA-only and repeats `torch.manual_seed`, which seeds every device"

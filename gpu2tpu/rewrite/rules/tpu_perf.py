@@ -483,6 +483,8 @@ class SynchronizeInLoop(_PerfRule):
         (`time.perf_counter()`, an event's `record()`): it makes the timer measure the queued
         work, in a benchmark loop as outside one."""
         expr = self.parent(node)
+        if isinstance(expr, cst.IfExp):  # `(a.synchronize() if hasattr(...) else c.synchronize())`
+            expr = self.parent(expr)  # for a torch without torch.accelerator (torch_compat.py)
         line = self.parent(expr) if isinstance(expr, cst.Expr) else None
         block = self.parent(line) if isinstance(line, cst.SimpleStatementLine) else None
         guard = self.parent(block) if isinstance(block, cst.IndentedBlock) else None
