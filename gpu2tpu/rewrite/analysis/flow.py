@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, cast
 
 import libcst as cst
 
+from .blocks import statement_index
 from .flow_recorder import Binding, FlowRecord
 from .literals import code_for, last_segment, short
 from .names import qualified
@@ -519,7 +520,8 @@ class FlowFacts:
             self._exits[key] = exits  # type: ignore[assignment]  # the If statements found above
         if not self._exits[key]:
             return None
-        index = next((i for i, s in enumerate(block.body) if s is stmt), -1)
+        index = statement_index(self.ctx, block, stmt)
+        index = -1 if index is None else index
         return next((s for i, s in self._exits[key] if i < index), None)
 
     def is_rank_test(self, test: cst.BaseExpression, depth: int = 0) -> bool:

@@ -92,6 +92,9 @@ class RuleContext:
         self.fix_site: cst.CSTNode | None = None
         # Per block, the statements a fix removes, as (code, occurrence among equal lines).
         self.removals: dict[int, list[tuple[str, int]]] = {}
+        # What an analysis keeps for the rest of the run, under a key of its own (so that a
+        # question asked once per finding does not redo work over the whole module).
+        self.memo: dict[str, object] = {}
         self._flow: FlowFacts | None = None
         self._float16_tests: tuple[int, ...] | None = None
         self._names: frozenset[str] | None = None
