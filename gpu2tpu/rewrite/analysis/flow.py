@@ -33,7 +33,7 @@ import libcst as cst
 
 from .blocks import statement_index
 from .flow_recorder import Binding, FlowRecord
-from .literals import code_for, last_segment, short
+from .literals import code_for, last_segment, short, string_value
 from .names import qualified
 
 if TYPE_CHECKING:
@@ -578,7 +578,7 @@ class FlowFacts:
                 ):
                     return True
                 continue
-            if isinstance(node, cst.SimpleString) and node.evaluated_value in RANK_ENV:
+            if isinstance(node, cst.SimpleString) and string_value(node) in RANK_ENV:
                 return True
             stack.extend(node.children)
         return False

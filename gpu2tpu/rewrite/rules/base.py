@@ -453,8 +453,9 @@ class RuleContext:
             return self._state.device_name
         return None
 
-    def decide_device_name(self) -> None:
-        """Reuse the caller's or the module's idiom variable, else pick a free name."""
+    def decide_device_name(self, pick_free: bool = True) -> None:
+        """Reuse the caller's or the module's idiom variable, else pick a free name (with
+        `pick_free` False, none: no fix writes it, and the search reads every name)."""
         if self.options.device_name:
             self._state.device_name = self.options.device_name
             return
@@ -470,6 +471,8 @@ class RuleContext:
             )
         ):
             self._state.device_name = self._state.adopted_device[0]
+            return
+        if not pick_free:
             return
         defined = bool(use_lines) and self.options.define_device and self.options.insert_statements
         self._state.device_lazy = defined and self._lazy_device()
