@@ -1,11 +1,21 @@
 """How fast are `gpu2tpu check` and `gpu2tpu rewrite` on a large tree, against libcst itself?
 
-Two trees, each measured side by side in one run:
+Trees, each measured side by side in one run:
   generated  3,000 files (10% with CUDA idioms, the rest ordinary PyTorch or plain Python);
   torch      a copy of real sources: torch's cuda, amp, nn, backends, optim, utils/data and
              distributed/fsdp packages (CUDA idioms among much that is not), from the
-             installed torch.
-For each tree:
+             installed torch;
+  diffusers  diffusers 0.40.0 (issue 36): by default the sdist from PyPI (its `src/`, 1,033
+             files; downloaded once into $GPU2TPU_BENCH_CACHE, default
+             ~/.cache/gpu2tpu-bench, and checked against its sha256), or with `--diffusers DIR`
+             a checkout of the tag v0.40.0 (commit d035dcd7cc7c88e0a154609b62887d50bba9fdc2,
+             2,089 files with its tests and examples: the issue's tree); floor, floor-c and
+             `check --jobs 1` only;
+  long       one module with a CUDA idiom on every line (tests/fix_every_line.py) of 20,000
+             and 50,000 lines (`--long`), and of half as many (issue 33): check and rewrite
+             against the floor, against the module of half the length (linear: 2.0), and the
+             command's peak memory.
+For each tree of files:
   floor    libcst parsing and regenerating the files the prefilter lets through (those holding
            a token of some rule: what `check` must look at), in this process;
   floor-c  the same for the files holding `cuda` only (the issue's wording of the floor);
@@ -16,14 +26,17 @@ And `gpu2tpu --version` (start-up; whether torch was imported, from `python -X i
 Prints ratios of wall time and of CPU time (the command's and its workers'; machines here are
 shared and noisy, and CPU time is less disturbed by other work than wall time; the load
 average is printed before and after). Goals: check/floor <= 1.0 (stretch 0.5), rewrite/floor
-<= 1.2, jobs1/jobs2 >= 1.7 on two free cores, --version under 100 ms without torch.
+<= 1.2, jobs1/jobs2 >= 1.7 on two free cores, --version under 100 ms without torch; diffusers'
+check/floor-c <= 1.3 (issue 36); the long module's time at n against n/2 about 2 (linear).
 
-    python benchmarks/rewrite_speed.py [--files 3000] [--repeat 3] [--trees generated,torch]
+    python benchmarks/rewrite_speed.py [--files 3000] [--repeat 3]
+        [--trees generated,torch,diffusers,long] [--diffusers DIR] [--long 20000,50000]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import os
 import random
@@ -33,9 +46,17 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from fix_every_line import module_text  # the tests' module (sys.path above)
+
+DIFFUSERS_SDIST = "diffusers-0.40.0.tar.gz"
+DIFFUSERS_SHA256 = "49f112ce52ff6d332ab68afec01f79a53e6489b42cb69104444c98b4a2f64af8"
 
 TORCH_PACKAGES = ("cuda", "amp", "nn", "backends", "optim", "utils/data", "distributed/fsdp")
 CUDA_BODY = """import torch
@@ -157,6 +178,39 @@ def copy_torch(root: Path) -> None:
             shutil.copyfile(path, target)
 
 
+def diffusers_tree(given: Path | None) -> Path:
+    """The diffusers tree to measure: `given`, else the pinned sdist's files (fetched with
+    pip into the cache when missing, its sha256 checked, unpacked once)."""
+    if given is not None:
+        if not given.is_dir():
+            raise SystemExit(f"--diffusers {given}: not a folder")
+        return given
+    cache = Path(os.environ.get("GPU2TPU_BENCH_CACHE") or Path.home() / ".cache/gpu2tpu-bench")
+    unpacked = cache / DIFFUSERS_SDIST.removesuffix(".tar.gz")
+    if unpacked.is_dir():
+        return unpacked
+    sdist = cache / DIFFUSERS_SDIST
+    if not sdist.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        name, version = DIFFUSERS_SDIST.removesuffix(".tar.gz").split("-")
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+             "-d", str(cache), f"{name}=={version}"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if proc.returncode != 0 or not sdist.is_file():
+            raise SystemExit(f"pip could not download {DIFFUSERS_SDIST}:\n{proc.stderr}")
+    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    if digest != DIFFUSERS_SHA256:
+        raise SystemExit(f"{sdist}: sha256 {digest}, not the pinned {DIFFUSERS_SHA256}")
+    part = cache / (unpacked.name + ".part")
+    shutil.rmtree(part, ignore_errors=True)
+    with tarfile.open(sdist) as tar:
+        tar.extractall(part, filter="data")
+    part.rename(unpacked)
+    return unpacked
+
+
 def floor_files(root: Path) -> tuple[list[Path], list[Path]]:
     """The files `check` parses (a token of some rule) and those holding `cuda`."""
     from gpu2tpu.rewrite.core.model import Options
@@ -219,6 +273,67 @@ def cli_seconds(*args: str) -> Timing:
     return elapsed, used
 
 
+def cli_peak(*args: str) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds and peak memory (MiB, of the command or a worker of it) of
+    one `gpu2tpu` run: `wait4` reports the child's own usage and its children's."""
+    with tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpu2tpu", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            cwd=tempfile.gettempdir(),
+            env=_COMMAND_ENV,
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode not in (0, 1):
+            err.seek(0)
+            raise SystemExit(f"gpu2tpu {' '.join(args)} failed:\n{err.read().decode()}")
+    return elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+def measure_long(sizes: list[int], scratch: Path, repeat: int) -> None:
+    """One module with a CUDA idiom on every line, at each size and at half of it (issue 33):
+    check and rewrite against libcst's parse and codegen of the same text, and against the
+    module of half the length (a cost linear in the length makes that 2.0)."""
+    import libcst as cst
+
+    print("\nlong: one module, a CUDA idiom on every line (tests/fix_every_line.py)")
+    folder = scratch / "long"
+    folder.mkdir(exist_ok=True)
+    for n in sizes:
+        runs: dict[tuple[int, str], list[tuple[float, float, float]]] = {}
+        for size in (n // 2, n):
+            text = module_text(size)
+            path = folder / f"every_line_{size}.py"
+            path.write_text(text)
+            for _ in range(repeat):
+                start, cpu = time.perf_counter(), time.process_time()
+                _ = cst.parse_module(text).code
+                floor = (time.perf_counter() - start, time.process_time() - cpu, 0.0)
+                runs.setdefault((size, "floor"), []).append(floor)
+                check = cli_peak("check", "--jobs", "1", "-q", str(path))
+                runs.setdefault((size, "check"), []).append(check)
+                path.write_text(text)
+                rewrite = cli_peak("rewrite", "--jobs", "1", "-q", str(path))
+                runs.setdefault((size, "rewrite"), []).append(rewrite)
+                path.write_text(text)
+        med = {
+            k: tuple(statistics.median(r[i] for r in v) for i in range(3)) for k, v in runs.items()
+        }
+        f, h = med[(n, "floor")], med[(n // 2, "floor")]
+        print(f"  {n:,} lines: floor (libcst parse+codegen) {f[0]:.2f} s wall, {f[1]:.2f} s CPU;"
+              f" {n // 2:,} lines: {h[0]:.2f} s")  # fmt: skip
+        for mode in ("check", "rewrite"):
+            m, half = med[(n, mode)], med[(n // 2, mode)]
+            print(f"    {mode} --jobs 1: {m[0]:.2f} s wall, {m[1]:.2f} s CPU, peak {m[2]:.0f} MiB;"
+                  f" /floor {m[0] / f[0]:.2f} ({m[1] / f[1]:.2f} CPU);"
+                  f" {n:,}/{n // 2:,} lines {m[0] / half[0]:.2f} ({m[1] / half[1]:.2f} CPU),"
+                  f" floor's {f[0] / h[0]:.2f}")  # fmt: skip
+
+
 def rewrite_seconds(tree: Path, scratch: Path) -> Timing:
     """`gpu2tpu rewrite --jobs 1` on a fresh copy of `tree` (the copy is not timed)."""
     copy = scratch / "copy"
@@ -242,6 +357,24 @@ def startup() -> tuple[float, bool]:
 
 def _median(timings: list[Timing]) -> Timing:
     return statistics.median(t[0] for t in timings), statistics.median(t[1] for t in timings)
+
+
+def measure_check(name: str, tree: Path, repeat: int) -> None:
+    """`check --jobs 1` alone against both floors (a large real tree: issue 36)."""
+    parsed, cuda = floor_files(tree)
+    total = sum(1 for _ in tree.rglob("*.py"))
+    print(f"\n{name} ({tree}): {total} files, {len(parsed)} hold a rule's token,"
+          f" {len(cuda)} hold `cuda`")  # fmt: skip
+    runs: dict[str, list[Timing]] = {k: [] for k in ("floor", "floor-c", "check")}
+    for _ in range(repeat):
+        runs["floor"].append(floor_seconds(parsed))
+        runs["floor-c"].append(floor_seconds(cuda))
+        runs["check"].append(cli_seconds("check", "--jobs", "1", "-q", str(tree)))
+    (f, fcpu), (fc, fccpu), (o, ocpu) = (_median(v) for v in runs.values())
+    print(f"  floor {f:.2f} s wall ({fcpu:.2f} s CPU), floor-c {fc:.2f} s ({fccpu:.2f} s),"
+          f" check --jobs 1 {o:.2f} s ({ocpu:.2f} s)")  # fmt: skip
+    print(f"  check/floor-c: {o / fc:.2f} ({ocpu / fccpu:.2f} CPU)   goal <= 1.3;"
+          f"  check/floor: {o / f:.2f} ({ocpu / fcpu:.2f} CPU)")  # fmt: skip
 
 
 def measure(name: str, tree: Path, scratch: Path, repeat: int) -> None:
@@ -276,7 +409,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=3000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--trees", default="generated,torch")
+    parser.add_argument("--trees", default="generated,torch,diffusers,long")
+    parser.add_argument("--diffusers", type=Path, help="a diffusers tree (default: the sdist)")
+    parser.add_argument("--long", default="20000,50000", help="the long module's sizes")
     args = parser.parse_args()
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
           f" ({os.cpu_count()} cores)")  # fmt: skip
@@ -286,6 +421,12 @@ def main() -> None:
         (base / "warm-up" / "a.py").write_text("import torch\nx = torch.ones(1).cuda()\n")
         cli_seconds("rewrite", "--jobs", "1", "-q", str(base / "warm-up"))  # writes bytecode
         for name in args.trees.split(","):
+            if name == "diffusers":
+                measure_check(name, diffusers_tree(args.diffusers), args.repeat)
+                continue
+            if name == "long":
+                measure_long([int(n) for n in args.long.split(",")], base, args.repeat)
+                continue
             tree = base / name
             tree.mkdir()
             if name == "generated":
@@ -293,7 +434,7 @@ def main() -> None:
             elif name == "torch":
                 copy_torch(tree)
             else:
-                raise SystemExit(f"unknown tree {name!r} (generated, torch)")
+                raise SystemExit(f"unknown tree {name!r} (generated, torch, diffusers, long)")
             measure(name, tree, base, args.repeat)
     seconds, torch = startup()
     print(f"\ngpu2tpu --version: {seconds * 1000:.0f} ms (goal < 100 ms); "

@@ -1,8 +1,9 @@
 """Record what the codemod makes of real code, to prove a refactoring changed none of it.
 
-    python scripts/compare_outputs.py record OUT.json [--sample N] [--jobs J]
+    python scripts/compare_outputs.py record OUT.json [--sample N] [--jobs J] [--tree DIR]
         run rewrite_source in check mode (fix=False) and rewrite mode on every .py file of the
-        installed torch package and of the corpus sdists (when `make corpus` fetched them);
+        installed torch package and of the corpus sdists (when `make corpus` fetched them),
+        and of each DIR given (a source tree such as diffusers', benchmarks/rewrite_speed.py);
         write {path: {"check": ..., "rewrite": ...}} to OUT.json
     python scripts/compare_outputs.py compare BEFORE.json AFTER.json
         print the counts (files, results, differ) and the first differing paths; exit 1 on any
@@ -62,6 +63,13 @@ def corpus_files() -> Iterator[tuple[str, str]]:
                     yield f"corpus/{name}", text
 
 
+def tree_files(root: Path) -> Iterator[tuple[str, str]]:
+    """(name, text) of every .py file under ROOT, named from ROOT's own name."""
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        yield f"{root.name}/{path.relative_to(root)}", text
+
+
 def _record_one(item: tuple[str, str]) -> tuple[str, dict[str, object]]:
     from gpu2tpu.rewrite.core.model import Options
     from gpu2tpu.rewrite.core.source import rewrite_source
@@ -83,8 +91,9 @@ def _record_one(item: tuple[str, str]) -> tuple[str, dict[str, object]]:
     return name, out
 
 
-def record(out: Path, sample: int, jobs: int) -> None:
+def record(out: Path, sample: int, jobs: int, trees: list[Path]) -> None:
     items = list(torch_files()) + list(corpus_files())
+    items += [item for tree in trees for item in tree_files(tree)]
     if sample:
         step = max(1, len(items) // sample)
         items = items[::step][:sample]
@@ -125,12 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("out", type=Path)
     rec.add_argument("--sample", type=int, default=0, help="only about N files (0: all)")
     rec.add_argument("--jobs", type=int, default=2, help="worker processes")
+    rec.add_argument("--tree", type=Path, action="append", default=[], help="a source tree too")
     cmp = sub.add_parser("compare", help="compare two recordings")
     cmp.add_argument("before", type=Path)
     cmp.add_argument("after", type=Path)
     args = parser.parse_args(argv)
     if args.command == "record":
-        record(args.out, args.sample, args.jobs)
+        record(args.out, args.sample, args.jobs, args.tree)
         return 0
     return compare(args.before, args.after)
 

@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from ..core.model import Severity
+from .blocks import statement_index
 from .literals import string_value
 from .names import qualified
 from .torch_api import OTHER_BACKENDS, REWRITTEN_CUDA, cuda_member, rewritten_off
 
 if TYPE_CHECKING:
+    from ..core.module_state import Pending
     from ..rules.base import RuleContext
 
 AVAILABILITY = frozenset(
@@ -244,9 +246,8 @@ def _following(ctx: RuleContext, stmt: cst.CSTNode) -> list[cst.CSTNode]:
     block = _parent(ctx, stmt)
     if not isinstance(block, cst.IndentedBlock | cst.Module):
         return []
-    body: list[cst.CSTNode] = list(block.body)
-    index = next((i for i, s in enumerate(body) if s is stmt), len(body))
-    return body[index + 1 :]
+    index = statement_index(ctx, block, stmt)
+    return [] if index is None else list(block.body[index + 1 :])
 
 
 def cuda_only_use(
@@ -317,35 +318,121 @@ def left_on_cuda(
     blocks of `if use_cuda:` elsewhere, analysis/values.py). Counted: a CUDA-only name that
     no fix covers, and a finding that stops the code on a TPU and that the rewrite leaves
     (`torch.cuda.manual_seed_all` without `--unsafe-fixes`). `exclude` is the test itself."""
-    options = ctx.options
-    reported = ctx.reports()
-    settled = [p for p in reported if p.settled(options)]
-    left = [p for p in reported if not p.settled(options) and p.node is not exclude]
-    left = [p for p in left if p.rule.severity is Severity.ERROR]
+    known = _Reported.of(ctx)
     inside = {id(n) for n in regions}
-    covered = {id(p.node) for p in settled}
     for node, what in cuda_only_uses(ctx, regions, after_fixes=True):
-        if not _under(ctx, node, covered, inside):
+        if not _under(ctx, node, known.covered, inside):
             return what
-    for p in left:
-        if _under(ctx, p.node, inside, set()):
-            return f"`{ctx.source_of(p.node)}` ({p.rule.code})"
+    p = known.first_left_under(ctx, regions, exclude)
+    if p is not None:
+        return f"`{ctx.source_of(p.node)}` ({p.rule.code})"
     if not blocks:
         return None
     spans = [(b[0].lineno, b[-1].end_lineno or b[-1].lineno) for b in blocks if b]  # type: ignore[attr-defined]  # a node of Python's tree with a position
-    spots = [(ctx.position(p.node), len(ctx.source_of(p.node))) for p in settled]
+    spots = known.spots(ctx)
     resolve = ctx.names.module_binding
     kernels = ctx.names.triton_kernels
+    off = rewritten_off(ctx.options.enabled)
     for block in blocks:
-        off = rewritten_off(options.enabled)
         for line, column, what in _ast_cuda_only(block, resolve, kernels, ctx.source, off):
-            if not any(at == line and c <= column < c + n for (at, c), n in spots):
+            if not any(c <= column < c + n for c, n in spots.get(line, ())):
                 return what
-    for p in left:
-        line = ctx.position(p.node)[0]
-        if any(first <= line <= last for first, last in spans):
-            return f"`{ctx.source_of(p.node)}` ({p.rule.code})"
+    p = known.first_left_on_lines(ctx, spans, exclude)
+    if p is not None:
+        return f"`{ctx.source_of(p.node)}` ({p.rule.code})"
     return None
+
+
+class _Reported:
+    """The run's reports as `left_on_cuda` reads them, brought up to date on each call.
+
+    `left_on_cuda` runs once per CUDA test, after the traversal, while the tests' own
+    decisions add reports. Reading every report on every call made a module with a CUDA test
+    on every few lines cost the square of its length (issue 33); reports only grow while the
+    rules run, so each is read once here: settled (its node `covered`) or left (an error the
+    rewrite leaves), each left one under the ids of its ancestors (the parents the traversal
+    recorded), in report order. A left report whose ancestors do not reach the module is
+    `loose`: climbed on every call, as before.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.settled: list[Pending] = []
+        self.covered: set[int] = set()
+        self.left: list[Pending] = []
+        self.under: dict[int, list[int]] = {}  # id of an ancestor -> left reports, in order
+        self.loose: list[int] = []
+        self.placed = 0  # settled reports placed in `spotted`, left ones in `left_lines`
+        self.spotted: dict[int, list[tuple[int, int]]] = {}  # line -> (column, length)
+        self.placed_left = 0
+        self.left_lines: dict[int, list[int]] = {}
+
+    @classmethod
+    def of(cls, ctx: RuleContext) -> _Reported:
+        known = ctx.memo.get("left_on_cuda")
+        if not isinstance(known, cls) or ctx.report_count() < known.count:
+            known = ctx.memo["left_on_cuda"] = cls()
+        options = ctx.options
+        for p in ctx.reports(known.count):
+            if p.settled(options):
+                known.settled.append(p)
+                known.covered.add(id(p.node))
+            elif p.rule.severity is Severity.ERROR:
+                known.add_left(ctx, p)
+        known.count = ctx.report_count()
+        return known
+
+    def add_left(self, ctx: RuleContext, p: Pending) -> None:
+        k = len(self.left)
+        self.left.append(p)
+        chain: list[int] = []
+        current: cst.CSTNode | None = p.node
+        while current is not None:
+            chain.append(id(current))
+            last = current
+            current = ctx.parents.get(id(current))
+        if last is not ctx.module:
+            self.loose.append(k)
+            return
+        for key in chain:
+            self.under.setdefault(key, []).append(k)
+
+    def first_left_under(
+        self, ctx: RuleContext, regions: list[cst.CSTNode], exclude: cst.CSTNode | None
+    ) -> Pending | None:
+        """The first left report (not at `exclude`) at or under a node of `regions`."""
+        inside = {id(n) for n in regions}
+        found = [[k for k in self.loose if _under(ctx, self.left[k].node, inside, set())]]
+        found.extend(self.under.get(id(region), []) for region in regions)
+        return self._first(found, exclude)
+
+    def first_left_on_lines(
+        self, ctx: RuleContext, spans: list[tuple[int, int]], exclude: cst.CSTNode | None
+    ) -> Pending | None:
+        """The first left report (not at `exclude`) on a line of `spans`."""
+        for p in self.left[self.placed_left :]:
+            self.left_lines.setdefault(ctx.position(p.node)[0], []).append(self.placed_left)
+            self.placed_left += 1
+        found = [
+            self.left_lines.get(line, [])
+            for first, last in spans
+            for line in range(first, last + 1)
+        ]
+        return self._first(found, exclude)
+
+    def _first(self, found: list[list[int]], exclude: cst.CSTNode | None) -> Pending | None:
+        """The earliest report of `found` (lists in report order) not at `exclude`."""
+        firsts = [next((k for k in ks if self.left[k].node is not exclude), None) for ks in found]
+        kept = [k for k in firsts if k is not None]
+        return self.left[min(kept)] if kept else None
+
+    def spots(self, ctx: RuleContext) -> dict[int, list[tuple[int, int]]]:
+        """Line -> (column, length) of each settled report's node."""
+        for p in self.settled[self.placed :]:
+            line, column = ctx.position(p.node)
+            self.spotted.setdefault(line, []).append((column, len(ctx.source_of(p.node))))
+            self.placed += 1
+        return self.spotted
 
 
 def _under(ctx: RuleContext, node: cst.CSTNode, marks: set[int], stop: set[int]) -> bool:

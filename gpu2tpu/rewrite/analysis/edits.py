@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, cast
 
 import libcst as cst
 
+from .blocks import occurrence as occurrence_in_block
+from .blocks import statement_index
 from .literals import code_for, string_value
 
 if TYPE_CHECKING:
@@ -340,9 +342,10 @@ def remove_line(rule: Rule, line: cst.SimpleStatementLine) -> None:
     if not isinstance(block, cst.IndentedBlock | cst.Module):
         ctx.add_fix(line, _removed)
         return
+    index = statement_index(ctx, block, line)
+    assert index is not None  # `line` is a statement of its parent block
     code = code_for(line)
-    index = next(i for i, stmt in enumerate(block.body) if stmt is line)
-    occurrence = sum(1 for stmt in block.body[:index] if code_for(stmt) == code)
+    occurrence = occurrence_in_block(ctx, block, index, code_for)
     targets = ctx.removals.get(id(block))
     if targets is None:
         targets = ctx.removals[id(block)] = []

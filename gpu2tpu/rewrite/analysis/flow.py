@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, cast
 
 import libcst as cst
 
+from .blocks import statement_index
 from .flow_recorder import Binding, FlowRecord
-from .literals import code_for, last_segment, short
+from .literals import code_for, last_segment, short, string_value
 from .names import qualified
 
 if TYPE_CHECKING:
@@ -519,7 +520,8 @@ class FlowFacts:
             self._exits[key] = exits  # type: ignore[assignment]  # the If statements found above
         if not self._exits[key]:
             return None
-        index = next((i for i, s in enumerate(block.body) if s is stmt), -1)
+        index = statement_index(self.ctx, block, stmt)
+        index = -1 if index is None else index
         return next((s for i, s in self._exits[key] if i < index), None)
 
     def is_rank_test(self, test: cst.BaseExpression, depth: int = 0) -> bool:
@@ -576,7 +578,7 @@ class FlowFacts:
                 ):
                     return True
                 continue
-            if isinstance(node, cst.SimpleString) and node.evaluated_value in RANK_ENV:
+            if isinstance(node, cst.SimpleString) and string_value(node) in RANK_ENV:
                 return True
             stack.extend(node.children)
         return False

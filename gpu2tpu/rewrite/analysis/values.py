@@ -117,6 +117,8 @@ class ModuleValues:
         self._reached: dict[tuple[int, int], list[DeviceUse]] | None = None
         self._memo: dict[tuple[int, bool], frozenset[int]] = {}
         self._nodes: dict[int, ast.AST] = {}
+        self._guarded: dict[tuple[int, int], list[int]] | None = None
+        self._value_calls: dict[int, frozenset[tuple[int, int]]] = {}  # by id of a bound value
 
     # -- the walk ------------------------------------------------------------------------
 
@@ -667,35 +669,48 @@ class ModuleValues:
         = torch.cuda.is_available()`, `USE_FLEX = ... and torch.cuda.is_available()`,
         `self.use_cuda = ...`): the blocks that tests of that variable guard (an `if`'s body,
         its `else` when the test is negated)."""
-        found: list[list[ast.AST]] = []
-        for test, scope, block, outcome in self._tests:
-            if outcome:
-                held = any(self._holds(part, scope, line, column) for part in _conjuncts(test))
-            else:
-                inner = _negation(test)
-                held = inner is not None and self._holds(inner, scope, line, column)
-            if held:
-                found.append(list(block))
+        if self._guarded is None:
+            self._guarded = self._tests_by_call()
+        return [list(self._tests[i][2]) for i in self._guarded.get((line, column), ())]
+
+    def _tests_by_call(self) -> dict[tuple[int, int], list[int]]:
+        """(line, column) of each call whose answer a variable keeps -> the tests (indexes
+        in `_tests`, in order) that read the variable. Made once: a scan of every test for
+        each CUDA test cost their product on a module with many of both (issue 33)."""
+        found: dict[tuple[int, int], list[int]] = {}
+        for i, (test, scope, _, outcome) in enumerate(self._tests):
+            inner = _negation(test)
+            parts = _conjuncts(test) if outcome else [inner] if inner is not None else []
+            held: set[tuple[int, int]] = set()
+            for part in parts:
+                held |= self._calls_held(part, scope)
+            for key in held:
+                found.setdefault(key, []).append(i)
         return found
 
-    def _holds(self, expr: ast.AST, scope: _Scope, line: int, column: int) -> bool:
-        """Whether `expr` (a name or `self.x`) is bound to a value holding the test at
-        (line, column)."""
+    def _calls_held(self, expr: ast.AST, scope: _Scope) -> frozenset[tuple[int, int]]:
+        """(line, column) of the calls in the values `expr` (a name or `self.x`) is bound
+        to."""
         if isinstance(expr, ast.Name):
             bindings = self._lookup(expr.id, scope) or []
         elif isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
             owner = self._class_of_self(expr.value, scope)
             bindings = owner.attributes.get(expr.attr, []) if owner is not None else []
         else:
-            return False
+            return frozenset()
+        found: set[tuple[int, int]] = set()
         for binding in bindings:
             if binding.how != "assign" or binding.value is None:
                 continue
-            for node in ast.walk(binding.value):
-                if getattr(node, "lineno", None) == line and isinstance(node, ast.Call):
-                    if self._column(node) == column:
-                        return True
-        return False
+            calls = self._value_calls.get(id(binding.value))
+            if calls is None:
+                calls = self._value_calls[id(binding.value)] = frozenset(
+                    (node.lineno, self._column(node))
+                    for node in ast.walk(binding.value)
+                    if isinstance(node, ast.Call)
+                )
+            found |= calls
+        return frozenset(found)
 
 
 def _union(parts: Iterable[frozenset[int]]) -> frozenset[int]:

@@ -44,6 +44,9 @@ class _Layouts:
     def __init__(self) -> None:
         self.groups: dict[int, list[Group]] = {}
         self.computed: dict[int, Mapping[cst.CSTNode, CodeRange]] = {}
+        # Each libcst block's statements by id -> their index: found by a scan, one finding
+        # per line of a long module cost the module's length each (issue 33).
+        self.indexes: dict[int, tuple[cst.CSTNode, dict[int, int]]] = {}
 
 
 def statement_position(ctx: RuleContext, node: cst.CSTNode) -> tuple[int, int] | None:
@@ -98,7 +101,7 @@ def _match(
         body = block_cst.body
         if len(groups) != len(body):
             return best
-        index = next((k for k, s in enumerate(body) if s is stmt), None)
+        index = _index_in(block_cst, stmt, layouts)
         if index is None:
             return best
         group = groups[index]
@@ -172,6 +175,16 @@ def _ast_block(
             return None
         return cast("list[ast.stmt]", theirs[index].body)
     return None
+
+
+def _index_in(
+    block: cst.Module | cst.IndentedBlock, stmt: cst.CSTNode, layouts: _Layouts
+) -> int | None:
+    """The index of `stmt` in `block.body` (None if it is not there), by a map made once."""
+    entry = layouts.indexes.get(id(block))
+    if entry is None or entry[0] is not block:
+        entry = layouts.indexes[id(block)] = (block, {id(s): k for k, s in enumerate(block.body)})
+    return entry[1].get(id(stmt))
 
 
 def _groups_of(body: list[ast.stmt], layouts: _Layouts) -> list[Group]:

@@ -73,13 +73,13 @@ def rewrite_source(
     reference paths `tests/test_fast_paths.py` compares the fast ones with.
     """
     options = options or Options()
-    data = text.encode("utf-8", "surrogatepass")
-    selected = [r for r in rules_for(options) if not prefilter or any(t in data for t in r.tokens)]
+    holds = _token_finder(text) if prefilter else None
+    selected = [r for r in rules_for(options) if holds is None or any(map(holds, r.tokens))]
     if not selected:
         return Result(text, (), (), options.device_name, False)
     shared = _SHARED.get()
     if shared is not None and shared.covers(selected):
-        parsed_for = [r for r in shared.rules if not prefilter or any(t in data for t in r.tokens)]
+        parsed_for = [r for r in shared.rules if holds is None or any(map(holds, r.tokens))]
     else:
         shared, parsed_for = None, selected
     level = statement_level and _statement_level(parsed_for, options)
@@ -107,6 +107,21 @@ def rewrite_source(
         first.result.required_imports,
     )
     return net.verified(text, first, rerun, _top_level_spans(prepared), known, prepared.tree)
+
+
+def _token_finder(text: str) -> Callable[[bytes], bool]:
+    """Whether the text holds a token, each token searched for once: rules share tokens
+    (`cuda` is most rules'), and a search per rule read a large file a hundred times."""
+    data = text.encode("utf-8", "surrogatepass")
+    found: dict[bytes, bool] = {}
+
+    def holds(token: bytes) -> bool:
+        known = found.get(token)
+        if known is None:
+            known = found[token] = token in data
+        return known
+
+    return holds
 
 
 def _prepare(
@@ -205,7 +220,8 @@ def _run_rules(
     keep = _statements_to_visit(ctx, selected) if prefilter else None
     _Dispatch(ctx, rules, keep).walk(module)
     state.resolve_pending(ctx)
-    ctx.decide_device_name()
+    # `check` writes no device line: only the caller's or the module's own name can come back.
+    ctx.decide_device_name(pick_free=options.fix)
 
     def unchanged(edits: list[Finding], findings: list[Finding]) -> Result:
         """The original text, with what the rules found in it."""

@@ -735,7 +735,7 @@ class Float16Dtype(Rule):
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         """`x.type("torch.cuda.HalfTensor")`: the type by its name."""
-        if node.evaluated_value in LEGACY_HALF:
+        if string_value(node) in LEGACY_HALF:
             arg = self.parent(node)
             call = self.parent(arg) if isinstance(arg, cst.Arg) else None
             if isinstance(call, cst.Call) and attribute_named(call.func, "type"):
@@ -759,7 +759,7 @@ class Float16Dtype(Rule):
         if node.keyword is None or not isinstance(node.value, cst.SimpleString):
             return
         table = FLOAT16_STRINGS.get(node.keyword.value)
-        value = node.value.evaluated_value
+        value = string_value(node.value)
         if table is None or not isinstance(value, str) or value not in table:
             return
         quote = node.value.quote

@@ -115,6 +115,9 @@ class RuleContext:
         self.fix_site: cst.CSTNode | None = None
         # Per block, the statements a fix removes, as (code, occurrence among equal lines).
         self.removals: dict[int, list[tuple[str, int]]] = {}
+        # What an analysis keeps for the rest of the run, under a key of its own (so that a
+        # question asked once per finding does not redo work over the whole module).
+        self.memo: dict[str, object] = {}
         self._flow: FlowFacts | None = None
         self._float16_tests: tuple[int, ...] | None = None
         self._names: frozenset[str] | None = None
@@ -480,8 +483,9 @@ class RuleContext:
             return self._state.device_name
         return None
 
-    def decide_device_name(self) -> None:
-        """Reuse the caller's or the module's idiom variable, else pick a free name."""
+    def decide_device_name(self, pick_free: bool = True) -> None:
+        """Reuse the caller's or the module's idiom variable, else pick a free name (with
+        `pick_free` False, none: no fix writes it, and the search reads every name)."""
         if self.options.device_name:
             self._state.device_name = self.options.device_name
             return
@@ -497,6 +501,8 @@ class RuleContext:
             )
         ):
             self._state.device_name = self._state.adopted_device[0]
+            return
+        if not pick_free:
             return
         defined = bool(use_lines) and self.options.define_device and self.options.insert_statements
         self._state.device_lazy = defined and self._lazy_device()

@@ -461,6 +461,21 @@ class TensorIsCuda(Rule):
     def __init__(self, ctx: RuleContext) -> None:
         super().__init__(ctx)
         self.candidates: list[tuple[cst.Attribute, bool]] = []
+        self.widened: set[tuple[int, int]] = set()
+        self.reports_read = 0
+
+    def _widened(self) -> set[tuple[int, int]]:
+        """Where the CUDA tests this run widens (G2T104) are: what they guard is there on
+        every device. Only the reports since the last question are read (all of them on each
+        question cost their square on a module with a test on every few lines)."""
+        ctx = self.ctx
+        if ctx.report_count() < self.reports_read:
+            self.widened, self.reports_read = set(), 0
+        for p in ctx.reports(self.reports_read):
+            if p.rule.code == "G2T104" and p.settled(ctx.options):
+                self.widened.add(ctx.position(p.node))
+        self.reports_read = ctx.report_count()
+        return self.widened
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value != "is_cuda" or is_store(self.ctx, node):
@@ -522,13 +537,7 @@ class TensorIsCuda(Rule):
         values = module_values(self.ctx)
         if values is None:
             return None
-        ctx = self.ctx
-        # The CUDA tests this run widens (G2T104): what they guard is there on every device.
-        widened = {
-            ctx.position(p.node)
-            for p in ctx.reports()
-            if p.rule.code == "G2T104" and p.settled(ctx.options)
-        }
+        widened = self._widened()
 
         def is_widened(line: int, column: int) -> bool:
             return (line, column) in widened

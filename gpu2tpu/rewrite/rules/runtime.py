@@ -8,6 +8,7 @@ Memory rules live in `memory.py` (G2T301-G2T305), seed and RNG rules in `seeds.p
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -72,31 +73,31 @@ _NESTED_SCOPES = (
 
 
 class _NameUses(cst.CSTVisitor):
-    """The uses of one name in a scope's own code, with every node's parent.
+    """The uses of every name in a scope's own code, with every node's parent.
 
     A cheap stand-in for libcst's scope analysis (which costs several parses of the whole
     module): a use inside a nested function, class, lambda or comprehension is collected apart,
-    and the rule gives up on such an event rather than reason about closures.
+    and the rule gives up on such an event rather than reason about closures. One walk per
+    scope serves all its events (a walk per event made a scope of N events cost N walks).
     """
 
-    def __init__(self, name: str, parents: dict[int, cst.CSTNode]) -> None:
+    def __init__(self, parents: dict[int, cst.CSTNode]) -> None:
         super().__init__()
-        self.name = name
         self.parents = parents
         self.stack: list[cst.CSTNode] = []
         self.depth = 0
-        self.uses: list[cst.Name] = []
-        self.nested_uses = 0
+        self.uses: dict[str, list[cst.Name]] = {}
+        self.nested_uses: Counter[str] = Counter()
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         parent = self.stack[-1] if self.stack else None
         if parent is not None:
             self.parents[id(node)] = parent
-        if isinstance(node, cst.Name) and node.value == self.name and not self._label(node, parent):
+        if isinstance(node, cst.Name) and not self._label(node, parent):
             if self.depth:
-                self.nested_uses += 1
+                self.nested_uses[node.value] += 1
             else:
-                self.uses.append(node)
+                self.uses.setdefault(node.value, []).append(node)
         self.stack.append(node)
         if isinstance(node, _NESTED_SCOPES):
             self.depth += 1
@@ -153,6 +154,7 @@ class CudaEventTiming(Rule):
         # Parents inside the scopes walked for event uses: those may sit in top-level statements
         # that the engine's token filter never visits (a notebook or a flat script).
         self.scope_parents: dict[int, cst.CSTNode] = {}
+        self.scope_uses: dict[int, _NameUses] = {}  # by the id of the scope's walked node
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.scope_parents.get(id(node)) or self.ctx.parents.get(id(node))
@@ -214,12 +216,15 @@ class CudaEventTiming(Rule):
             plan.problem = "the event is a class attribute"
             return plan
         plan.name, plan.scope = target.value, scope
-        walker = _NameUses(target.value, self.scope_parents)
-        (scope.body if isinstance(scope, cst.FunctionDef) else scope).visit(walker)
-        if walker.nested_uses:
+        walked = scope.body if isinstance(scope, cst.FunctionDef) else scope
+        walker = self.scope_uses.get(id(walked))
+        if walker is None:
+            walker = self.scope_uses[id(walked)] = _NameUses(self.scope_parents)
+            walked.visit(walker)
+        if walker.nested_uses[plan.name]:
             plan.problem = f"`{plan.name}` is used in a nested function or comprehension"
             return plan
-        for use in walker.uses:
+        for use in walker.uses.get(plan.name, []):
             problem = "" if use is target else self._use(plan, use)
             if problem:
                 plan.problem = problem

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..analysis.blocks import statement_index
 from ..analysis.edits import (
     report_removal,
     sole_statement,
@@ -76,9 +77,10 @@ def already_seeded(rule: Rule, call: cst.Call) -> cst.SimpleStatementLine | None
     block = rule.parent(line) if line is not None else None
     if line is None or not isinstance(block, cst.IndentedBlock | cst.Module):
         return None
-    body = list(block.body)
+    index = statement_index(rule.ctx, block, line)
+    assert index is not None  # `line` is a statement of its parent block
     seed = rule.code_for(call.args[0].value)
-    for stmt in reversed(body[: body.index(line)]):
+    for stmt in (block.body[i] for i in range(index - 1, -1, -1)):
         earlier = _seed_call(rule, stmt)
         if (
             earlier is not None

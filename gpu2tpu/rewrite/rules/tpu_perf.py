@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import libcst as cst
 
+from ..analysis.blocks import statement_index
 from ..analysis.branches import device_branch
 from ..analysis.flow import FlowFacts, Loop
 from ..analysis.literals import is_name, last_segment, short, string_value
@@ -494,8 +495,10 @@ class SynchronizeInLoop(_PerfRule):
             line, block = guard, self.parent(guard)
         if not isinstance(block, cst.IndentedBlock | cst.Module):
             return False
-        body = list(block.body)
-        index = next(i for i, stmt in enumerate(body) if stmt is line)
+        assert line is not None  # `block` is its parent
+        body = block.body
+        index = statement_index(self.ctx, block, line)
+        assert index is not None  # `line` is a statement of its parent block
         return any(self._reads_clock(body[j]) for j in (index - 1, index + 1) if 0 <= j < len(body))
 
     def _reads_clock(self, stmt: cst.CSTNode) -> bool:
