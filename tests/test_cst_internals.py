@@ -74,3 +74,30 @@ def test_one_statement_laid_out_alone_matches_the_whole_module(fast: bool) -> No
             )
             compared += 1
     assert compared > 100
+
+
+def _own_sources() -> list[Path]:
+    """The codemod's own modules: real code of every statement kind, nobody's fixture."""
+    return sorted((ROOT / "gpu2tpu" / "rewrite").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _own_sources()[::7], ids=lambda p: p.name)
+def test_the_unvalidated_parse_gives_libcsts_module(path: Path) -> None:
+    """The parse that skips node validation builds the very module libcst's own parse does
+    (the same nodes, fields and code)."""
+    text = path.read_text(encoding="utf-8")
+    fast = cst_internals.parse_module(text)
+    assert fast.deep_equals(cst.parse_module(text))
+    assert fast.code == text
+
+
+def test_nodes_made_outside_the_parse_are_still_validated() -> None:
+    """Only the parser's own nodes skip the check: a node a fix builds wrongly still raises,
+    after a parse and after a parse that failed."""
+    cst_internals.parse_module(SOURCE)
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("not a name")
+    with pytest.raises(cst.ParserSyntaxError):
+        cst_internals.parse_module("def (:\n")
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("")

@@ -1,4 +1,5 @@
-"""The one place that touches libcst's private internals: laying out one statement.
+"""The one place that touches libcst's private internals: laying out one statement, and
+parsing without re-validating every node the parser builds.
 
 libcst gives positions only through `PositionProvider`, which lays out (generates the code of)
 the whole module. The codemod places a finding by laying out only the statement around it
@@ -7,11 +8,18 @@ node's `_codegen(state)`, the provider's `_computed` mapping it fills, and its
 `PositionProvidingCodegenState` (and the `NEWLINE_RE` it splits tokens with). pyproject.toml
 bounds libcst below 2 for them; `tests/test_cst_internals.py` checks that each is still there
 (`missing()` names what changed) and that a layout here equals libcst's `PositionProvider`.
+
+Every libcst node checks itself when it is made (`CSTNode.__post_init__` calls `_validate`),
+its parser's nodes too: about a tenth of a parse re-checks what the grammar has just
+accepted (libcst's own comment there says validation could be skipped when parsing a file).
+`parse_module` here skips it for the nodes its parser builds, in the parsing thread only;
+`_validate` only raises, so the tree is the same (tests/test_cst_internals.py compares).
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from typing import cast
 
@@ -35,7 +43,33 @@ def missing() -> list[str]:
         gone.append("libcst.CSTNode._codegen")
     if not hasattr(PositionProvider(), "_computed"):
         gone.append("libcst.metadata.PositionProvider()._computed")
+    if not all(hasattr(cst.CSTNode, name) for name in ("__post_init__", "_validate")):
+        gone.append("libcst.CSTNode.__post_init__/_validate")
     return gone
+
+
+_PARSING = threading.local()  # `active`: this thread is inside `parse_module`
+_installed: list[object] = []  # libcst's own `CSTNode.__post_init__`, once replaced
+
+
+def _post_init(self: cst.CSTNode) -> None:
+    """`CSTNode.__post_init__`, less the check while this thread's `parse_module` runs."""
+    if not getattr(_PARSING, "active", False):
+        self._validate()
+
+
+def parse_module(text: str) -> cst.Module:
+    """`libcst.parse_module(text)`, without validating the nodes its parser builds (the same
+    module; its errors are libcst's)."""
+    if not _installed:
+        _installed.append(cst.CSTNode.__post_init__)
+        cst.CSTNode.__post_init__ = _post_init  # type: ignore[method-assign]  # see the docstring
+    before = getattr(_PARSING, "active", False)
+    _PARSING.active = True
+    try:
+        return cst.parse_module(text)
+    finally:
+        _PARSING.active = before
 
 
 class FastPositionState(PositionProvidingCodegenState):

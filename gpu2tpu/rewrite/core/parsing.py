@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ..analysis.lines import python_lines
+from . import cst_internals
 from .statements import Group, Plan, groups
 
 # Weighted nesting levels a statement may have (libcst and the traversal fail near 320 at an
@@ -59,7 +60,7 @@ class SourceError(ValueError):
 def parse_module(text: str) -> cst.Module:
     """libcst's parse with its error turned into a `SourceError` (no guard: see `prepare`)."""
     try:
-        return cst.parse_module(text)
+        return cst_internals.parse_module(text)
     except cst.ParserSyntaxError as err:
         first = str(err.message).strip().splitlines()[0] if err.message else "invalid syntax"
         # libcst's raw_line can point past the error; its message names the real place.

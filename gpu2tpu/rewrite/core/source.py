@@ -460,6 +460,8 @@ class _Dispatch:
         wanted = set(self.visit_fns) | set(self.leave_fns)
         self.skip_types = tuple(t for t in _TRIVIA if t.__name__ not in wanted)
         self.kinds = self._kinds.setdefault(self.skip_types, {})
+        # Per node type, what the walk does there: its hooks, fields and scope, found once.
+        self.plans: dict[type, _TypePlan] = {}
 
     @classmethod
     def _child_fields(cls, node_type: type) -> tuple[str, ...]:
@@ -481,18 +483,20 @@ class _Dispatch:
             if self.keep is not None and parent is ctx.module and id(node) not in self.keep:
                 return
         node_type = type(node)
-        name = node_type.__name__
+        plan = self.plans.get(node_type)
+        if plan is None:
+            plan = self._plan(node_type)
+        visits, leaves, fields, scope = plan
         ctx.visiting = node
-        for fn in self.visit_fns.get(name, ()):
+        for fn in visits:
             fn(node)
         kinds = self.kinds
         # The scopes the walk is in, for names asked about before their parents are recorded
         # (a rule visiting a call asks about its function): a body enters its function's,
         # class's or lambda's scope, a comprehension is one as a whole.
-        scope = _SCOPE_KINDS.get(name)
         if scope == "comp":
             ctx.scope_stack.append((scope, node))
-        for field in self._child_fields(node_type):
+        for field in fields:
             value = getattr(node, field)
             kind = kinds.get(type(value))
             if kind is None:
@@ -513,8 +517,19 @@ class _Dispatch:
                         self._walk(item, node)
         if scope == "comp":
             ctx.scope_stack.pop()
-        for fn in self.leave_fns.get(name, ()):
+        for fn in leaves:
             fn(node)
+
+    def _plan(self, node_type: type) -> _TypePlan:
+        name = node_type.__name__
+        plan = (
+            tuple(self.visit_fns.get(name, ())),
+            tuple(self.leave_fns.get(name, ())),
+            self._child_fields(node_type),
+            _SCOPE_KINDS.get(name),
+        )
+        self.plans[node_type] = plan
+        return plan
 
     def _kind(self, value_type: type) -> int:
         """What a field value of this type is to the walk (cached in `_kinds`)."""
@@ -529,6 +544,9 @@ class _Dispatch:
 
 
 _SKIP, _NODE, _SEQUENCE = 0, 1, 2
+_Hook = Callable[[cst.CSTNode], object]
+# A node type's visit hooks, leave hooks, fields to walk, and the scope it opens (if any).
+_TypePlan = tuple[tuple[_Hook, ...], tuple[_Hook, ...], tuple[str, ...], str | None]
 _SCOPE_KINDS = {
     "FunctionDef": "def",
     "ClassDef": "class",
