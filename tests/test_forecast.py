@@ -446,10 +446,11 @@ def test_mlp_flops_match_pytorchs_count_and_the_result_renders(mlp_forecast, cap
     assert target.flops == pytest.approx(reference, rel=0.15)
     assert 0 < target.memory_per_chip < target.capacity_per_chip
     assert target.step_seconds == pytest.approx(max(target.compute_seconds, target.memory_seconds))
-    # costs come from the expected time; the roofline bound is kept beside it
-    assert target.expected_low <= target.expected_seconds <= target.expected_high
-    assert target.expected_seconds >= target.step_seconds
-    assert target.cost_per_step == pytest.approx(1.20 * target.expected_seconds / 3600)  # $/h
+    # A 1.6M-parameter fp32 step: no published run of its kind calibrates an expected
+    # time, so none is made up; the row is priced at the bound and its notes say why.
+    assert target.expected_seconds is None and target.expected_low is None
+    assert any("shown as a bound" in note for note in target.expected_notes)
+    assert target.cost_per_step == pytest.approx(1.20 * shown_seconds(target) / 3600)  # $/h
     assert target.bound_cost_per_step == pytest.approx(1.20 * target.step_seconds / 3600)
 
     data = json.loads(result.to_json())
@@ -457,12 +458,17 @@ def test_mlp_flops_match_pytorchs_count_and_the_result_renders(mlp_forecast, cap
     rows = {r["device_key"]: r for r in data["comparison"]["rows"]}
     assert rows["v5e"]["source"] == "compiled" and rows["h100"]["source"] == "estimated"
     h100 = result.comparison.catalogue.get("h100")
-    assert rows["h100"]["bound_seconds"] == pytest.approx(
-        max(target.flops / h100.peak_bf16_flops, target.bytes_accessed / h100.hbm_bandwidth)
-    )
-    assert rows["h100"]["time_kind"] == "expected"
-    assert rows["h100"]["step_seconds"] >= rows["h100"]["bound_seconds"]
-    assert data["comparison"]["expected_source"].startswith("Expected = FLOPs")
+    roofline = max(target.flops / h100.peak_bf16_flops, target.bytes_accessed / h100.hbm_bandwidth)
+    # the H100's bound is its roofline on v5e's compiled counts, or the step's floor (the ops
+    # eager PyTorch dispatches, the batch over PCIe) where that is longer, saying so
+    h100_row = rows["h100"]
+    if h100_row["bound_seconds"] != pytest.approx(roofline):
+        assert h100_row["bound_seconds"] > roofline and h100_row["note"].startswith("at least")
+    assert h100_row["time_kind"] in ("expected", "bound")
+    assert h100_row["step_seconds"] >= h100_row["bound_seconds"]
+    # the source of the expected times is named where some row shows one, and only there
+    shows_expected = any(r["time_kind"] == "expected" for r in rows.values())
+    assert data["comparison"]["expected_source"].startswith("Expected = FLOPs") == shows_expected
     text = repr(result)
     assert "v5e" in text and "compiled" in text and "NVIDIA H100" in text
 
@@ -563,7 +569,15 @@ def test_data_parallel_over_four_chips_reports_the_whole_slice():
     per_chip_drop = one.memory_breakdown["argument"] - four.memory_breakdown["argument"]
     assert per_chip_drop == pytest.approx(batch_bytes * 3 / 4, rel=0.05)
     assert four.compute_seconds == pytest.approx(one.compute_seconds / 4, rel=0.15)
-    assert four.cost_per_step == pytest.approx(4 * 1.20 * four.expected_seconds / 3600)
+    assert four.cost_per_step == pytest.approx(4 * 1.20 * shown_seconds(four) / 3600)
+
+
+def shown_seconds(target) -> float:
+    """The time a row prices: the expected step, or where none is made (a floor or the
+    compiler's estimate is longer) the larger of the roofline bound and that floor."""
+    if target.expected_seconds is not None:
+        return target.expected_seconds
+    return max(target.step_seconds, target.floor_seconds or 0.0)
 
 
 @pytest.mark.slow
