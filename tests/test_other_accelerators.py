@@ -9,6 +9,8 @@ accelerator the original left idle.
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -86,6 +88,39 @@ SNIPPETS: dict[str, tuple[str, object]] = {
 }
 
 
+# name -> (snippet, what the rewrite's `result` must be on the simulated accelerator): code
+# that needs CUDA as written (it fails there) and must run once rewritten, as on a TPU, where
+# a process owns one chip, index 0 (issue 32, §3).
+CUDA_ONLY_SNIPPETS: dict[str, tuple[str, object]] = {
+    # The rank's index in a device string names a GPU on CUDA only.
+    "rank_in_a_device_string": (
+        """
+        import torch
+
+        local_rank = int("1")
+        device = torch.device(f"cuda:{local_rank}")
+        x = torch.ones(2, device=f"cuda:{local_rank}").to(device)
+        result = (device, x.device)
+        """,
+        (torch.device("meta"), torch.device("meta")),
+    ),
+    # A device built from the rank (stylegan3's training loop), then moved to as it is.
+    "device_built_from_the_rank": (
+        """
+        import torch.cuda
+
+        def training_loop(rank):
+            device = torch.device("cuda", rank)
+            net = torch.nn.Linear(2, 2).to(device)
+            return next(net.parameters()).device
+
+        result = training_loop(1)
+        """,
+        torch.device("meta"),
+    ),
+}
+
+
 def _run(text: str) -> tuple[str | None, dict[str, object]]:
     namespace: dict[str, object] = {"__name__": "__main__"}
     try:
@@ -132,3 +167,35 @@ def test_the_tf32_switch_leaves_the_cpus_precision_alone() -> None:
     as_written, default, unsafe = answers
     assert default == as_written
     assert unsafe != as_written  # why the fix waits for --unsafe-fixes
+
+
+@contextmanager
+def _one_chip_per_process() -> Iterator[None]:
+    """The simulated accelerator as TorchTPU's device module answers: the process owns one
+    chip, and selecting any other index raises (reference/codemod.md, catalogue row 10)."""
+    with accelerator_answers(torch.device("meta")):
+        answer = torch.accelerator.set_device_index
+
+        def set_device_index(index: object, /) -> None:
+            if index not in (0, None):
+                raise ValueError(f"this process owns chip 0, not {index}")
+            answer(index)
+
+        torch.accelerator.set_device_index = set_device_index
+        try:
+            yield
+        finally:
+            torch.accelerator.set_device_index = answer
+
+
+@pytest.mark.parametrize("name", CUDA_ONLY_SNIPPETS)
+def test_code_that_needs_cuda_runs_once_rewritten(name: str) -> None:
+    snippet, expected = CUDA_ONLY_SNIPPETS[name]
+    original = textwrap.dedent(snippet)
+    rewritten = rewrite_source(original).new_text
+    with _one_chip_per_process():
+        before, _ = _run(original)
+        after, migrated = _run(rewritten)
+    assert before is not None, "the original runs without CUDA: it belongs in SNIPPETS"
+    assert after is None, f"the rewrite fails on the simulated accelerator: {after}\n{rewritten}"
+    assert migrated["result"] == expected, rewritten

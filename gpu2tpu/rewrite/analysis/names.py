@@ -56,10 +56,14 @@ def import_bindings(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[str, st
 
 
 def torch_binding(node: ast.Import) -> str | None:
-    """The name `import torch [as X]` binds to torch itself, if the statement does."""
+    """The name `import torch [as X]` binds to torch itself, if the statement does; `import
+    torch.cuda` binds `torch` too (an `import torch` after it would add nothing)."""
     for alias in node.names:
         if alias.name == "torch":
             return alias.asname or "torch"
+    for alias in node.names:
+        if alias.asname is None and alias.name.startswith("torch."):
+            return "torch"
     return None
 
 

@@ -192,7 +192,8 @@ class CudaDeviceString(Rule):
     index on the module's device type (`f"{device.type}:1"` is `"cuda:1"` on CUDA), and
     `torch.device("cuda", i)` keeps `i`, except the process's rank (`local_rank`), which a
     TPU process does not have: that device is the rank's GPU on CUDA and the module's device
-    elsewhere, as `.to(rank)` (G2T407). Covered places: `device=`, `map_location=` and
+    elsewhere, as `.to(rank)` (G2T407), also when the rank is in the string
+    (`f"cuda:{local_rank}"`, `"cuda:{}".format(rank)`). Covered places: `device=`, `map_location=` and
     `output_device=` arguments of any call (tensor factories, `torch.load`,
     `torch.Generator`, ...), the first argument of `.to(...)`, and `torch.device(...)` itself.
 
@@ -204,6 +205,8 @@ class CudaDeviceString(Rule):
                                                      if device.type == "cuda" else device)
         x.to(1)                                 ->  x.to(torch.device(device.type, 1))
         torch.load(p, map_location=f"cuda:{r}") ->  torch.load(p, map_location=f"{device.type}:{r}")
+        torch.device(f"cuda:{args.local_rank}") ->  (torch.device(f"{device.type}:{args.local_rank}")
+                                                     if device.type == "cuda" else device)
     """
 
     code = "G2T102"
@@ -337,12 +340,17 @@ class CudaDeviceString(Rule):
             )
             return
 
+        rank = self._rank_string(literal)
+        parens = needs_parentheses(self, literal)
+
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
             if cuda_string_index(updated) == "":
                 return ctx.device_type()
             if prefix:
                 return prefixed_device_string(ctx, updated)
             indexed = indexed_device_string(ctx, updated)
+            if rank:  # the rank's GPU on CUDA, the device's type (a string too) elsewhere
+                return parenthesized(on_cuda_only(ctx, indexed, ctx.device_type()), parens)
             if not location:
                 return indexed
             on_cpu = cst.Comparison(
@@ -389,6 +397,17 @@ class CudaDeviceString(Rule):
             return True
         return self.ctx.flow.refers_to_rank(value, index_only=True)
 
+    def _rank_string(self, literal: cst.CSTNode) -> bool:
+        """Whether a device string's index is the process's rank: `f"cuda:{local_rank}"`,
+        `"cuda:{}".format(args.local_rank)`."""
+        index: cst.CSTNode | None = None
+        if isinstance(literal, cst.FormattedString) and cuda_literal(literal):
+            part = literal.parts[1]
+            index = part.expression if isinstance(part, cst.FormattedStringExpression) else None
+        elif isinstance(literal, cst.Call) and cuda_format_call(literal) is not None:
+            index = literal.args[0].value
+        return isinstance(index, cst.BaseExpression) and self._rank_index(index)
+
     def _torch_device(self, node: cst.Call) -> None:
         parent = self.parent(node)
         if isinstance(parent, cst.Call) and is_torch_device_call(self.ctx, parent):
@@ -433,6 +452,33 @@ class CudaDeviceString(Rule):
             # torch.device("cuda", i) -> torch.device(device.type, i)
             self.report(literal, message, fix=lambda updated: ctx.device_type(), uses_device=True)
             return
+        if self._rank_string(literal):
+            # torch.device(f"cuda:{local_rank}"): the rank's GPU on CUDA, the module's device
+            # elsewhere (a TPU process owns one chip), as `torch.device("cuda", local_rank)`
+            ctx = self.ctx
+
+            def rank_device(updated: cst.CSTNode) -> cst.CSTNode:
+                assert isinstance(updated, cst.Call)
+                first = find_arg(updated, "type", 0)
+                assert first is not None
+                args = [
+                    a.with_changes(value=indexed_device_string(ctx, a.value)) if a is first else a
+                    for a in updated.args
+                ]
+                moved = updated.with_changes(args=args)
+                return parenthesized(
+                    on_cuda_only(ctx, moved, ctx.device()), needs_parentheses(self, node)
+                )
+
+            self.report(
+                node,
+                message,
+                fix=rank_device,
+                hint="on CUDA keep the rank's index, elsewhere use the module's device: "
+                '`torch.device(f"{device.type}:{rank}") if device.type == "cuda" else device`',
+                uses_device=True,
+            )
+            return
         if cuda_string_index(literal) == "":
             # torch.device("cuda") -> the device itself
             ctx = self.ctx
@@ -462,9 +508,12 @@ class CudaDeviceString(Rule):
             return
 
         cpu = string_literal(self, literal, "cpu")
+        rank = self._rank_string(literal)
 
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
             indexed = indexed_device_string(ctx, updated)
+            if rank:  # the rank's GPU on CUDA; a TPU process owns one chip (an argument)
+                return on_cuda_only(ctx, indexed, ctx.device())
             if not location:
                 return indexed
             on_cpu = cst.Comparison(

@@ -13,8 +13,15 @@ import libcst as cst
 
 from ..analysis.branches import device_branch
 from ..analysis.edits import is_cuda_only, on_cuda_only, positional_args
-from ..analysis.literals import attribute_named, is_name, last_segment, short, string_value
-from ..analysis.names import module_level_alias
+from ..analysis.literals import (
+    attribute_named,
+    cuda_literal,
+    is_name,
+    last_segment,
+    short,
+    string_value,
+)
+from ..analysis.names import is_torch_device_call, module_level_alias
 from ..analysis.ranks import device_index_names
 from ..core.model import Safety, Severity
 from .base import Fix, Rule, RuleContext
@@ -433,6 +440,8 @@ class LocalRankDevice(Rule):
         for node, index in self.candidates:
             if device_branch(ctx, node) == "cuda" or is_cuda_only(index):
                 continue  # selected on CUDA only, as asked (G2T107 writes this)
+            if self._device_object(index):
+                continue  # a device built from the rank: G2T102 fixes it where it is built
             is_to = attribute_named(node.func, "to")
             named = is_to and last_segment(index) in device_index_names(ctx)
             if not (named or refers_to_local_rank(self, index)):
@@ -450,6 +459,21 @@ class LocalRankDevice(Rule):
                 'device.type == "cuda" else device)`',
                 uses_device=True,
             )
+
+    def _device_object(self, index: cst.BaseExpression) -> bool:
+        """Whether `index` is a name every assignment of which makes a device, not an int
+        (`device = torch.device("cuda", rank)`): `.to(device)` then moves to that device,
+        which G2T102 makes the rank's GPU on CUDA and the module's device elsewhere."""
+        if not isinstance(index, cst.Name):
+            return False
+        values = self.ctx.flow.assigned_values(index)
+        return bool(values) and all(
+            is_torch_device_call(self.ctx, v)
+            or string_value(v) is not None
+            or cuda_literal(v)
+            or is_cuda_only(v)  # what G2T102 writes for a rank's device string
+            for v in values
+        )
 
     def _move(self, node: cst.Call, arg: cst.Arg) -> Fix:
         """The fix of `.to(rank)`: the same index on CUDA, the module's device elsewhere."""
