@@ -69,6 +69,22 @@ SNIPPETS: dict[str, tuple[str, object]] = {
         """,
         2.0,
     ),
+    # A chain that names a library's accelerator (litgpt's `L.Fabric(accelerator=...)`): no
+    # torch device follows from it, so widened alone it picked "cuda" on every accelerator.
+    "backend_chain_of_a_library_name": (
+        """
+        import torch
+
+        if torch.cuda.is_available():
+            accelerator = "cuda"
+        elif torch.backends.mps.is_available():
+            accelerator = "mps"
+        else:
+            accelerator = "cpu"
+        result = accelerator
+        """,
+        "cpu",
+    ),
     # The common device choice: the original takes the CPU on any accelerator but CUDA and
     # MPS; migrated whole, it takes the accelerator.
     "device_choice_chain": (

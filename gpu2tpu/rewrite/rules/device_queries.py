@@ -138,8 +138,10 @@ class CudaIsAvailable(_CudaRuntimeCall):
     not ...: raise`), a test-skip condition (`pytest.mark.skipif(not torch.cuda.
     is_available(), ...)`). In a chain that picks a backend (`if torch.cuda.is_available():
     ... elif torch.backends.mps.is_available(): ... else: cpu`) a pure device choice is
-    migrated whole (the accelerator first, which is CUDA or MPS where those are); any other
-    chain is reported: it picks the CPU on a TPU.
+    migrated whole (the accelerator first, which is CUDA or MPS where those are) when the
+    CUDA value it sets is one the rewrite replaces too (it reaches a device); any other
+    chain is reported: it picks the CPU on a TPU, and widened alone it would pick "cuda" on
+    a Mac (`accelerator = "cuda"` handed to Lightning).
 
     Example:
         if torch.cuda.is_available():  ->  if torch.accelerator.is_available():
@@ -189,8 +191,21 @@ class CudaIsAvailable(_CudaRuntimeCall):
             return
         other = other_backend_branch(ctx, node)
         if other is not None:
-            if self._device_choice(node):
+            unfixed = self._unfixed_cuda_value(node) if self._device_choice(node) else None
+            if self._device_choice(node) and unfixed is None:
                 self.rewrite(node)  # the accelerator first: CUDA or MPS where they are
+                return
+            if unfixed is not None:
+                self.report(
+                    node,
+                    f"`torch.cuda.is_available()` picks CUDA first among backends (`{other}()` "
+                    f"follows), and its branch sets `{unfixed}`, which this rewrite does not "
+                    "follow to a device: widened, the test would pick CUDA on every "
+                    "accelerator (MPS included)",
+                    hint="test `torch.accelerator.is_available()` and set the value from "
+                    "`torch.accelerator.current_accelerator().type` if it names a torch device; "
+                    "keep the chain if it names a library's own accelerator (Lightning's)",
+                )
                 return
             self.report(
                 node,
@@ -278,6 +293,29 @@ class CudaIsAvailable(_CudaRuntimeCall):
             targets = chosen
             current = current.orelse if isinstance(current, cst.If) else None
         return True
+
+    def _unfixed_cuda_value(self, node: cst.Call) -> str | None:
+        """In a device-choice chain tested by `node`, the first assignment of its CUDA branch
+        whose CUDA value no fix of this run replaces (`accelerator = "cuda"` handed to
+        Lightning, not to torch), for a message; None when every one is replaced."""
+        branch = self.parent(node)
+        assert isinstance(branch, cst.If) and isinstance(branch.body, cst.IndentedBlock)
+        ctx = self.ctx
+        covered = {id(p.node) for p in ctx.reports() if p.settled(ctx.options)}
+        for line in branch.body.body:
+            for small in line.body if isinstance(line, cst.SimpleStatementLine) else ():
+                if not isinstance(small, cst.Assign) or not self._device_value(small.value):
+                    continue
+                stack: list[cst.CSTNode] = [small.value]
+                found = cuda_literal(small.value) or is_torch_device_call(ctx, small.value)
+                while stack and found:
+                    current = stack.pop()
+                    if id(current) in covered:
+                        found = False
+                    stack.extend(current.children)
+                if found:
+                    return self.code_for(small).strip()
+        return None
 
     def _device_value(self, value: cst.BaseExpression) -> bool:
         if is_torch_device_call(self.ctx, value):
