@@ -69,6 +69,66 @@ SNIPPETS: dict[str, tuple[str, object]] = {
         """,
         2.0,
     ),
+    # The branch calls a function of the module that raises unless its tensor is on CUDA.
+    "guard_of_a_function_that_needs_cuda": (
+        """
+        import torch
+
+        def fused_scale(x):
+            if x.device.type != "cuda":
+                raise RuntimeError("fused_scale needs a CUDA tensor")
+            return x * 2
+
+        def scale(x):
+            if x.is_cuda:
+                return fused_scale(x)
+            return x + x
+
+        result = scale(torch.ones(2, device="meta")).shape[0]
+        """,
+        2,
+    ),
+    # The branch imports GPU kernels (whisper's median filter: `.triton_ops`), and the code
+    # after it is the path for every other device.
+    "guard_of_an_import_of_gpu_kernels": (
+        """
+        import torch
+
+        def smooth(x):
+            result = None
+            if torch.cuda.is_available():
+                try:
+                    from gpu2tpu_test_triton_ops import smooth_cuda
+                    result = smooth_cuda(x)
+                except RuntimeError:
+                    pass
+            if result is None:
+                result = x * 0.5
+            return result
+
+        result = smooth(torch.ones(2, device="meta")).shape[0]
+        """,
+        2,
+    ),
+    # The other branch is the code's own path for every device but CUDA (sam2: "repeat on
+    # complex numbers may not be supported on non-CUDA devices").
+    "the_codes_own_path_for_other_devices": (
+        """
+        import torch
+
+        def repeat_rows(freqs, r):
+            if freqs.is_cuda:
+                path = "cuda"
+                freqs = freqs.repeat(1, r)
+            else:
+                path = "expand"
+                freqs = freqs.unsqueeze(1).expand(-1, r, -1).flatten(1, 2)
+            return path, freqs.shape
+
+        result = repeat_rows(torch.ones(2, 3, device="meta"), 2)
+        """,
+        ("expand", (2, 6)),
+    ),
     # A chain that names a library's accelerator (litgpt's `L.Fabric(accelerator=...)`): no
     # torch device follows from it, so widened alone it picked "cuda" on every accelerator.
     "backend_chain_of_a_library_name": (

@@ -174,6 +174,12 @@ class ModuleNames:
         return self._kernels
 
     @functools.cached_property
+    def functions(self) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+        """The module's own top-level functions by name (the last definition of each)."""
+        body = self._tree.body if self._tree is not None else []
+        return {s.name: s for s in body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)}
+
+    @functools.cached_property
     def symbols(self) -> frozenset[str]:
         """Every identifier of the module's symbol tables, all scopes: from C, about a tenth
         of the time of walking the tree. They are names `variable_names` finds too (with a

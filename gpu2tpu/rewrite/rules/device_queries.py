@@ -19,6 +19,7 @@ from ..analysis.branches import (
     guarded_region,
     left_on_cuda,
     other_backend_branch,
+    other_path,
 )
 from ..analysis.edits import (
     as_positional,
@@ -45,6 +46,10 @@ from ..analysis.values import module_values
 from ..core.model import Safety, Severity
 from .base import Rule, RuleContext
 
+OTHER_PATH_HINT = (
+    "keep the test for CUDA if its path needs CUDA; widen it by hand "
+    "(`torch.accelerator.is_available()`) if that path runs anywhere"
+)
 # Calls that skip tests on a condition (pytest, unittest).
 SKIP_CALLS = frozenset({"skipif", "skipIf", "skipUnless"})
 
@@ -130,10 +135,13 @@ class CudaIsAvailable(_CudaRuntimeCall):
     answers for whatever accelerator is present. A test and what it guards are decided
     together: it is widened only where everything it guards runs on every accelerator once
     this run's fixes are made. It is reported instead where it guards code only CUDA can run
-    (Triton kernels, apex, bitsandbytes, FlexAttention, CUDA APIs no rule rewrites) or a line
+    (Triton kernels, apex, bitsandbytes, FlexAttention, CUDA APIs no rule rewrites, an import
+    of GPU kernels such as `from .triton_ops import ...`, a function of the module that uses
+    one of those or raises unless its tensor is on CUDA, followed one call deep) or a line
     the rewrite leaves CUDA-only (`torch.cuda.manual_seed_all` without `--unsafe-fixes`),
     also through a variable (`USE_FLEX = ... and torch.cuda.is_available()`, then `if
-    USE_FLEX:`), and where it states that CUDA is required: an `assert` of it, `if not
+    USE_FLEX:`), where its `else` is the code's own path for every other device (work that
+    names no CPU), and where it states that CUDA is required: an `assert` of it, `if not
     torch.cuda.is_available(): raise ...` (also as a part of the test: `if name == "cuda" and
     not ...: raise`), a test-skip condition (`pytest.mark.skipif(not torch.cuda.
     is_available(), ...)`). In a chain that picks a backend (`if torch.cuda.is_available():
@@ -226,6 +234,16 @@ class CudaIsAvailable(_CudaRuntimeCall):
                 f"`torch.cuda.is_available()` guards {left}, which only CUDA runs",
                 hint="keep the test for CUDA; give other devices their own path "
                 "(`torch.accelerator.is_available()` for code that runs anywhere)",
+            )
+            return
+        own = other_path(ctx, node)
+        if own is not None:
+            self.report(
+                node,
+                "`torch.cuda.is_available()` chooses between CUDA's path and the code's own "
+                f"path for every other device (line {self.position(own)[0]}): widened, a "
+                "TPU would take CUDA's",
+                hint=OTHER_PATH_HINT,
             )
             return
         self.rewrite(node)
@@ -474,9 +492,11 @@ class TensorIsCuda(Rule):
     takes the CPU branch. `x.device.type == device.type != "cpu"` asks whether the tensor is on
     the process's accelerator: on a CUDA machine that is `x.is_cuda` exactly (a CPU, meta or
     other tensor answers False), on a TPU it is True for TPU tensors, and without an
-    accelerator it is False. A test that guards code only CUDA can run (a Triton kernel, apex)
-    is reported instead, and so are reads where the module gives objects an `is_cuda` of its
-    own; stores (`self.is_cuda = ...`) are the user's attribute and left alone.
+    accelerator it is False. A test that guards code only CUDA can run (a Triton kernel, apex,
+    an import of GPU kernels, a function of the module that needs CUDA, as for G2T104) or
+    whose `else` is the code's own path for every other device is reported instead, and so
+    are reads where the module gives objects an `is_cuda` of its own; stores (`self.is_cuda =
+    ...`) are the user's attribute and left alone.
 
     Example:
         if x.is_cuda:  ->  if x.device.type == device.type != "cpu":
@@ -519,6 +539,12 @@ class TensorIsCuda(Rule):
             cuda_only = f"guards {cuda_only}, which only CUDA runs"
         elif region:
             cuda_only = self._cuda_only_value(region)
+        other = other_path(self.ctx, node) if cuda_only is None else None
+        if other is not None:
+            cuda_only = (
+                "chooses between CUDA's path and the code's own path for every other device "
+                f"(line {self.position(other)[0]})"
+            )
         if cuda_only is not None:
             self.report(
                 node,
