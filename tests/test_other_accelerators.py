@@ -8,7 +8,9 @@ accelerator the original left idle.
 
 from __future__ import annotations
 
+import ast
 import textwrap
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -180,6 +182,24 @@ CUDA_ONLY_SNIPPETS: dict[str, tuple[str, object]] = {
         """,
         (torch.device("meta"), torch.device("meta")),
     ),
+    # `set_device` of the rank inside a test of a name the user sets (sam2's trainer, given
+    # `accelerator: cuda` by its configuration): selected on a CUDA device only.
+    "set_device_in_a_test_of_a_name": (
+        """
+        import torch
+
+        class Trainer:
+            def __init__(self, local_rank, accelerator="cuda"):
+                if accelerator == "cuda":
+                    self.device = torch.device("cuda", local_rank)
+                    torch.cuda.set_device(local_rank)
+                else:
+                    self.device = torch.device("cpu")
+
+        result = Trainer(1, "cuda").device
+        """,
+        torch.device("meta"),
+    ),
     # A device built from the rank (stylegan3's training loop), then moved to as it is.
     "device_built_from_the_rank": (
         """
@@ -275,3 +295,52 @@ def test_code_that_needs_cuda_runs_once_rewritten(name: str) -> None:
     assert before is not None, "the original runs without CUDA: it belongs in SNIPPETS"
     assert after is None, f"the rewrite fails on the simulated accelerator: {after}\n{rewritten}"
     assert migrated["result"] == expected, rewritten
+
+
+# name -> snippet whose rewrite still fails on the simulated accelerator: `check` of the
+# rewrite must report the test of the `if` chain that sends it to the failing line.
+REPORTED_SNIPPETS: dict[str, str] = {
+    # A "cuda" default becomes the device's type; the chain that reads it raises for any
+    # other (sam2's trainer).
+    "test_of_a_rewritten_default": """
+        import torch
+
+        class Trainer:
+            def __init__(self, local_rank, accelerator="cuda"):
+                if accelerator == "cuda":
+                    self.device = torch.device("cuda", local_rank)
+                    torch.cuda.set_device(local_rank)
+                elif accelerator == "cpu":
+                    self.device = torch.device("cpu")
+                else:
+                    raise ValueError(f"Unsupported accelerator: {accelerator}")
+
+        result = Trainer(0).device
+        """,
+}
+
+
+def _failing_line(text: str) -> int:
+    """The line of the snippet where running it raised."""
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    try:
+        exec(compile(text, "<snippet>", "exec"), namespace)
+    except Exception as err:
+        frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == "<snippet>"]
+        assert frames and frames[-1].lineno is not None
+        return frames[-1].lineno
+    raise AssertionError("the snippet ran")
+
+
+@pytest.mark.parametrize("name", REPORTED_SNIPPETS)
+def test_where_the_rewrite_still_fails_check_names_the_test(name: str) -> None:
+    rewritten = rewrite_source(textwrap.dedent(REPORTED_SNIPPETS[name])).new_text
+    with _one_chip_per_process():
+        line = _failing_line(rewritten)
+    chain_tests = {
+        node.test.lineno
+        for node in ast.walk(ast.parse(rewritten))
+        if isinstance(node, ast.If) and node.lineno <= line <= (node.end_lineno or node.lineno)
+    }
+    findings = rewrite_source(rewritten, Options(fix=False)).findings
+    assert any(f.line in chain_tests and not f.fixed for f in findings), rewritten

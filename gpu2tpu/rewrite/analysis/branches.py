@@ -192,15 +192,30 @@ def accelerator_known(ctx: RuleContext, node: cst.CSTNode) -> bool:
     return False
 
 
-def device_branch(ctx: RuleContext, node: cst.CSTNode) -> str | None:
+def device_branch(ctx: RuleContext, node: cst.CSTNode, *, actual: bool = False) -> str | None:
     """The one device type the branches around `node` are for (`"mps"` inside `if device ==
-    "mps":`), or None."""
+    "mps":`), or None. With `actual`, only tests of a real device count (`x.device.type`,
+    `device.type`, `x.is_cuda`), not of a name the user chose (`if accelerator == "cuda":`,
+    whose default the rewrite may make the device's type, or a configuration may set on any
+    machine)."""
     for test, outcome, _ in taken_branches(ctx, node):
         for part in conjuncts(test) if outcome else ():
+            if actual and not _tests_a_device(part):
+                continue
             kind = _device_type_test(ctx, part)
             if kind is not None and not kind.startswith("!"):
                 return kind
     return None
+
+
+def _tests_a_device(test: cst.BaseExpression) -> bool:
+    """`x.is_cuda` or a comparison of a `.type` (`x.device.type == "cuda"`)."""
+    if isinstance(test, cst.Attribute):
+        return test.attr.value == "is_cuda"
+    if isinstance(test, cst.Comparison):
+        operands = [test.left, *(t.comparator for t in test.comparisons)]
+        return any(isinstance(o, cst.Attribute) and o.attr.value == "type" for o in operands)
+    return False
 
 
 def guarded_region(ctx: RuleContext, call: cst.CSTNode) -> tuple[list[cst.CSTNode], str]:

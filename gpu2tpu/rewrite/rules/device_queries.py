@@ -21,6 +21,7 @@ from ..analysis.branches import (
     other_backend_branch,
     other_path,
 )
+from ..analysis.defaults import device_type_defaults, fed_names
 from ..analysis.edits import (
     as_positional,
     comparison_needs_parentheses,
@@ -44,7 +45,7 @@ from ..analysis.names import defines_attribute, is_store, is_torch_device_call
 from ..analysis.ranks import spawn_counts
 from ..analysis.values import module_values
 from ..core.model import Safety, Severity
-from .base import Rule, RuleContext
+from .base import DEVICE_FUNCTIONS, DEVICE_NAMES, Rule, RuleContext
 
 OTHER_PATH_HINT = (
     "keep the test for CUDA if its path needs CUDA; widen it by hand "
@@ -422,7 +423,9 @@ class CudaSetDevice(_CudaRuntimeCall):
     accelerator is, so the same file still runs on a CPU-only machine. When the index is the
     process's rank (`local_rank`), it runs on CUDA only (`if device.type == "cuda":`): a TPU
     process owns one chip, index 0, and selecting the rank's index there raises (this is what
-    G2T407 asks for, so it does not report the line again).
+    G2T407 asks for, so it does not report the line again). Only a branch that tests a
+    device (`x.device.type == "cuda"`, `x.is_cuda`) makes the guard redundant: a name the
+    user sets (`if accelerator == "cuda":`, from a configuration, on any machine) does not.
 
     Example:
         torch.cuda.set_device(0)
@@ -447,8 +450,8 @@ class CudaSetDevice(_CudaRuntimeCall):
         index = find_arg(node, "device", 0)
         ctx = self.ctx
         if index is not None and ctx.flow.refers_to_rank(index.value, index_only=True):
-            if device_branch(ctx, node) == "cuda":
-                return None
+            if device_branch(ctx, node, actual=True) == "cuda":
+                return None  # a branch for a CUDA device (not for a name set to "cuda")
             return "device"
         return super().guard_test(node)
 
@@ -642,10 +645,15 @@ class CudaDeviceComparison(Rule):
     Why: whether the code means "is this CUDA?" or "is this an accelerator?" is a decision the
     codemod cannot make; on a TPU the comparison is simply False. A test that guards code
     only CUDA runs means "is it CUDA?" and is left alone, as are the CUDA-only choices fixes
-    write (`rank if device.type == "cuda" else device`).
+    write (`rank if device.type == "cuda" else device`), unless it reads a name whose
+    `"cuda"` default this rewrite makes the device's type (G2T113): the test that was True
+    by default is then False on a TPU (sam2's `accelerator="cuda"`, then `if accelerator ==
+    "cuda": ... else: raise ValueError`), so it is reported with the default.
 
     Example:
         if x.device.type == "cuda":  # decide: `!= "cpu"` (any accelerator) or keep (CUDA only)
+        def setup(accelerator="cuda"):   # -> accelerator=device.type (G2T113)
+            if accelerator == "cuda":    # reported: by default False on a TPU now
     """
 
     code = "G2T111"
@@ -654,6 +662,12 @@ class CudaDeviceComparison(Rule):
     severity = Severity.WARNING
     message = "comparison with `{value}`: on a TPU it is always False"
     hint = 'compare with `"cpu"` (any accelerator) or with `device.type`, whichever is meant'
+
+    def __init__(self, ctx: RuleContext) -> None:
+        super().__init__(ctx)
+        # Tests of CUDA's own code, with the name they compare: reported only when that
+        # name's "cuda" default is rewritten (decided once the defaults are all seen).
+        self.cuda_only: list[tuple[cst.Comparison, cst.BaseExpression, str]] = []
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         operands = [node.left, *(t.comparator for t in node.comparisons)]
@@ -671,9 +685,35 @@ class CudaDeviceComparison(Rule):
                 literal = next((e.value for e in operand.elements if cuda_literal(e.value)), None)
             if literal is not None and cuda_literal(literal):
                 if self._cuda_only_branch(node):
-                    return  # the code it guards is CUDA's own: the test means "is it CUDA?"
+                    # the code it guards is CUDA's own: the test means "is it CUDA?"
+                    names = [last_segment(o) for o in operands if o is not operand]
+                    if names and names[0]:
+                        self.cuda_only.append((node, literal, names[0]))
+                    return
                 self.report(node, self.message.format(value=self.code_for(literal)))
                 return
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        if not self.cuda_only:
+            return
+        ctx = self.ctx
+        defaults = device_type_defaults(ctx.tree, (*DEVICE_NAMES, *DEVICE_FUNCTIONS))
+        for p in ctx.reports():
+            if p.rule.code == "G2T113" and p.settled(ctx.options):
+                for name in fed_names(ctx, p.node):
+                    defaults.setdefault(name, self.position(p.node)[0])
+        for node, literal, name in self.cuda_only:
+            line = defaults.get(name)
+            if line is None:
+                continue
+            self.report(
+                node,
+                f"comparison with `{self.code_for(literal)}` reads `{name}`, whose default "
+                f"is the device's type once rewritten (line {line}): by default it is False "
+                "on a TPU",
+                hint="decide what another device takes here: the accelerator's path (compare "
+                'with `"cpu"`) or CUDA\'s own (then say what other devices do instead)',
+            )
 
     def visit_Call(self, node: cst.Call) -> None:
         """`device.startswith("cuda")`, also with a tuple of prefixes."""

@@ -16,6 +16,7 @@ from ..analysis.branches import (
     accelerator_known,
     conjuncts,
 )
+from ..analysis.defaults import option_name
 from ..analysis.edits import (
     carries_prefix,
     find_arg,
@@ -912,7 +913,7 @@ class CudaDefault(Rule):
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value == "default":
                 if cuda_literal(arg.value):
-                    option = self._option_name(node)
+                    option = option_name(node)
                     what = f"option `{option}`" if option else f"`{short(node, 40)}`"
                     self._default(arg.value, what, names_a_device(option))
                 return
@@ -966,16 +967,6 @@ class CudaDefault(Rule):
             hint="use the module's device",
             uses_device=not known,
         )
-
-    @staticmethod
-    def _option_name(call: cst.Call) -> str | None:
-        """`--device` for `add_argument("-d", "--device", ...)`, or its `dest=`/`name=`."""
-        for arg in call.args:
-            if arg.keyword is not None and arg.keyword.value in ("dest", "name"):
-                return string_value(arg.value)
-        options = [string_value(a.value) for a in call.args if a.keyword is None]
-        named = [o for o in options if o]
-        return max(named, key=len) if named else None
 
     def _default(self, literal: cst.BaseExpression, what: str, device_named: bool) -> None:
         message = self.message.format(what=what, value=f"`{self.code_for(literal)}`")

@@ -438,7 +438,7 @@ class LocalRankDevice(Rule):
     def leave_Module(self, original_node: cst.Module) -> None:
         ctx = self.ctx
         for node, index in self.candidates:
-            if device_branch(ctx, node) == "cuda" or is_cuda_only(index):
+            if device_branch(ctx, node, actual=True) == "cuda" or is_cuda_only(index):
                 continue  # selected on CUDA only, as asked (G2T107 writes this)
             if self._device_object(index):
                 continue  # a device built from the rank: G2T102 fixes it where it is built
