@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import textwrap
 import traceback
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -344,3 +345,46 @@ def test_where_the_rewrite_still_fails_check_names_the_test(name: str) -> None:
     }
     findings = rewrite_source(rewritten, Options(fix=False)).findings
     assert any(f.line in chain_tests and not f.fixed for f in findings), rewritten
+
+
+# name -> snippet whose `result` is the dtype a matmul computes in under its autocast. The
+# meta device has no autocast, so these run on the CPU, a device that is not CUDA as a TPU
+# is not: once rewritten, the autocast is the CPU's own, in the CPU's own dtype.
+AUTOCAST_SNIPPETS: dict[str, str] = {
+    # CUDA's autocast dtype, carried to every device (sgm's autocast decorator).
+    "cuda_dtype_asked_inside": """
+        import torch
+
+        def matmul():
+            with torch.cuda.amp.autocast(dtype=torch.get_autocast_gpu_dtype()):
+                return torch.mm(torch.ones(2, 2), torch.ones(2, 2))
+
+        result = matmul().dtype
+        """,
+    # Autocast through a name (generative-models' `precision_scope = autocast`).
+    "autocast_through_an_alias": """
+        import torch
+        from torch import autocast
+
+        def matmul():
+            precision_scope = autocast
+            with precision_scope("cuda"):
+                return torch.mm(torch.ones(2, 2), torch.ones(2, 2))
+
+        result = matmul().dtype
+        """,
+}
+
+
+@pytest.mark.parametrize("name", AUTOCAST_SNIPPETS)
+def test_autocast_off_cuda_computes_in_the_devices_own_dtype(name: str) -> None:
+    original = textwrap.dedent(AUTOCAST_SNIPPETS[name])
+    rewritten = rewrite_source(original).new_text
+    assert rewritten != original, "nothing was rewritten"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # CUDA's autocast, asked where CUDA is not
+        before, as_written = _run(original)
+        after, migrated = _run(rewritten)
+    assert before is None and after is None, (before, after, rewritten)
+    assert as_written["result"] == torch.float32  # CUDA's autocast is off without CUDA
+    assert migrated["result"] == torch.get_autocast_dtype("cpu"), rewritten
