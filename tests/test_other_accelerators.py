@@ -388,3 +388,50 @@ def test_autocast_off_cuda_computes_in_the_devices_own_dtype(name: str) -> None:
     assert before is None and after is None, (before, after, rewritten)
     assert as_written["result"] == torch.float32  # CUDA's autocast is off without CUDA
     assert migrated["result"] == torch.get_autocast_dtype("cpu"), rewritten
+
+
+# name -> a library module (it only defines, logs, and tries an optional import) with a
+# function `place(x)`: imported, it must ask for no device (a query at import makes forking
+# unsafe, pytorch issue 68861); called, `place` moves to the accelerator.
+LIBRARY_MODULES: dict[str, str] = {
+    "optional_import_and_logging": """
+        import logging
+
+        import torch
+
+        try:
+            import gpu2tpu_test_boto3_absent
+        except ModuleNotFoundError:
+            print("For s3 checkpoints, install boto3")
+
+        logger = logging.getLogger(__name__)
+        logging.getLogger("urllib3").setLevel(logging.WARNING)
+
+        def place(x):
+            logger.debug("placing")
+            return x.cuda()
+        """,
+}
+
+
+@pytest.mark.parametrize("name", LIBRARY_MODULES)
+def test_a_library_module_asks_for_no_device_at_import(name: str) -> None:
+    rewritten = rewrite_source(textwrap.dedent(LIBRARY_MODULES[name])).new_text
+    asked: list[bool] = []
+    namespace: dict[str, object] = {"__name__": "gpu2tpu_test_library"}
+    with accelerator_answers(torch.device("meta")):
+        answer = torch.accelerator.current_accelerator
+
+        def counted(check_available: bool = False) -> object:
+            asked.append(check_available)
+            return answer(check_available)
+
+        torch.accelerator.current_accelerator = counted
+        try:
+            exec(compile(rewritten, "<library>", "exec"), namespace)
+            at_import = len(asked)
+            placed = namespace["place"](torch.ones(2))  # type: ignore[operator]  # the module's function
+        finally:
+            torch.accelerator.current_accelerator = answer
+    assert at_import == 0, rewritten
+    assert placed.device.type == "meta" and asked, rewritten
