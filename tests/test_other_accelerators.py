@@ -435,3 +435,18 @@ def test_a_library_module_asks_for_no_device_at_import(name: str) -> None:
             torch.accelerator.current_accelerator = answer
     assert at_import == 0, rewritten
     assert placed.device.type == "meta" and asked, rewritten
+
+
+def test_a_size_scaled_by_the_device_count_counts_the_accelerator_and_is_reported() -> None:
+    """`64 * torch.cuda.device_count()` is 0 on any accelerator but CUDA; rewritten, it counts
+    the simulated accelerator's one device, and it is still 0 without an accelerator, which
+    `check` says of the rewrite as of the original (G2T116)."""
+    original = "import torch\n\nresult = 64 * torch.cuda.device_count()\n"
+    rewritten = rewrite_source(original).new_text
+    with accelerator_answers(torch.device("meta")):
+        assert _run(original)[1]["result"] == 0
+        assert _run(rewritten)[1]["result"] == 64, rewritten
+    assert _run(rewritten)[1]["result"] == 0  # this host: no accelerator
+    for text in (original, rewritten):
+        codes = [f.code for f in rewrite_source(text, Options(fix=False)).findings]
+        assert "G2T116" in codes, text

@@ -49,6 +49,7 @@ from .cells import (
     say,
     show_cell_syntax_error,
     show_user_frames,
+    zero_count_lines,
 )
 from .forecasts import FORECAST_INPUTS, ForecastMemory, describe, optimizer_mismatch
 
@@ -202,6 +203,7 @@ class CellRunner:
             result = self.rewrite(cell, device_name)
             rewritten = result.new_source
             say(problem_lines(result, len(header)))
+            say(zero_count_lines(result, len(header), backend.device().type))
             self.run_imports(result)
         python = shell.transform_cell(rewritten)
         if rewrite:

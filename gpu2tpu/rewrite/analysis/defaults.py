@@ -106,3 +106,33 @@ def device_type_defaults(tree: ast.Module | None, devices: Iterable[str]) -> dic
                 name = max(options, key=len).lstrip("-").replace("-", "_")
                 found.setdefault(name, node.lineno)
     return found
+
+
+def scaled_later(tree: ast.Module | None, name: str, line: int) -> int | None:
+    """The first line after `line`, in the scope that assigns `name` there, where `name` is
+    a factor, divisor or modulus (`64 * n_gpu`, `total // world`); None if there is none."""
+    if tree is None:
+        return None
+    scopes: list[ast.AST] = [tree]
+    scopes += [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        and n.lineno <= line <= (n.end_lineno or n.lineno)
+    ]
+    scope = scopes[-1]  # the innermost function around the line, else the module
+    nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+    stack = list(ast.iter_child_nodes(scope))
+    found: list[int] = []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, nested):
+            continue  # another scope: its `name` is its own
+        stack.extend(ast.iter_child_nodes(node))
+        if not isinstance(node, ast.BinOp) or node.lineno <= line:
+            continue
+        if not isinstance(node.op, ast.Mult | ast.Div | ast.FloorDiv | ast.Mod):
+            continue
+        if any(isinstance(o, ast.Name) and o.id == name for o in (node.left, node.right)):
+            found.append(node.lineno)
+    return min(found, default=None)

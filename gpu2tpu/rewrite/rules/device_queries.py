@@ -21,7 +21,7 @@ from ..analysis.branches import (
     other_backend_branch,
     other_path,
 )
-from ..analysis.defaults import device_type_defaults, fed_names
+from ..analysis.defaults import device_type_defaults, fed_names, scaled_later
 from ..analysis.edits import (
     as_positional,
     comparison_needs_parentheses,
@@ -51,6 +51,8 @@ OTHER_PATH_HINT = (
     "keep the test for CUDA if its path needs CUDA; widen it by hand "
     "(`torch.accelerator.is_available()`) if that path runs anywhere"
 )
+# Operators through which a device count of 0 makes a size of 0 (or a division by 0).
+SCALING = (cst.Multiply, cst.Divide, cst.FloorDivide, cst.Modulo)
 # Calls that skip tests on a condition (pytest, unittest).
 SKIP_CALLS = frozenset({"skipif", "skipIf", "skipUnless"})
 
@@ -394,6 +396,55 @@ class CudaDeviceCount(_CudaRuntimeCall):
             return False
         target = parent.targets[0].target
         return isinstance(target, cst.Name) and target.value in spawn_counts(self.ctx)
+
+
+class DeviceCountZero(Rule):
+    """A device count that scales a size: 0 where there is no accelerator.
+
+    Why: `torch.cuda.device_count()` and `torch.accelerator.device_count()` (what G2T105
+    writes) are 0 on a machine without an accelerator, the CPU fallback included, so `BATCH
+    = 64 * torch.cuda.device_count()` is a batch of 0 there (and a division by it raises).
+    On CUDA and on a TPU the count is right; without an accelerator it needs a floor the
+    code chooses (`max(1, ...)`). Reported where the count is a factor, divisor or modulus,
+    directly or through a name assigned from it alone, on the original call and the
+    rewritten one alike, so `check` says the same before and after; not inside a branch that
+    has found an accelerator. `%%tpu` says it when such a cell runs without one.
+
+    Example:
+        BATCH = 64 * torch.cuda.device_count()
+        # -> 64 * torch.accelerator.device_count() (G2T105); G2T116: 0 without an accelerator
+    """
+
+    code = "G2T116"
+    name = "device-count-zero"
+    safety = Safety.REPORT
+    severity = Severity.WARNING
+    message = "`{call}` is 0 where there is no accelerator (the CPU fallback): {use}"
+    hint = "give it a floor if the code also runs on the CPU (`max(1, ...)`), or say so"
+    tokens = (b"device_count",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if node.args or not self.matches_name(
+            node, "torch.cuda.device_count", "torch.accelerator.device_count"
+        ):
+            return
+        if accelerator_known(self.ctx, node):
+            return
+        parent = self.parent(node)
+        use: str | None = None
+        if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, SCALING):
+            divides = parent.right is node and not isinstance(parent.operator, cst.Multiply)
+            use = f"`{short(parent, 40)}` {'divides by 0' if divides else 'is 0'} there"
+        elif isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            target = parent.targets[0].target
+            if isinstance(target, cst.Name):
+                line = scaled_later(self.ctx.tree, target.value, self.position(node)[0])
+                scales = (
+                    f"`{target.value}` scales a value at line {line} (0 there, or a division by 0)"
+                )
+                use = scales if line else None
+        if use is not None:
+            self.report(node, self.message.format(call=short(node, 50), use=use))
 
 
 class CudaCurrentDevice(_CudaRuntimeCall):
