@@ -15,12 +15,14 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import notebooks_factory as nbf
 import pytest
 import torch
 
 from gpu2tpu.backends.base import accelerator_answers
 from gpu2tpu.rewrite.core.model import Options
 from gpu2tpu.rewrite.core.source import rewrite_source
+from gpu2tpu.rewrite.notebooks.notebook import rewrite_notebook
 
 # name -> (snippet, what the rewrite's `result` must be on the simulated accelerator)
 SNIPPETS: dict[str, tuple[str, object]] = {
@@ -450,3 +452,24 @@ def test_a_size_scaled_by_the_device_count_counts_the_accelerator_and_is_reporte
     for text in (original, rewritten):
         codes = [f.code for f in rewrite_source(text, Options(fix=False)).findings]
         assert "G2T116" in codes, text
+
+
+def test_a_notebook_that_never_imports_torch_is_left_to_its_framework() -> None:
+    """A TensorFlow course notebook: `pipeline(..., device=0)` is TensorFlow's GPU there. A fix
+    would bring in torch, which the notebook never used (and may not have): nothing is
+    rewritten, and the finding says why. The same cell under torch is migrated."""
+    cells = [
+        "import tensorflow as tf\nfrom transformers import TFGPT2LMHeadModel, pipeline\n",
+        'model = TFGPT2LMHeadModel.from_pretrained("gpt2")\n',
+        'generator = pipeline("text-generation", model=model, device=0)\n',
+    ]
+    text = nbf.jupyter_text(nbf.notebook([nbf.code(c) for c in cells]))
+    result = rewrite_notebook(text, Options())
+    assert result.new_text == text
+    assert not result.edits
+    (finding,) = [f.finding for f in result.findings]
+    assert finding.code == "G2T102" and not finding.fixed
+    assert "`tensorflow`, not torch" in finding.hint
+    torch_cells = ["import torch\nfrom transformers import pipeline\n", cells[2]]
+    text = nbf.jupyter_text(nbf.notebook([nbf.code(c) for c in torch_cells]))
+    assert "device=torch.device(" in rewrite_notebook(text, Options()).new_text
