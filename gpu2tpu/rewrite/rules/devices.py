@@ -8,6 +8,7 @@ widened to every accelerator.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import libcst as cst
@@ -428,56 +429,21 @@ class CudaDeviceString(Rule):
             if self._rank_index(index.value):
                 # torch.device("cuda", local_rank): the rank's GPU on CUDA; a TPU process owns
                 # one chip, so the module's device elsewhere (as `.to(rank)`, G2T407)
-                def on_cuda(updated: cst.CSTNode) -> cst.CSTNode:
-                    assert isinstance(updated, cst.Call)
-                    first = find_arg(updated, "type", 0)
-                    assert first is not None
-                    args = [
-                        a.with_changes(value=ctx.device_type()) if a is first else a
-                        for a in updated.args
-                    ]
-                    moved = updated.with_changes(args=args)
-                    return parenthesized(
-                        on_cuda_only(ctx, moved, ctx.device()), needs_parentheses(self, node)
-                    )
-
-                self.report(
-                    node,
-                    message,
-                    fix=on_cuda,
-                    hint="on CUDA keep the rank's index, elsewhere use the module's device: "
-                    '`torch.device(device.type, rank) if device.type == "cuda" else device`',
-                    uses_device=True,
+                self._rank_device(
+                    node, message, lambda _: ctx.device_type(), "torch.device(device.type, rank)"
                 )
                 return
             # torch.device("cuda", i) -> torch.device(device.type, i)
             self.report(literal, message, fix=lambda updated: ctx.device_type(), uses_device=True)
             return
         if self._rank_string(literal):
-            # torch.device(f"cuda:{local_rank}"): the rank's GPU on CUDA, the module's device
-            # elsewhere (a TPU process owns one chip), as `torch.device("cuda", local_rank)`
+            # torch.device(f"cuda:{local_rank}"): as `torch.device("cuda", local_rank)`
             ctx = self.ctx
-
-            def rank_device(updated: cst.CSTNode) -> cst.CSTNode:
-                assert isinstance(updated, cst.Call)
-                first = find_arg(updated, "type", 0)
-                assert first is not None
-                args = [
-                    a.with_changes(value=indexed_device_string(ctx, a.value)) if a is first else a
-                    for a in updated.args
-                ]
-                moved = updated.with_changes(args=args)
-                return parenthesized(
-                    on_cuda_only(ctx, moved, ctx.device()), needs_parentheses(self, node)
-                )
-
-            self.report(
+            self._rank_device(
                 node,
                 message,
-                fix=rank_device,
-                hint="on CUDA keep the rank's index, elsewhere use the module's device: "
-                '`torch.device(f"{device.type}:{rank}") if device.type == "cuda" else device`',
-                uses_device=True,
+                lambda value: indexed_device_string(ctx, value),
+                'torch.device(f"{device.type}:{rank}")',
             )
             return
         if cuda_string_index(literal) == "":
@@ -492,6 +458,37 @@ class CudaDeviceString(Rule):
             )
             return
         self._replace(literal)
+
+    def _rank_device(
+        self,
+        node: cst.Call,
+        message: str,
+        on_type: Callable[[cst.BaseExpression], cst.BaseExpression],
+        example: str,
+    ) -> None:
+        """`torch.device(...)` of the process's rank: the same call on CUDA, its device type
+        given by `on_type` (from the first argument), and the module's device elsewhere."""
+        ctx = self.ctx
+        parens = needs_parentheses(self, node)
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(updated, cst.Call)
+            first = find_arg(updated, "type", 0)
+            assert first is not None
+            args = [
+                a.with_changes(value=on_type(a.value)) if a is first else a for a in updated.args
+            ]
+            moved = updated.with_changes(args=args)
+            return parenthesized(on_cuda_only(ctx, moved, ctx.device()), parens)
+
+        self.report(
+            node,
+            message,
+            fix=fix,
+            hint="on CUDA keep the rank's index, elsewhere use the module's device: "
+            f'`{example} if device.type == "cuda" else device`',
+            uses_device=True,
+        )
 
     def _replace(self, literal: cst.CSTNode, location: bool = False) -> None:
         """Put the module's device in place of a CUDA device string. A `map_location` with an
