@@ -116,6 +116,19 @@ def nccl_idiom(rule: Rule, node: cst.CSTNode) -> bool:
     return False
 
 
+def _strings(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The string literals in `node`, f-strings whole."""
+    found: list[cst.CSTNode] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.SimpleString | cst.FormattedString):
+            found.append(current)
+            continue
+        stack.extend(current.children)
+    return found
+
+
 def refers_to_local_rank(rule: Rule, expr: cst.CSTNode) -> bool:
     """Whether a device index is the process's rank (`local_rank`, `$LOCAL_RANK`, `get_rank()`).
 
@@ -461,19 +474,33 @@ class LocalRankDevice(Rule):
             )
 
     def _device_object(self, index: cst.BaseExpression) -> bool:
-        """Whether `index` is a name every assignment of which makes a device, not an int
-        (`device = torch.device("cuda", rank)`): `.to(device)` then moves to that device,
-        which G2T102 makes the rank's GPU on CUDA and the module's device elsewhere."""
+        """Whether `index` is a name every assignment of which makes a device that is right
+        on every device type once this run's fixes are made, not an int: `device =
+        torch.device("cuda", rank)`, which G2T102 makes the rank's GPU on CUDA and the
+        module's device elsewhere, or what such a fix wrote. `.to(device)` then needs nothing
+        more. A CUDA device left as it is (reported, not fixed) still needs the `.to` fix."""
         if not isinstance(index, cst.Name):
             return False
-        values = self.ctx.flow.assigned_values(index)
-        return bool(values) and all(
-            is_torch_device_call(self.ctx, v)
-            or string_value(v) is not None
-            or cuda_literal(v)
-            or is_cuda_only(v)  # what G2T102 writes for a rank's device string
-            for v in values
-        )
+        ctx = self.ctx
+        values = ctx.flow.assigned_values(index)
+        if not values:
+            return False
+        fixed = {id(p.node) for p in ctx.reports() if p.settled(ctx.options)}
+
+        def agnostic(value: cst.CSTNode) -> bool:
+            if is_cuda_only(value):
+                return True  # what G2T102 writes for a rank's device
+            if not (is_torch_device_call(ctx, value) or string_value(value) is not None):
+                return cuda_literal(value) and id(value) in fixed  # f"cuda:{rank}", fixed
+            stack = [value]
+            while stack:
+                current = stack.pop()
+                if id(current) in fixed:
+                    return True
+                stack.extend(current.children)
+            return not any(cuda_literal(n) for n in _strings(value))
+
+        return all(agnostic(v) for v in values)
 
     def _move(self, node: cst.Call, arg: cst.Arg) -> Fix:
         """The fix of `.to(rank)`: the same index on CUDA, the module's device elsewhere."""
