@@ -110,7 +110,8 @@ def device_type_defaults(tree: ast.Module | None, devices: Iterable[str]) -> dic
 
 def scaled_later(tree: ast.Module | None, name: str, line: int) -> int | None:
     """The first line after `line`, in the scope that assigns `name` there, where `name` is
-    a factor, divisor or modulus (`64 * n_gpu`, `total // world`); None if there is none."""
+    a factor, divisor or modulus (`64 * n_gpu`, `total // world`) outside a test of `name`
+    itself (`if n_gpu > 0: rank % n_gpu` has chosen a floor); None if there is none."""
     if tree is None:
         return None
     scopes: list[ast.AST] = [tree]
@@ -122,12 +123,18 @@ def scaled_later(tree: ast.Module | None, name: str, line: int) -> int | None:
     ]
     scope = scopes[-1]  # the innermost function around the line, else the module
     nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+    def reads(node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
+
     stack = list(ast.iter_child_nodes(scope))
     found: list[int] = []
     while stack:
         node = stack.pop()
         if isinstance(node, nested):
             continue  # another scope: its `name` is its own
+        if isinstance(node, ast.If | ast.IfExp | ast.While) and reads(node.test):
+            continue  # the code tests the count first
         stack.extend(ast.iter_child_nodes(node))
         if not isinstance(node, ast.BinOp) or node.lineno <= line:
             continue
