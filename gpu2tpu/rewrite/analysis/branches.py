@@ -70,6 +70,8 @@ COMPAT_ERRORS = frozenset({"AttributeError", "TypeError", "ImportError", "Module
 # The device-agnostic APIs the rewrite moves code to: a `try` that uses one has a fallback.
 MODERN_API = (
     "torch.amp.",
+    "torch.get_autocast_dtype",
+    "torch.set_autocast_dtype",
     "torch.accelerator.",
     "torch.OutOfMemoryError",
     "torch.get_device_module",
@@ -426,14 +428,11 @@ def other_path(ctx: RuleContext, test: cst.CSTNode) -> cst.CSTNode | None:
     node = test
     negated = False
     parent = _parent(ctx, node)
-    while isinstance(parent, cst.BooleanOperation | cst.UnaryOperation):
-        if isinstance(parent, cst.UnaryOperation):
-            if not isinstance(parent.operator, cst.Not):
-                return None
-            negated = not negated
-        elif not isinstance(parent.operator, cst.And) or negated:
-            return None  # `a or b`: the other branch runs for more than non-CUDA devices
+    while isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
+        negated = not negated
         node, parent = parent, _parent(ctx, parent)
+    # (In `a and b` or `a or b` the other branch also runs on CUDA: a fallback, not a path
+    # for the other devices.)
     other: cst.CSTNode | None = None
     if isinstance(parent, cst.If) and parent.test is node:
         if negated:
@@ -452,6 +451,14 @@ def _trivial(node: cst.CSTNode) -> bool:
     assignment or return of one of those, `raise`."""
     if isinstance(node, cst.Name | cst.SimpleString | cst.Integer | cst.Float | cst.Ellipsis):
         return True
+    if isinstance(node, cst.Attribute):
+        return _trivial(node.value)  # `torch.float16`
+    if isinstance(node, cst.UnaryOperation):
+        return _trivial(node.expression)  # `-1`
+    if isinstance(node, cst.List | cst.Tuple | cst.Set):
+        return all(_trivial(e.value) for e in node.elements)
+    if isinstance(node, cst.Dict):
+        return not node.elements  # `{}`
     if isinstance(node, cst.IndentedBlock | cst.SimpleStatementSuite):
         return all(_trivial(line) for line in node.body)
     if isinstance(node, cst.SimpleStatementLine):

@@ -433,6 +433,9 @@ class DeviceCountZero(Rule):
         parent = self.parent(node)
         use: str | None = None
         if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, SCALING):
+            other = parent.left if parent.right is node else parent.right
+            if isinstance(other, cst.List | cst.Tuple | cst.BaseString):
+                return  # `[None] * count`: one item per device, none without one
             divides = parent.right is node and not isinstance(parent.operator, cst.Multiply)
             use = f"`{short(parent, 40)}` {'divides by 0' if divides else 'is 0'} there"
         elif isinstance(parent, cst.Assign) and len(parent.targets) == 1:

@@ -116,19 +116,6 @@ def nccl_idiom(rule: Rule, node: cst.CSTNode) -> bool:
     return False
 
 
-def _strings(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The string literals in `node`, f-strings whole."""
-    found: list[cst.CSTNode] = []
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, cst.SimpleString | cst.FormattedString):
-            found.append(current)
-            continue
-        stack.extend(current.children)
-    return found
-
-
 def refers_to_local_rank(rule: Rule, expr: cst.CSTNode) -> bool:
     """Whether a device index is the process's rank (`local_rank`, `$LOCAL_RANK`, `get_rank()`).
 
@@ -490,15 +477,23 @@ class LocalRankDevice(Rule):
         def agnostic(value: cst.CSTNode) -> bool:
             if is_cuda_only(value):
                 return True  # what G2T102 writes for a rank's device
-            if not (is_torch_device_call(ctx, value) or string_value(value) is not None):
-                return cuda_literal(value) and id(value) in fixed  # f"cuda:{rank}", fixed
             stack = [value]
             while stack:
                 current = stack.pop()
                 if id(current) in fixed:
-                    return True
+                    return True  # a fix of this run rewrites it
                 stack.extend(current.children)
-            return not any(cuda_literal(n) for n in _strings(value))
+            if string_value(value) is not None:
+                return not cuda_literal(value)  # "cpu"
+            if is_torch_device_call(ctx, value):
+                args = value.args  # type: ignore[attr-defined]  # a Call: is_torch_device_call said so
+                first = args[0].value if len(args) == 1 else None
+                return (
+                    first is not None
+                    and string_value(first) is not None
+                    and not cuda_literal(first)
+                )
+            return False  # `torch.device(rank)`, a CUDA ordinal: the `.to` fix is needed
 
         return all(agnostic(v) for v in values)
 
