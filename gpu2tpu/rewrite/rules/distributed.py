@@ -475,25 +475,19 @@ class LocalRankDevice(Rule):
         fixed = {id(p.node) for p in ctx.reports() if p.settled(ctx.options)}
 
         def agnostic(value: cst.CSTNode) -> bool:
-            if is_cuda_only(value):
-                return True  # what G2T102 writes for a rank's device
-            stack = [value]
-            while stack:
-                current = stack.pop()
-                if id(current) in fixed:
-                    return True  # a fix of this run rewrites it
-                stack.extend(current.children)
+            if is_cuda_only(value) or id(value) in fixed:
+                return True  # what G2T102 writes for a rank's device, or what it rewrites
+            if isinstance(value, cst.IfExp):
+                return agnostic(value.body) and agnostic(value.orelse)
             if string_value(value) is not None:
                 return not cuda_literal(value)  # "cpu"
-            if is_torch_device_call(ctx, value):
-                args = value.args  # type: ignore[attr-defined]  # a Call: is_torch_device_call said so
-                first = args[0].value if len(args) == 1 else None
-                return (
-                    first is not None
-                    and string_value(first) is not None
-                    and not cuda_literal(first)
-                )
-            return False  # `torch.device(rank)`, a CUDA ordinal: the `.to` fix is needed
+            if isinstance(value, cst.Call) and value.args and is_torch_device_call(ctx, value):
+                first = value.args[0].value
+                if id(first) in fixed:
+                    return True  # torch.device("cuda", i) -> torch.device(device.type, i)
+                plain = len(value.args) == 1 and string_value(first) is not None
+                return plain and not cuda_literal(first)
+            return False  # `torch.device(rank)`, `devices[0]`: an ordinal the `.to` fix needs
 
         return all(agnostic(v) for v in values)
 
