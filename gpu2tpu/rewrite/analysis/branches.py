@@ -17,7 +17,7 @@ import libcst as cst
 
 from ..core.model import Severity
 from .literals import string_value
-from .names import full_name, qualified
+from .names import ast_dotted_name, full_name, qualified
 from .torch_api import OTHER_BACKENDS, REWRITTEN_CUDA, cuda_member
 
 if TYPE_CHECKING:
@@ -378,17 +378,52 @@ def _cuda_only_function(ctx: RuleContext, name: cst.Name, after_fixes: bool) -> 
         ]
     resolve = ctx.names.module_binding
     kernels = ctx.names.triton_kernels
-    body: list[ast.AST] = list(function.body)
-    for line, column, name_used in _ast_cuda_only(body, resolve, kernels, ctx.source):
+    uses = _ast_cuda_only([function], resolve, kernels, ctx.source, _outside_cuda_branches)
+    for line, column, name_used in uses:
         if not any(at == line and c <= column < c + n for (at, c), n in spots):
             return f"{label} uses {name_used})"
-    for node in ast.walk(function):
+    for node in _outside_cuda_branches(function):
         module = _ast_cuda_import(node)
         if module is not None:
             return f"{label} imports {module})"
         if _raises_unless_cuda(node):
             return f"{label} raises unless its tensor is on CUDA)"
     return None
+
+
+def _outside_cuda_branches(node: ast.AST) -> Iterator[ast.AST]:
+    """`node` and the nodes under it, but for the code of its own CUDA tests (`if
+    x.device.type == "cuda": ...`, and what follows `if x.device.type != "cuda": return`): a
+    function that keeps its CUDA code there runs on every device."""
+    yield node
+    if isinstance(node, ast.If | ast.IfExp):
+        cuda = _ast_cuda_test(node.test)
+        if cuda is not None:
+            yield from _outside_cuda_branches(node.test)
+            kept = node.orelse if cuda else node.body
+            if isinstance(kept, list):
+                yield from _outside_cuda_block(kept)
+            else:
+                yield from _outside_cuda_branches(kept)
+            return
+    for _, value in ast.iter_fields(node):
+        if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+            yield from _outside_cuda_block(value)
+        elif isinstance(value, list):
+            for item in value:
+                if isinstance(item, ast.AST):
+                    yield from _outside_cuda_branches(item)
+        elif isinstance(value, ast.AST):
+            yield from _outside_cuda_branches(value)
+
+
+def _outside_cuda_block(statements: list[ast.stmt]) -> Iterator[ast.AST]:
+    for stmt in statements:
+        yield from _outside_cuda_branches(stmt)
+        if isinstance(stmt, ast.If) and _ast_cuda_test(stmt.test) is False:
+            last = stmt.body[-1] if stmt.body else None
+            if isinstance(last, ast.Return):
+                return  # the rest of the block runs on CUDA only
 
 
 def _ast_cuda_test(test: ast.AST) -> bool | None:
@@ -398,6 +433,8 @@ def _ast_cuda_test(test: ast.AST) -> bool | None:
         inner = _ast_cuda_test(test.operand)
         return None if inner is None else not inner
     if isinstance(test, ast.Attribute) and test.attr == "is_cuda":
+        return True
+    if isinstance(test, ast.Call) and ast_dotted_name(test.func).endswith("cuda.is_available"):
         return True
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         operands = [test.left, test.comparators[0]]
@@ -582,14 +619,19 @@ def _ast_cuda_only(
     resolve: Callable[[str], str | None],
     kernels: frozenset[str],
     source: str,
+    walk: Callable[[ast.AST], Iterator[ast.AST]] = ast.walk,
 ) -> Iterator[tuple[int, int, str]]:
     """(line, column, name) of each CUDA-only use in statements of Python's tree, through
-    the module's imports (a function's own imports aside)."""
+    the module's imports (a function's own imports aside); `walk` gives a statement's
+    nodes."""
     lines = source.encode("utf-8", "surrogatepass").splitlines(keepends=True)
+    inner: set[int] = set()  # the heads of a dotted name: the whole name is read
     for stmt in block:
-        for node in ast.walk(stmt):
-            if not isinstance(node, ast.Name | ast.Attribute):
+        for node in walk(stmt):
+            if not isinstance(node, ast.Name | ast.Attribute) or id(node) in inner:
                 continue
+            if isinstance(node, ast.Attribute):
+                inner.add(id(node.value))
             parts: list[str] = []
             head: ast.AST = node
             while isinstance(head, ast.Attribute):
