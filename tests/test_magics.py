@@ -160,6 +160,21 @@ def test_findings_the_rewrite_cannot_fix_are_listed_with_cell_lines(ip: Interact
     ), cap.stderr
 
 
+def test_a_size_scaled_by_the_device_count_is_said_to_be_0_without_an_accelerator(
+    ip: InteractiveShell,
+) -> None:
+    cell = "%%tpu --backend cpu\nn = 3\nbatch = 64 * torch.cuda.device_count()\n"
+    result, cap = run(ip, cell)
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["batch"] == 0  # as the cell says: no accelerator in this kernel
+    assert re.search(
+        r"gpu2tpu: line 3: `torch\.cuda\.device_count\(\)` is 0 [^\n]*\(G2T116\)\n", cap.stderr
+    ), cap.stderr
+    assert "gpu2tpu: line 3: the device count is 0 in this kernel" in cap.stderr, cap.stderr
+    ip.user_ns.pop("batch", None)
+    ip.user_ns.pop("n", None)
+
+
 def test_error_halfway_shows_the_cell_as_written_with_its_own_number(
     ip: InteractiveShell,
 ) -> None:

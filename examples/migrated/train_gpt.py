@@ -269,7 +269,7 @@ def main():
         y = torch.stack([source[i + 1 : i + 1 + block_size] for i in ix])
         if device_type == "cuda":
             # pin arrays x,y, which allows us to move them to GPU asynchronously (non_blocking=True)
-            x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+            x, y = x.pin_memory().to(device if accel_device.type == "cuda" else accel_device, non_blocking=True), y.pin_memory().to(device if accel_device.type == "cuda" else accel_device, non_blocking=True)
         else:
             x, y = x.to(device if accel_device.type == "cuda" else accel_device), y.to(device if accel_device.type == "cuda" else accel_device)
         return x, y

@@ -707,6 +707,19 @@ def problem_lines(rewrite: CellRewrite | None, offset: int = 0) -> list[str]:
     return out
 
 
+def zero_count_lines(rewrite: CellRewrite | None, offset: int, device_type: str) -> list[str]:
+    """Where the cell scales a size by the device count (G2T116) and this kernel has no
+    accelerator, one line per place saying the count is 0 here, as the cell runs."""
+    if rewrite is None or device_type != "cpu":
+        return []
+    lines = sorted({f.line + offset for f in rewrite.findings if f.code == "G2T116"})
+    return [
+        f"gpu2tpu: line {line}: the device count is 0 in this kernel (no accelerator), so "
+        "what it scales is 0 here (G2T116)"
+        for line in lines
+    ]
+
+
 def local_module_lines(python: str, offset: int, said: set[tuple[str, int]]) -> list[str]:
     """One line per local module the cell imports that holds CUDA code (G2T519, as `gpu2tpu
     rewrite` reports it for a notebook), with the command that migrates it: `%%tpu` and

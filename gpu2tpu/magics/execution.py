@@ -51,6 +51,7 @@ from .cells import (
     say,
     show_cell_syntax_error,
     show_user_frames,
+    zero_count_lines,
 )
 from .forecasts import (
     ForecastInputError,
@@ -245,6 +246,7 @@ class CellRunner:
             result = self.rewrite(cell, backend)
             rewritten = result.new_source
             say(problem_lines(result, len(header)))
+            say(zero_count_lines(result, len(header), backend.device().type))
             self.run_imports(result)
         python = shell.transform_cell(rewritten)
         if rewrite:

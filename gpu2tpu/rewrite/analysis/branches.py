@@ -18,7 +18,7 @@ import libcst as cst
 from ..core.model import Severity
 from .blocks import statement_index
 from .literals import string_value
-from .names import qualified
+from .names import ast_dotted_name, full_name, qualified
 from .torch_api import OTHER_BACKENDS, REWRITTEN_CUDA, cuda_member, rewritten_off
 
 if TYPE_CHECKING:
@@ -34,6 +34,9 @@ DEVICE_TYPES = frozenset({"cuda", "cpu", "mps", "xpu", "tpu", "xla", "meta", "hp
 CUDA_ONLY_PACKAGES = frozenset(
     {"triton", "apex", "amp_C", "bitsandbytes", "flash_attn", "cupy", "cupyx", "pynvml", "xformers"}
 )
+# Words in a module's path or an imported name that say it holds GPU kernels: an import of
+# `.triton_ops` or `fused_cuda` under a CUDA test is CUDA's own (whisper's median filter).
+CUDA_MODULE_WORDS = ("triton", "cuda", "cutlass", "cudnn", "nvrtc")
 # torch names that exist only for CUDA and that no rule rewrites to a device-agnostic form.
 CUDA_ONLY_TORCH = (
     "torch.cuda.get_device_name",
@@ -69,6 +72,8 @@ COMPAT_ERRORS = frozenset({"AttributeError", "TypeError", "ImportError", "Module
 # The device-agnostic APIs the rewrite moves code to: a `try` that uses one has a fallback.
 MODERN_API = (
     "torch.amp.",
+    "torch.get_autocast_dtype",
+    "torch.set_autocast_dtype",
     "torch.accelerator.",
     "torch.OutOfMemoryError",
     "torch.get_device_module",
@@ -191,15 +196,30 @@ def accelerator_known(ctx: RuleContext, node: cst.CSTNode) -> bool:
     return False
 
 
-def device_branch(ctx: RuleContext, node: cst.CSTNode) -> str | None:
+def device_branch(ctx: RuleContext, node: cst.CSTNode, *, actual: bool = False) -> str | None:
     """The one device type the branches around `node` are for (`"mps"` inside `if device ==
-    "mps":`), or None."""
+    "mps":`), or None. With `actual`, only tests of a real device count (`x.device.type`,
+    `device.type`, `x.is_cuda`), not of a name the user chose (`if accelerator == "cuda":`,
+    whose default the rewrite may make the device's type, or a configuration may set on any
+    machine)."""
     for test, outcome, _ in taken_branches(ctx, node):
         for part in conjuncts(test) if outcome else ():
+            if actual and not _tests_a_device(part):
+                continue
             kind = _device_type_test(ctx, part)
             if kind is not None and not kind.startswith("!"):
                 return kind
     return None
+
+
+def _tests_a_device(test: cst.BaseExpression) -> bool:
+    """`x.is_cuda` or a comparison of a `.type` (`x.device.type == "cuda"`)."""
+    if isinstance(test, cst.Attribute):
+        return test.attr.value == "is_cuda"
+    if isinstance(test, cst.Comparison):
+        operands = [test.left, *(t.comparator for t in test.comparisons)]
+        return any(isinstance(o, cst.Attribute) and o.attr.value == "type" for o in operands)
+    return False
 
 
 def guarded_region(ctx: RuleContext, call: cst.CSTNode) -> tuple[list[cst.CSTNode], str]:
@@ -280,6 +300,15 @@ def cuda_only_uses(
             # `x if device.type == "cuda" else y`: the CUDA part runs on CUDA only
             stack.extend(n for n in (node.test, node.orelse) if n is not None)
             continue
+        if isinstance(node, cst.Import | cst.ImportFrom):
+            what = _cuda_only_import(node)
+            if what is not None:
+                yield node, what
+            continue
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
+            what = _cuda_only_function(ctx, node.func, after_fixes)
+            if what is not None:
+                yield node, what
         if isinstance(node, cst.Name | cst.Attribute):
             name = qualified(ctx, node) if _resolvable(ctx, node) else None
             if name is not None and name not in fixed:
@@ -292,6 +321,237 @@ def cuda_only_uses(
                 stack.append(node.value)  # `f(x).y`: look inside; a whole dotted name is read
             continue
         stack.extend(reversed(node.children))
+
+
+def _cuda_module(module: str, names: list[str]) -> str | None:
+    """`module` (dotted, maybe relative) for a message when it, or a name imported from it,
+    says it holds GPU kernels (`.triton_ops`, `median_filter_cuda`) or is a CUDA-only package;
+    torch's own modules are judged by name elsewhere (`_cuda_only_name`)."""
+    top = module.lstrip(".").split(".")[0]
+    if top == "torch":
+        return None
+    words = [*module.lower().split("."), *(n.lower() for n in names)]
+    if top in CUDA_ONLY_PACKAGES or any(w in p for p in words for w in CUDA_MODULE_WORDS):
+        return f"`{module}`"
+    return None
+
+
+def _cuda_only_import(node: cst.Import | cst.ImportFrom) -> str | None:
+    """ "the import of `.triton_ops`" for an import of GPU kernels (`_cuda_module`)."""
+    if isinstance(node, cst.Import):
+        modules = [_cuda_module(full_name(alias.name), []) for alias in node.names]
+        what = next((m for m in modules if m is not None), None)
+    else:
+        module = "." * len(node.relative) + (full_name(node.module) if node.module else "")
+        aliases = node.names if not isinstance(node.names, cst.ImportStar) else ()
+        what = _cuda_module(module, [full_name(a.name) for a in aliases])
+    return f"the import of {what}" if what is not None else None
+
+
+def _ast_cuda_import(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            what = _cuda_module(alias.name, [])
+            if what is not None:
+                return what
+    elif isinstance(node, ast.ImportFrom):
+        module = "." * node.level + (node.module or "")
+        return _cuda_module(module, [a.name for a in node.names if a.name != "*"])
+    return None
+
+
+def _cuda_only_function(ctx: RuleContext, name: cst.Name, after_fixes: bool) -> str | None:
+    """What makes a function of this module, called by `name`, run only on CUDA, one level
+    deep (its own calls are not followed): a CUDA-only name no fix of this run covers, an
+    import of GPU kernels (whisper's `dtw_cuda` imports `.triton_ops`), or a check that
+    raises unless its tensor is on CUDA. None if nothing does, or `name` is not one."""
+    function = ctx.names.functions.get(name.value)
+    if function is None or ctx.names.module_binding(name.value) is not None:
+        return None
+    if ctx.binds_in_scopes(name.value, name):
+        return None  # a local name, not the module's function
+    label = f"`{name.value}()` (line {function.lineno}: it"
+    spots: list[tuple[tuple[int, int], int]] = []
+    if after_fixes:
+        options = ctx.options
+        spots = [
+            (ctx.position(p.node), len(ctx.source_of(p.node)))
+            for p in ctx.reports()
+            if p.settled(options)
+        ]
+    resolve = ctx.names.module_binding
+    kernels = ctx.names.triton_kernels
+    off = rewritten_off(ctx.options.enabled)
+    uses = _ast_cuda_only(
+        [function], resolve, kernels, ctx.source, off, walk=_outside_cuda_branches
+    )
+    for line, column, name_used in uses:
+        if not any(at == line and c <= column < c + n for (at, c), n in spots):
+            return f"{label} uses {name_used})"
+    for node in _outside_cuda_branches(function):
+        module = _ast_cuda_import(node)
+        if module is not None:
+            return f"{label} imports {module})"
+        if _raises_unless_cuda(node):
+            return f"{label} raises unless its tensor is on CUDA)"
+    return None
+
+
+def _outside_cuda_branches(node: ast.AST) -> Iterator[ast.AST]:
+    """`node` and the nodes under it, but for the code of its own CUDA tests (`if
+    x.device.type == "cuda": ...`, and what follows `if x.device.type != "cuda": return`): a
+    function that keeps its CUDA code there runs on every device."""
+    yield node
+    if isinstance(node, ast.If | ast.IfExp):
+        cuda = _ast_cuda_test(node.test)
+        if cuda is not None:
+            yield from _outside_cuda_branches(node.test)
+            kept = node.orelse if cuda else node.body
+            if isinstance(kept, list):
+                yield from _outside_cuda_block(kept)
+            else:
+                yield from _outside_cuda_branches(kept)
+            return
+    for _, value in ast.iter_fields(node):
+        if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+            yield from _outside_cuda_block(value)
+        elif isinstance(value, list):
+            for item in value:
+                if isinstance(item, ast.AST):
+                    yield from _outside_cuda_branches(item)
+        elif isinstance(value, ast.AST):
+            yield from _outside_cuda_branches(value)
+
+
+def _outside_cuda_block(statements: list[ast.stmt]) -> Iterator[ast.AST]:
+    for stmt in statements:
+        yield from _outside_cuda_branches(stmt)
+        if isinstance(stmt, ast.If) and _ast_cuda_test(stmt.test) is False:
+            last = stmt.body[-1] if stmt.body else None
+            if isinstance(last, ast.Return):
+                return  # the rest of the block runs on CUDA only
+
+
+def _ast_cuda_test(test: ast.AST) -> bool | None:
+    """True for a test that holds on CUDA only (`x.is_cuda`, `x.device.type == "cuda"`),
+    False for its negation (`not x.is_cuda`, `x.device.type != "cuda"`), None otherwise."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _ast_cuda_test(test.operand)
+        return None if inner is None else not inner
+    if isinstance(test, ast.Attribute) and test.attr == "is_cuda":
+        return True
+    if isinstance(test, ast.Call) and ast_dotted_name(test.func).endswith("cuda.is_available"):
+        return True
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        operands = [test.left, test.comparators[0]]
+        literal = any(isinstance(o, ast.Constant) and o.value == "cuda" for o in operands)
+        typed = any(isinstance(o, ast.Attribute) and o.attr == "type" for o in operands)
+        if literal and typed and isinstance(test.ops[0], ast.Eq | ast.NotEq):
+            return isinstance(test.ops[0], ast.Eq)
+    return None
+
+
+def _raises_unless_cuda(node: ast.AST) -> bool:
+    """`if x.device.type != "cuda": raise ...` or `assert x.is_cuda`: the function states it
+    runs on CUDA tensors only."""
+    if isinstance(node, ast.Assert):
+        return _ast_cuda_test(node.test) is True
+    if isinstance(node, ast.If) and _ast_cuda_test(node.test) is False:
+        return any(isinstance(s, ast.Raise) for s in node.body)
+    return False
+
+
+def other_path(ctx: RuleContext, test: cst.CSTNode) -> cst.CSTNode | None:
+    """The other branch of a CUDA test when it is the code's own way to do the same work on
+    every other device (sam2 repeats a complex tensor on CUDA and expands and flattens it
+    elsewhere, as "repeat may not be supported on non-CUDA devices"): an `else` part, or a
+    conditional expression's, that does real work and names no CPU path (`.cpu()`, `"cpu"`,
+    `dtw_cpu`). Widening the test would send a TPU down the CUDA path, where the code has a
+    path of its own for it. None when the test has no such branch."""
+    node = test
+    negated = False
+    parent = _parent(ctx, node)
+    while isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
+        negated = not negated
+        node, parent = parent, _parent(ctx, parent)
+    # (In `a and b` or `a or b` the other branch also runs on CUDA: a fallback, not a path
+    # for the other devices.)
+    other: cst.CSTNode | None = None
+    if isinstance(parent, cst.If) and parent.test is node:
+        if negated:
+            other = parent.body
+        elif isinstance(parent.orelse, cst.Else):
+            other = parent.orelse.body
+    elif isinstance(parent, cst.IfExp) and parent.test is node:
+        other = parent.body if negated else parent.orelse
+    if other is None or _trivial(other) or _names_cpu(other):
+        return None
+    return other
+
+
+def _trivial(node: cst.CSTNode) -> bool:
+    """A branch that does no work of its own: a name, a constant, `pass`, a message, an
+    assignment or return of one of those, `raise`."""
+    if isinstance(node, cst.Name | cst.SimpleString | cst.Integer | cst.Float | cst.Ellipsis):
+        return True
+    if isinstance(node, cst.Attribute):
+        return _trivial(node.value)  # `torch.float16`
+    if isinstance(node, cst.UnaryOperation):
+        return _trivial(node.expression)  # `-1`
+    if isinstance(node, cst.List | cst.Tuple | cst.Set):
+        return all(_trivial(e.value) for e in node.elements)
+    if isinstance(node, cst.Dict):
+        return not node.elements  # `{}`
+    if isinstance(node, cst.IndentedBlock | cst.SimpleStatementSuite):
+        return all(_trivial(line) for line in node.body)
+    if isinstance(node, cst.SimpleStatementLine):
+        return all(_trivial(small) for small in node.body)
+    if isinstance(node, cst.Pass | cst.Raise | cst.Continue | cst.Break):
+        return True
+    if isinstance(node, cst.Return):
+        return node.value is None or _trivial(node.value)
+    if isinstance(node, cst.Assign | cst.AnnAssign):
+        return node.value is not None and _trivial(node.value)
+    if isinstance(node, cst.Expr):
+        value = node.value
+        if isinstance(value, cst.Call):
+            return _is_message(value.func)
+        return _trivial(value)
+    return False
+
+
+def _is_message(func: cst.BaseExpression) -> bool:
+    """`print`, `warnings.warn`, `logger.info` and kin: a call that only says something."""
+    if isinstance(func, cst.Name):
+        return func.value in ("print", "warn")
+    if isinstance(func, cst.Attribute):
+        return func.attr.value in (
+            "warn",
+            "warning",
+            "info",
+            "debug",
+            "error",
+            "print",
+            "write",
+        )
+    return False
+
+
+def _names_cpu(node: cst.CSTNode) -> bool:
+    """Whether a branch names the CPU: `.cpu()`, `"cpu"`, `.numpy()`, `dtw_cpu(...)`."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Name) and (
+            "cpu" in current.value.lower() or current.value == "numpy"
+        ):
+            return True
+        if isinstance(current, cst.SimpleString):
+            value = string_value(current)
+            if value is not None and value.split(":")[0] == "cpu":
+                return True
+        stack.extend(current.children)
+    return False
 
 
 def _cuda_only_name(name: str, off: frozenset[str] = frozenset()) -> str | None:
@@ -454,14 +714,19 @@ def _ast_cuda_only(
     kernels: frozenset[str],
     source: str,
     off: frozenset[str] = frozenset(),
+    walk: Callable[[ast.AST], Iterator[ast.AST]] = ast.walk,
 ) -> Iterator[tuple[int, int, str]]:
     """(line, column, name) of each CUDA-only use in statements of Python's tree, through
-    the module's imports (a function's own imports aside)."""
+    the module's imports (a function's own imports aside); `walk` gives a statement's
+    nodes."""
     lines = source.encode("utf-8", "surrogatepass").splitlines(keepends=True)
+    inner: set[int] = set()  # the heads of a dotted name: the whole name is read
     for stmt in block:
-        for node in ast.walk(stmt):
-            if not isinstance(node, ast.Name | ast.Attribute):
+        for node in walk(stmt):
+            if not isinstance(node, ast.Name | ast.Attribute) or id(node) in inner:
                 continue
+            if isinstance(node, ast.Attribute):
+                inner.add(id(node.value))
             parts: list[str] = []
             head: ast.AST = node
             while isinstance(head, ast.Attribute):

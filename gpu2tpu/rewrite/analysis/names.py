@@ -56,13 +56,21 @@ def import_bindings(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[str, st
 
 
 def torch_binding(node: ast.Import) -> str | None:
-    """The name `import torch [as X]` binds to torch itself, if the statement does."""
+    """The name `import torch [as X]` binds to torch itself, if the statement does; `import
+    torch.cuda` binds `torch` too (an `import torch` after it would add nothing)."""
     for alias in node.names:
         if alias.name == "torch":
             return alias.asname or "torch"
+    for alias in node.names:
+        if alias.asname is None and alias.name.startswith("torch."):
+            return "torch"
     return None
 
 
+# Frameworks a module may use instead of torch (`ModuleNames.other_framework`).
+OTHER_FRAMEWORKS = frozenset(
+    {"tensorflow", "keras", "tf_keras", "jax", "flax", "paddle", "mxnet", "mindspore"}
+)
 # Fields of compound statements that hold blocks running in the same scope.
 _BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -168,6 +176,30 @@ class ModuleNames:
                         found.add(stmt.name)
             self._kernels = frozenset(found)
         return self._kernels
+
+    @functools.cached_property
+    def other_framework(self) -> str | None:
+        """The deep-learning framework other than torch the module works with, when it
+        imports no torch at all (a TensorFlow course notebook: `import tensorflow`,
+        `TFGPT2LMHeadModel`), by its package name; None when it imports torch or nothing
+        else. A fix would bring torch into code that never used it."""
+        imported = set(self.imports.values())
+        if any(q.split(".")[0] == "torch" for q in imported):
+            return None
+        for qualified in sorted(imported):
+            top, _, rest = qualified.partition(".")
+            if top in OTHER_FRAMEWORKS:
+                return top
+            last = rest.rsplit(".", 1)[-1]
+            if top in ("transformers", "diffusers") and last.startswith(("TF", "Flax")):
+                return f"{top}.{last}"
+        return None
+
+    @functools.cached_property
+    def functions(self) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+        """The module's own top-level functions by name (the last definition of each)."""
+        body = self._tree.body if self._tree is not None else []
+        return {s.name: s for s in body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)}
 
     @functools.cached_property
     def symbols(self) -> frozenset[str]:

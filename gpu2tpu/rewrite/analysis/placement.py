@@ -248,7 +248,10 @@ def runs_as_script(tree: ast.Module, source: str) -> bool:
     A script starts with `#!`, has an `if __name__ == "__main__":` block, or does work at its
     top level: a call, a loop or a `with` block outside any function (`main()`, `for epoch in
     ...`, `torch.manual_seed(0)`). A library module's top level only defines: imports,
-    functions, classes, assignments, and `if`/`try` blocks of those. A library's device is
+    functions, classes, assignments, and `if`/`try` blocks of those; it may also set up its
+    logging and warnings (`logging.basicConfig()`, `transformers.logging.
+    set_verbosity_error()`, `warnings.filterwarnings(...)`), and say that an optional import
+    failed (`try: import boto3` / `except ImportError: print(...)`). A library's device is
     asked for when a function needs it, not when it is imported (a CUDA query at import
     makes forking unsafe: pytorch issue 68861)."""
     if source.startswith("#!"):
@@ -256,18 +259,52 @@ def runs_as_script(tree: ast.Module, source: str) -> bool:
     return any(_does_work(stmt) for stmt in tree.body)
 
 
-def _does_work(stmt: ast.stmt) -> bool:
+# Method names of a logger (`logger.info(...)`, `log.setLevel(...)`).
+_LOGGER_METHODS = frozenset(
+    {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
+    | {"setLevel", "addHandler", "removeHandler", "addFilter", "propagate"}
+)
+
+
+def _sets_up_messages(call: ast.AST, *, printing: bool = False) -> bool:
+    """A call that configures or writes the module's messages, not work: `logging.*`,
+    `warnings.*`, a `logging` submodule of a library, a logger's method (on a name with
+    `log` in it), and, with `printing`, `print`."""
+    if not isinstance(call, ast.Call):
+        return False
+    func = call.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):
+        # `logging.getLogger(__name__).setLevel(...)`
+        return func.attr in _LOGGER_METHODS and _sets_up_messages(func.value)
+    dotted = ast_dotted_name(func)
+    parts = dotted.split(".") if dotted else []
+    if not parts:
+        return False
+    if printing and parts == ["print"]:
+        return True
+    if parts[0] in ("logging", "warnings") or "logging" in parts[1:-1]:
+        return True
+    return len(parts) >= 2 and parts[-1] in _LOGGER_METHODS and "log" in parts[-2].lower()
+
+
+def _does_work(stmt: ast.stmt, *, fallback: bool = False) -> bool:
+    """Whether a top-level statement does work when the module is imported; `fallback`: in
+    the `except` part of a `try`, where a message about a missing import is not work."""
     if isinstance(stmt, ast.Expr):
-        return not isinstance(stmt.value, ast.Constant)  # a docstring defines
+        if isinstance(stmt.value, ast.Constant):
+            return False  # a docstring defines
+        return not _sets_up_messages(stmt.value, printing=fallback)
     if isinstance(stmt, ast.For | ast.AsyncFor | ast.While | ast.With | ast.AsyncWith):
         return True
     if isinstance(stmt, ast.If):
         if _is_main_test(stmt.test):
             return True
-        return any(_does_work(s) for s in (*stmt.body, *stmt.orelse))
+        return any(_does_work(s, fallback=fallback) for s in (*stmt.body, *stmt.orelse))
     if isinstance(stmt, ast.Try):
-        blocks = (stmt.body, *(h.body for h in stmt.handlers), stmt.orelse, stmt.finalbody)
-        return any(_does_work(s) for block in blocks for s in block)
+        blocks = (stmt.body, stmt.orelse, stmt.finalbody)
+        if any(_does_work(s) for block in blocks for s in block):
+            return True
+        return any(_does_work(s, fallback=True) for h in stmt.handlers for s in h.body)
     return isinstance(stmt, ast.Match)
 
 

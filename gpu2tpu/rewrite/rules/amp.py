@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import libcst as cst
 
+from ..analysis.branches import device_branch
 from ..analysis.edits import (
     append_arg,
     as_keyword,
@@ -205,10 +206,15 @@ class AutocastCudaDeviceType(Rule):
     accelerator the process has. Covered: a `device_type=` argument of any call, and the
     first argument of autocast, GradScaler, `torch.get_autocast_dtype` and friends.
 
+    Autocast through a name the code assigns it to (`precision_scope = autocast`, or `autocast
+    if precision == "autocast" else nullcontext`, then `with precision_scope("cuda"):`) counts
+    too: `nullcontext` takes the device type as the value it gives, and ignores it.
+
     Example:
         with torch.autocast("cuda", dtype=torch.bfloat16):
         ->  with torch.autocast(device.type, dtype=torch.bfloat16):
         scaler = torch.amp.GradScaler("cuda")  ->  scaler = torch.amp.GradScaler(device.type)
+        precision_scope = autocast; with precision_scope("cuda"):  ->  precision_scope(device.type)
     """
 
     code = "G2T202"
@@ -217,18 +223,47 @@ class AutocastCudaDeviceType(Rule):
     safety = Safety.SAFE
     message = "device type {value} names NVIDIA GPUs; use the module's device type"
     hint = "use `device.type`"
+    uses_flow = True  # an alias of autocast is followed to its assignment
+
+    def __init__(self, ctx: RuleContext) -> None:
+        super().__init__(ctx)
+        # `alias("cuda")`: decided once the alias's assignments are known (flow).
+        self.aliased: list[tuple[cst.Call, cst.Name, cst.BaseExpression]] = []
 
     def visit_Call(self, node: cst.Call) -> None:
         literal: cst.BaseExpression | None = None
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value == "device_type":
                 literal = arg.value
-        if literal is None and node.args and matches(self.ctx, node, *DEVICE_TYPE_FIRST):
-            first = node.args[0]
-            if first.keyword is None and not first.star:
+        first = node.args[0] if node.args else None
+        if literal is None and first is not None and first.keyword is None and not first.star:
+            if matches(self.ctx, node, *DEVICE_TYPE_FIRST):
                 literal = first.value
+            elif isinstance(node.func, cst.Name) and cuda_literal(first.value):
+                self.aliased.append((node, node.func, first.value))
+                return
         if literal is None or not cuda_literal(literal):
             return
+        self._fix(node, literal)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        flow = self.ctx.flow
+        for node, name, literal in self.aliased:
+            if any(self._autocast(v) for v in flow.assigned_values(name)):
+                self._fix(node, literal)
+
+    def _autocast(self, value: cst.CSTNode) -> bool:
+        """Whether an alias's value is autocast: `autocast`, `torch.autocast`, or one branch of
+        a conditional expression (`autocast if ... else nullcontext`)."""
+        if isinstance(value, cst.IfExp):
+            return self._autocast(value.body) or self._autocast(value.orelse)
+        if isinstance(value, cst.Name) and self.ctx.names.module_binding(value.value) in AUTOCAST:
+            return True
+        return isinstance(value, cst.Name | cst.Attribute) and bool(
+            matches(self.ctx, value, *AUTOCAST)
+        )
+
+    def _fix(self, node: cst.Call, literal: cst.BaseExpression) -> None:
         hint = self.hint
         if matches(self.ctx, node, *AUTOCAST) and find_arg(node, "dtype", 1) is None:
             hint = f"{hint}; {DTYPE_NOTE}"
@@ -239,6 +274,55 @@ class AutocastCudaDeviceType(Rule):
             hint=hint,
             uses_device=True,
         )
+
+
+class AutocastGpuDtype(Rule):
+    """`torch.get_autocast_gpu_dtype()`: CUDA's autocast dtype, asked on every device.
+
+    Why: code that keeps the autocast it runs under (a checkpoint that re-enters autocast for
+    the backward pass, a decorator that wraps a function in the current autocast) reads the
+    dtype with `torch.get_autocast_gpu_dtype()`, which is CUDA's, whatever device computes.
+    Once the autocast itself is device-agnostic (G2T201), that carries CUDA's dtype (float16
+    by default) to a TPU or the CPU, whose own autocast dtype the enclosing autocast set.
+    `torch.get_autocast_dtype(device.type)` is the same call on CUDA (it is CUDA's dtype
+    there) and the current device's elsewhere; `torch.set_autocast_gpu_dtype(d)` likewise
+    becomes `torch.set_autocast_dtype(device.type, d)`. Code for CUDA only (`if x.device.type
+    == "cuda":`) is left alone.
+
+    Example:
+        with torch.cuda.amp.autocast(dtype=torch.get_autocast_gpu_dtype()):
+        ->  with torch.amp.autocast(device_type=device.type, dtype=torch.get_autocast_dtype(device.type)):
+    """
+
+    code = "G2T214"
+    name = "autocast-gpu-dtype"
+    safety = Safety.SAFE
+    message = "`{call}` is CUDA's autocast dtype; on another device autocast computes in its own"
+    hint = "use `torch.get_autocast_dtype(device.type)` (CUDA's dtype on CUDA)"
+    tokens = (b"autocast_gpu_dtype",)
+    CALLS: ClassVar[dict[str, str]] = {
+        "torch.get_autocast_gpu_dtype": "get_autocast_dtype",
+        "torch.set_autocast_gpu_dtype": "set_autocast_dtype",
+    }
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = matches(self.ctx, node, *self.CALLS)
+        if name is None or device_branch(self.ctx, node, actual=True) == "cuda":
+            return
+        if any(a.star or a.keyword is not None for a in node.args):
+            self.report(node, hint=f"{self.hint}, by hand: arguments it cannot carry over")
+            return
+        ctx = self.ctx
+        generic = self.CALLS[name]
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(updated, cst.Call)
+            return updated.with_changes(
+                func=ctx.torch_attr(generic),
+                args=prepend_arg(list(updated.args), cst.Arg(ctx.device_type())),
+            )
+
+        self.report(node, fix=fix, uses_device=True)
 
 
 def autocast_dtype(rule: Rule, call: cst.Call) -> cst.BaseExpression | None:

@@ -724,6 +724,10 @@ class Rule(BaseRule):
     def _fix_blocked(self, node: cst.CSTNode, uses_device: bool) -> str | None:
         """Why a fix at `node` may not be applied although its rule has one, or None."""
         ctx = self.ctx
+        if ctx.torch_alias is None:
+            framework = ctx.names.other_framework
+            if framework is not None:
+                return f"the code uses `{framework}`, not torch: a fix would bring torch in"
         if uses_device:
             reason = ctx.device_unavailable()
             if reason:

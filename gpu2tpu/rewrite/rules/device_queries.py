@@ -19,7 +19,9 @@ from ..analysis.branches import (
     guarded_region,
     left_on_cuda,
     other_backend_branch,
+    other_path,
 )
+from ..analysis.defaults import device_type_defaults, fed_names, scaled_later
 from ..analysis.edits import (
     as_positional,
     comparison_needs_parentheses,
@@ -43,8 +45,14 @@ from ..analysis.names import defines_attribute, is_store, is_torch_device_call
 from ..analysis.ranks import spawn_counts
 from ..analysis.values import module_values
 from ..core.model import Safety, Severity
-from .base import Rule, RuleContext
+from .base import DEVICE_FUNCTIONS, DEVICE_NAMES, Rule, RuleContext
 
+OTHER_PATH_HINT = (
+    "keep the test for CUDA if its path needs CUDA; widen it by hand "
+    "(`torch.accelerator.is_available()`) if that path runs anywhere"
+)
+# Operators through which a device count of 0 makes a size of 0 (or a division by 0).
+SCALING = (cst.Multiply, cst.Divide, cst.FloorDivide, cst.Modulo)
 # Calls that skip tests on a condition (pytest, unittest).
 SKIP_CALLS = frozenset({"skipif", "skipIf", "skipUnless"})
 
@@ -130,16 +138,21 @@ class CudaIsAvailable(_CudaRuntimeCall):
     answers for whatever accelerator is present. A test and what it guards are decided
     together: it is widened only where everything it guards runs on every accelerator once
     this run's fixes are made. It is reported instead where it guards code only CUDA can run
-    (Triton kernels, apex, bitsandbytes, FlexAttention, CUDA APIs no rule rewrites) or a line
+    (Triton kernels, apex, bitsandbytes, FlexAttention, CUDA APIs no rule rewrites, an import
+    of GPU kernels such as `from .triton_ops import ...`, a function of the module that uses
+    one of those or raises unless its tensor is on CUDA, followed one call deep) or a line
     the rewrite leaves CUDA-only (`torch.cuda.manual_seed_all` without `--unsafe-fixes`),
     also through a variable (`USE_FLEX = ... and torch.cuda.is_available()`, then `if
-    USE_FLEX:`), and where it states that CUDA is required: an `assert` of it, `if not
+    USE_FLEX:`), where its `else` is the code's own path for every other device (work that
+    names no CPU), and where it states that CUDA is required: an `assert` of it, `if not
     torch.cuda.is_available(): raise ...` (also as a part of the test: `if name == "cuda" and
     not ...: raise`), a test-skip condition (`pytest.mark.skipif(not torch.cuda.
     is_available(), ...)`). In a chain that picks a backend (`if torch.cuda.is_available():
     ... elif torch.backends.mps.is_available(): ... else: cpu`) a pure device choice is
-    migrated whole (the accelerator first, which is CUDA or MPS where those are); any other
-    chain is reported: it picks the CPU on a TPU.
+    migrated whole (the accelerator first, which is CUDA or MPS where those are) when the
+    CUDA value it sets is one the rewrite replaces too (it reaches a device); any other
+    chain is reported: it picks the CPU on a TPU, and widened alone it would pick "cuda" on
+    a Mac (`accelerator = "cuda"` handed to Lightning).
 
     Example:
         if torch.cuda.is_available():  ->  if torch.accelerator.is_available():
@@ -190,8 +203,21 @@ class CudaIsAvailable(_CudaRuntimeCall):
             return
         other = other_backend_branch(ctx, node)
         if other is not None:
-            if self._device_choice(node):
+            unfixed = self._unfixed_cuda_value(node) if self._device_choice(node) else None
+            if self._device_choice(node) and unfixed is None:
                 self.rewrite(node)  # the accelerator first: CUDA or MPS where they are
+                return
+            if unfixed is not None:
+                self.report(
+                    node,
+                    f"`torch.cuda.is_available()` picks CUDA first among backends (`{other}()` "
+                    f"follows), and its branch sets `{unfixed}`, which this rewrite does not "
+                    "follow to a device: widened, the test would pick CUDA on every "
+                    "accelerator (MPS included)",
+                    hint="test `torch.accelerator.is_available()` and set the value from "
+                    "`torch.accelerator.current_accelerator().type` if it names a torch device; "
+                    "keep the chain if it names a library's own accelerator (Lightning's)",
+                )
                 return
             self.report(
                 node,
@@ -212,6 +238,16 @@ class CudaIsAvailable(_CudaRuntimeCall):
                 f"`torch.cuda.is_available()` guards {left}, which only CUDA runs",
                 hint="keep the test for CUDA; give other devices their own path "
                 "(`torch.accelerator.is_available()` for code that runs anywhere)",
+            )
+            return
+        own = other_path(ctx, node)
+        if own is not None:
+            self.report(
+                node,
+                "`torch.cuda.is_available()` chooses between CUDA's path and the code's own "
+                f"path for every other device (line {self.position(own)[0]}): widened, a "
+                "TPU would take CUDA's",
+                hint=OTHER_PATH_HINT,
             )
             return
         self.rewrite(node)
@@ -280,6 +316,29 @@ class CudaIsAvailable(_CudaRuntimeCall):
             current = current.orelse if isinstance(current, cst.If) else None
         return True
 
+    def _unfixed_cuda_value(self, node: cst.Call) -> str | None:
+        """In a device-choice chain tested by `node`, the first assignment of its CUDA branch
+        whose CUDA value no fix of this run replaces (`accelerator = "cuda"` handed to
+        Lightning, not to torch), for a message; None when every one is replaced."""
+        branch = self.parent(node)
+        assert isinstance(branch, cst.If) and isinstance(branch.body, cst.IndentedBlock)
+        ctx = self.ctx
+        covered = {id(p.node) for p in ctx.reports() if p.settled(ctx.options)}
+        for line in branch.body.body:
+            for small in line.body if isinstance(line, cst.SimpleStatementLine) else ():
+                if not isinstance(small, cst.Assign) or not self._device_value(small.value):
+                    continue
+                stack: list[cst.CSTNode] = [small.value]
+                found = cuda_literal(small.value) or is_torch_device_call(ctx, small.value)
+                while stack and found:
+                    current = stack.pop()
+                    if id(current) in covered:
+                        found = False
+                    stack.extend(current.children)
+                if found:
+                    return self.code_for(small).strip()
+        return None
+
     def _device_value(self, value: cst.BaseExpression) -> bool:
         if is_torch_device_call(self.ctx, value):
             args = value.args  # type: ignore[attr-defined]  # a Call: is_torch_device_call said so
@@ -341,6 +400,58 @@ class CudaDeviceCount(_CudaRuntimeCall):
         return isinstance(target, cst.Name) and target.value in spawn_counts(self.ctx)
 
 
+class DeviceCountZero(Rule):
+    """A device count that scales a size: 0 where there is no accelerator.
+
+    Why: `torch.cuda.device_count()` and `torch.accelerator.device_count()` (what G2T105
+    writes) are 0 on a machine without an accelerator, the CPU fallback included, so `BATCH
+    = 64 * torch.cuda.device_count()` is a batch of 0 there (and a division by it raises).
+    On CUDA and on a TPU the count is right; without an accelerator it needs a floor the
+    code chooses (`max(1, ...)`). Reported where the count is a factor, divisor or modulus,
+    directly or through a name assigned from it alone, on the original call and the
+    rewritten one alike, so `check` says the same before and after; not inside a branch that
+    has found an accelerator. `%%tpu` says it when such a cell runs without one.
+
+    Example:
+        BATCH = 64 * torch.cuda.device_count()
+        # -> 64 * torch.accelerator.device_count() (G2T105); G2T116: 0 without an accelerator
+    """
+
+    code = "G2T116"
+    name = "device-count-zero"
+    safety = Safety.REPORT
+    severity = Severity.WARNING
+    message = "`{call}` is 0 where there is no accelerator (the CPU fallback): {use}"
+    hint = "give it a floor if the code also runs on the CPU (`max(1, ...)`), or say so"
+    tokens = (b"device_count",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if node.args or not self.matches_name(
+            node, "torch.cuda.device_count", "torch.accelerator.device_count"
+        ):
+            return
+        if accelerator_known(self.ctx, node):
+            return
+        parent = self.parent(node)
+        use: str | None = None
+        if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, SCALING):
+            other = parent.left if parent.right is node else parent.right
+            if isinstance(other, cst.List | cst.Tuple | cst.BaseString):
+                return  # `[None] * count`: one item per device, none without one
+            divides = parent.right is node and not isinstance(parent.operator, cst.Multiply)
+            use = f"`{short(parent, 40)}` {'divides by 0' if divides else 'is 0'} there"
+        elif isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            target = parent.targets[0].target
+            if isinstance(target, cst.Name):
+                line = scaled_later(self.ctx.tree, target.value, self.position(node)[0])
+                scales = (
+                    f"`{target.value}` scales a value at line {line} (0 there, or a division by 0)"
+                )
+                use = scales if line else None
+        if use is not None:
+            self.report(node, self.message.format(call=short(node, 50), use=use))
+
+
 class CudaCurrentDevice(_CudaRuntimeCall):
     """`torch.cuda.current_device()` is the CUDA device index.
 
@@ -369,7 +480,9 @@ class CudaSetDevice(_CudaRuntimeCall):
     accelerator is, so the same file still runs on a CPU-only machine. When the index is the
     process's rank (`local_rank`), it runs on CUDA only (`if device.type == "cuda":`): a TPU
     process owns one chip, index 0, and selecting the rank's index there raises (this is what
-    G2T407 asks for, so it does not report the line again).
+    G2T407 asks for, so it does not report the line again). Only a branch that tests a
+    device (`x.device.type == "cuda"`, `x.is_cuda`) makes the guard redundant: a name the
+    user sets (`if accelerator == "cuda":`, from a configuration, on any machine) does not.
 
     Example:
         torch.cuda.set_device(0)
@@ -395,8 +508,8 @@ class CudaSetDevice(_CudaRuntimeCall):
         index = find_arg(node, "device", 0)
         ctx = self.ctx
         if index is not None and ctx.flow.refers_to_rank(index.value, index_only=True):
-            if device_branch(ctx, node) == "cuda":
-                return None
+            if device_branch(ctx, node, actual=True) == "cuda":
+                return None  # a branch for a CUDA device (not for a name set to "cuda")
             return "device"
         return super().guard_test(node)
 
@@ -441,9 +554,11 @@ class TensorIsCuda(Rule):
     takes the CPU branch. `x.device.type == device.type != "cpu"` asks whether the tensor is on
     the process's accelerator: on a CUDA machine that is `x.is_cuda` exactly (a CPU, meta or
     other tensor answers False), on a TPU it is True for TPU tensors, and without an
-    accelerator it is False. A test that guards code only CUDA can run (a Triton kernel, apex)
-    is reported instead, and so are reads where the module gives objects an `is_cuda` of its
-    own; stores (`self.is_cuda = ...`) are the user's attribute and left alone.
+    accelerator it is False. A test that guards code only CUDA can run (a Triton kernel, apex,
+    an import of GPU kernels, a function of the module that needs CUDA, as for G2T104) or
+    whose `else` is the code's own path for every other device is reported instead, and so
+    are reads where the module gives objects an `is_cuda` of its own; stores (`self.is_cuda =
+    ...`) are the user's attribute and left alone.
 
     Example:
         if x.is_cuda:  ->  if x.device.type == device.type != "cpu":
@@ -502,6 +617,12 @@ class TensorIsCuda(Rule):
             cuda_only = f"guards {cuda_only}, which only CUDA runs"
         elif region:
             cuda_only = self._cuda_only_value(region)
+        other = other_path(self.ctx, node) if cuda_only is None else None
+        if other is not None:
+            cuda_only = (
+                "chooses between CUDA's path and the code's own path for every other device "
+                f"(line {self.position(other)[0]})"
+            )
         if cuda_only is not None:
             self.report(
                 node,
@@ -593,10 +714,15 @@ class CudaDeviceComparison(Rule):
     Why: whether the code means "is this CUDA?" or "is this an accelerator?" is a decision the
     codemod cannot make; on a TPU the comparison is simply False. A test that guards code
     only CUDA runs means "is it CUDA?" and is left alone, as are the CUDA-only choices fixes
-    write (`rank if device.type == "cuda" else device`).
+    write (`rank if device.type == "cuda" else device`), unless it reads a name whose
+    `"cuda"` default this rewrite makes the device's type (G2T113): the test that was True
+    by default is then False on a TPU (sam2's `accelerator="cuda"`, then `if accelerator ==
+    "cuda": ... else: raise ValueError`), so it is reported with the default.
 
     Example:
         if x.device.type == "cuda":  # decide: `!= "cpu"` (any accelerator) or keep (CUDA only)
+        def setup(accelerator="cuda"):   # -> accelerator=device.type (G2T113)
+            if accelerator == "cuda":    # reported: by default False on a TPU now
     """
 
     code = "G2T111"
@@ -605,6 +731,12 @@ class CudaDeviceComparison(Rule):
     severity = Severity.WARNING
     message = "comparison with `{value}`: on a TPU it is always False"
     hint = 'compare with `"cpu"` (any accelerator) or with `device.type`, whichever is meant'
+
+    def __init__(self, ctx: RuleContext) -> None:
+        super().__init__(ctx)
+        # Tests of CUDA's own code, with the name they compare: reported only when that
+        # name's "cuda" default is rewritten (decided once the defaults are all seen).
+        self.cuda_only: list[tuple[cst.Comparison, cst.BaseExpression, str]] = []
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         operands = [node.left, *(t.comparator for t in node.comparisons)]
@@ -622,9 +754,35 @@ class CudaDeviceComparison(Rule):
                 literal = next((e.value for e in operand.elements if cuda_literal(e.value)), None)
             if literal is not None and cuda_literal(literal):
                 if self._cuda_only_branch(node):
-                    return  # the code it guards is CUDA's own: the test means "is it CUDA?"
+                    # the code it guards is CUDA's own: the test means "is it CUDA?"
+                    names = [last_segment(o) for o in operands if o is not operand]
+                    if names and names[0]:
+                        self.cuda_only.append((node, literal, names[0]))
+                    return
                 self.report(node, self.message.format(value=self.code_for(literal)))
                 return
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        if not self.cuda_only:
+            return
+        ctx = self.ctx
+        defaults = device_type_defaults(ctx.tree, (*DEVICE_NAMES, *DEVICE_FUNCTIONS))
+        for p in ctx.reports():
+            if p.rule.code == "G2T113" and p.settled(ctx.options):
+                for name in fed_names(ctx, p.node):
+                    defaults.setdefault(name, self.position(p.node)[0])
+        for node, literal, name in self.cuda_only:
+            line = defaults.get(name)
+            if line is None:
+                continue
+            self.report(
+                node,
+                f"comparison with `{self.code_for(literal)}` reads `{name}`, whose default "
+                f"is the device's type once rewritten (line {line}): by default it is False "
+                "on a TPU",
+                hint="decide what another device takes here: the accelerator's path (compare "
+                'with `"cpu"`) or CUDA\'s own (then say what other devices do instead)',
+            )
 
     def visit_Call(self, node: cst.Call) -> None:
         """`device.startswith("cuda")`, also with a tuple of prefixes."""

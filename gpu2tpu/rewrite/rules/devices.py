@@ -8,6 +8,7 @@ widened to every accelerator.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import libcst as cst
@@ -16,6 +17,7 @@ from ..analysis.branches import (
     accelerator_known,
     conjuncts,
 )
+from ..analysis.defaults import option_name
 from ..analysis.edits import (
     carries_prefix,
     cuda_only_choice,
@@ -194,7 +196,8 @@ class CudaDeviceString(Rule):
     index on the module's device type (`f"{device.type}:1"` is `"cuda:1"` on CUDA), and
     `torch.device("cuda", i)` keeps `i`, except the process's rank (`local_rank`), which a
     TPU process does not have: that device is the rank's GPU on CUDA and the module's device
-    elsewhere, as `.to(rank)` (G2T407). Covered places: `device=`, `map_location=` and
+    elsewhere, as `.to(rank)` (G2T407), also when the rank is in the string
+    (`f"cuda:{local_rank}"`, `"cuda:{}".format(rank)`). Covered places: `device=`, `map_location=` and
     `output_device=` arguments of any call (tensor factories, `torch.load`,
     `torch.Generator`, ...), the first argument of `.to(...)`, and `torch.device(...)` itself.
 
@@ -206,6 +209,8 @@ class CudaDeviceString(Rule):
                                                      if device.type == "cuda" else device)
         x.to(1)                                 ->  x.to(torch.device(device.type, 1))
         torch.load(p, map_location=f"cuda:{r}") ->  torch.load(p, map_location=f"{device.type}:{r}")
+        torch.device(f"cuda:{args.local_rank}") ->  (torch.device(f"{device.type}:{args.local_rank}")
+                                                     if device.type == "cuda" else device)
     """
 
     code = "G2T102"
@@ -342,12 +347,17 @@ class CudaDeviceString(Rule):
             )
             return
 
+        rank = self._rank_string(literal)
+        parens = needs_parentheses(self, literal)
+
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
             if cuda_string_index(updated) == "":
                 return ctx.device_type()
             if prefix:
                 return prefixed_device_string(ctx, updated)
             indexed = indexed_device_string(ctx, updated)
+            if rank:  # the rank's GPU on CUDA, the device's type (a string too) elsewhere
+                return parenthesized(on_cuda_only(ctx, indexed, ctx.device_type()), parens)
             if not location:
                 return indexed
             on_cpu = cst.Comparison(
@@ -394,6 +404,17 @@ class CudaDeviceString(Rule):
             return True
         return self.ctx.flow.refers_to_rank(value, index_only=True)
 
+    def _rank_string(self, literal: cst.CSTNode) -> bool:
+        """Whether a device string's index is the process's rank: `f"cuda:{local_rank}"`,
+        `"cuda:{}".format(args.local_rank)`."""
+        index: cst.CSTNode | None = None
+        if isinstance(literal, cst.FormattedString) and cuda_literal(literal):
+            part = literal.parts[1]
+            index = part.expression if isinstance(part, cst.FormattedStringExpression) else None
+        elif isinstance(literal, cst.Call) and cuda_format_call(literal) is not None:
+            index = literal.args[0].value
+        return isinstance(index, cst.BaseExpression) and self._rank_index(index)
+
     def _torch_device(self, node: cst.Call) -> None:
         parent = self.parent(node)
         if isinstance(parent, cst.Call) and is_torch_device_call(self.ctx, parent):
@@ -413,30 +434,22 @@ class CudaDeviceString(Rule):
             if self._rank_index(index.value):
                 # torch.device("cuda", local_rank): the rank's GPU on CUDA; a TPU process owns
                 # one chip, so the module's device elsewhere (as `.to(rank)`, G2T407)
-                def on_cuda(updated: cst.CSTNode) -> cst.CSTNode:
-                    assert isinstance(updated, cst.Call)
-                    first = find_arg(updated, "type", 0)
-                    assert first is not None
-                    args = [
-                        a.with_changes(value=ctx.device_type()) if a is first else a
-                        for a in updated.args
-                    ]
-                    moved = updated.with_changes(args=args)
-                    return parenthesized(
-                        on_cuda_only(ctx, moved, ctx.device()), needs_parentheses(self, node)
-                    )
-
-                self.report(
-                    node,
-                    message,
-                    fix=on_cuda,
-                    hint="on CUDA keep the rank's index, elsewhere use the module's device: "
-                    '`torch.device(device.type, rank) if device.type == "cuda" else device`',
-                    uses_device=True,
+                self._rank_device(
+                    node, message, lambda _: ctx.device_type(), "torch.device(device.type, rank)"
                 )
                 return
             # torch.device("cuda", i) -> torch.device(device.type, i)
             self.report(literal, message, fix=lambda updated: ctx.device_type(), uses_device=True)
+            return
+        if self._rank_string(literal):
+            # torch.device(f"cuda:{local_rank}"): as `torch.device("cuda", local_rank)`
+            ctx = self.ctx
+            self._rank_device(
+                node,
+                message,
+                lambda value: indexed_device_string(ctx, value),
+                'torch.device(f"{device.type}:{rank}")',
+            )
             return
         if cuda_string_index(literal) == "":
             # torch.device("cuda") -> the device itself
@@ -450,6 +463,37 @@ class CudaDeviceString(Rule):
             )
             return
         self._replace(literal)
+
+    def _rank_device(
+        self,
+        node: cst.Call,
+        message: str,
+        on_type: Callable[[cst.BaseExpression], cst.BaseExpression],
+        example: str,
+    ) -> None:
+        """`torch.device(...)` of the process's rank: the same call on CUDA, its device type
+        given by `on_type` (from the first argument), and the module's device elsewhere."""
+        ctx = self.ctx
+        parens = needs_parentheses(self, node)
+
+        def fix(updated: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(updated, cst.Call)
+            first = find_arg(updated, "type", 0)
+            assert first is not None
+            args = [
+                a.with_changes(value=on_type(a.value)) if a is first else a for a in updated.args
+            ]
+            moved = updated.with_changes(args=args)
+            return parenthesized(on_cuda_only(ctx, moved, ctx.device()), parens)
+
+        self.report(
+            node,
+            message,
+            fix=fix,
+            hint="on CUDA keep the rank's index, elsewhere use the module's device: "
+            f'`{example} if device.type == "cuda" else device`',
+            uses_device=True,
+        )
 
     def _replace(self, literal: cst.CSTNode, location: bool = False) -> None:
         """Put the module's device in place of a CUDA device string. A `map_location` with an
@@ -467,9 +511,12 @@ class CudaDeviceString(Rule):
             return
 
         cpu = string_literal(self, literal, "cpu")
+        rank = self._rank_string(literal)
 
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
             indexed = indexed_device_string(ctx, updated)
+            if rank:  # the rank's GPU on CUDA; a TPU process owns one chip (an argument)
+                return on_cuda_only(ctx, indexed, ctx.device())
             if not location:
                 return indexed
             on_cpu = cst.Comparison(
@@ -881,7 +928,7 @@ class CudaDefault(Rule):
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value == "default":
                 if cuda_literal(arg.value):
-                    option = self._option_name(node)
+                    option = option_name(node)
                     what = f"option `{option}`" if option else f"`{short(node, 40)}`"
                     self._default(arg.value, what, names_a_device(option))
                 return
@@ -935,16 +982,6 @@ class CudaDefault(Rule):
             hint="use the module's device",
             uses_device=not known,
         )
-
-    @staticmethod
-    def _option_name(call: cst.Call) -> str | None:
-        """`--device` for `add_argument("-d", "--device", ...)`, or its `dest=`/`name=`."""
-        for arg in call.args:
-            if arg.keyword is not None and arg.keyword.value in ("dest", "name"):
-                return string_value(arg.value)
-        options = [string_value(a.value) for a in call.args if a.keyword is None]
-        named = [o for o in options if o]
-        return max(named, key=len) if named else None
 
     def _default(self, literal: cst.BaseExpression, what: str, device_named: bool) -> None:
         message = self.message.format(what=what, value=f"`{self.code_for(literal)}`")

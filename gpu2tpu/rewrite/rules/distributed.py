@@ -13,8 +13,15 @@ import libcst as cst
 
 from ..analysis.branches import device_branch
 from ..analysis.edits import is_cuda_only, on_cuda_only, positional_args
-from ..analysis.literals import attribute_named, is_name, last_segment, short, string_value
-from ..analysis.names import module_level_alias
+from ..analysis.literals import (
+    attribute_named,
+    cuda_literal,
+    is_name,
+    last_segment,
+    short,
+    string_value,
+)
+from ..analysis.names import is_torch_device_call, module_level_alias
 from ..analysis.ranks import device_index_names
 from ..core.model import Safety, Severity
 from .base import Fix, Rule, RuleContext
@@ -433,8 +440,10 @@ class LocalRankDevice(Rule):
     def leave_Module(self, original_node: cst.Module) -> None:
         ctx = self.ctx
         for node, index in self.candidates:
-            if device_branch(ctx, node) == "cuda" or is_cuda_only(index):
+            if device_branch(ctx, node, actual=True) == "cuda" or is_cuda_only(index):
                 continue  # selected on CUDA only, as asked (G2T107 writes this)
+            if self._device_object(index):
+                continue  # a device built from the rank: G2T102 fixes it where it is built
             is_to = attribute_named(node.func, "to")
             named = is_to and last_segment(index) in device_index_names(ctx)
             if not (named or refers_to_local_rank(self, index)):
@@ -452,6 +461,37 @@ class LocalRankDevice(Rule):
                 'device.type == "cuda" else device)`',
                 uses_device=True,
             )
+
+    def _device_object(self, index: cst.BaseExpression) -> bool:
+        """Whether `index` is a name every assignment of which makes a device that is right
+        on every device type once this run's fixes are made, not an int: `device =
+        torch.device("cuda", rank)`, which G2T102 makes the rank's GPU on CUDA and the
+        module's device elsewhere, or what such a fix wrote. `.to(device)` then needs nothing
+        more. A CUDA device left as it is (reported, not fixed) still needs the `.to` fix."""
+        if not isinstance(index, cst.Name):
+            return False
+        ctx = self.ctx
+        values = ctx.flow.assigned_values(index)
+        if not values:
+            return False
+        fixed = {id(p.node) for p in ctx.reports() if p.settled(ctx.options)}
+
+        def agnostic(value: cst.CSTNode) -> bool:
+            if is_cuda_only(value) or id(value) in fixed:
+                return True  # what G2T102 writes for a rank's device, or what it rewrites
+            if isinstance(value, cst.IfExp):
+                return agnostic(value.body) and agnostic(value.orelse)
+            if string_value(value) is not None:
+                return not cuda_literal(value)  # "cpu"
+            if isinstance(value, cst.Call) and value.args and is_torch_device_call(ctx, value):
+                first = value.args[0].value
+                if id(first) in fixed:
+                    return True  # torch.device("cuda", i) -> torch.device(device.type, i)
+                plain = len(value.args) == 1 and string_value(first) is not None
+                return plain and not cuda_literal(first)
+            return False  # `torch.device(rank)`, `devices[0]`: an ordinal the `.to` fix needs
+
+        return all(agnostic(v) for v in values)
 
     def _move(self, node: cst.Call, arg: cst.Arg) -> Fix:
         """The fix of `.to(rank)`: the same index on CUDA, the module's device elsewhere."""
