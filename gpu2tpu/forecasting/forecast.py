@@ -475,6 +475,22 @@ def _parallel_parts(
 # the whole model, the variants "plain" and "checkpointed" (every block checkpointed).
 _UnitKey = tuple[str, str, int]
 _WHOLE = -1
+# Where a partitioned program's FLOPs and bytes come from (`slices.anchored`): ("basis",
+# variant, depth), the whole compile of that step on the basis slice; or ("slice", variant,
+# depth), that step on the target's own slice (itself compiled whole or anchored).
+_Anchor = tuple[str, str, int]
+# Also read the deeper of the two extrapolation depths partitioned, anchored on the shallower
+# one: one whole compile per generation (see docs/forecast.md, "A large model in minutes").
+ANCHOR_DEPTHS = False
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """A partitioned compile the parent runs: the lock its child holds while it works, and
+    the anchor of its FLOPs and bytes."""
+
+    lock: str
+    anchor: _Anchor
 
 
 class _Plan:
@@ -500,7 +516,7 @@ class _Plan:
             self.scratch = Path(tempfile.mkdtemp(prefix="gpu2tpu-forecast-"))
             job.scratch = self.scratch
         self.locks = Path(tempfile.mkdtemp(prefix="gpu2tpu-units-"))
-        self.units: dict[_UnitKey, str] = {}
+        self.units: dict[_UnitKey, _Unit] = {}
 
     def __enter__(self) -> _Plan:
         return self
@@ -513,27 +529,44 @@ class _Plan:
             shutil.rmtree(self.scratch, ignore_errors=True)
             self.job.scratch = None
 
-    def _depths(self) -> list[int]:
+    def _anchors(self, topology: Topology, variant: str) -> dict[int, _Anchor]:
+        """The depths of `topology`'s steps to read partitioned, each with its anchor."""
         stack = self.job.stack
-        return list(stack.shallow_depths) if stack is not None else [_WHOLE]
+        derived = basis_topology(topology, self.job.sharding) is not None
+        if stack is None:
+            if variant == "checkpointed":
+                return {_WHOLE: ("slice", "plain", _WHOLE)}
+            return {_WHOLE: ("basis", "plain", _WHOLE)} if derived else {}
+        k, k2 = stack.shallow_depths
+        anchors: dict[int, _Anchor] = {}
+        if variant == "checkpointed":
+            anchors[k] = ("slice", "plain", k)
+        elif derived:
+            anchors[k] = ("basis", "plain", k)
+        if ANCHOR_DEPTHS:
+            anchors[k2] = ("slice", variant, k)
+        elif variant == "checkpointed":
+            anchors[k2] = ("slice", "plain", k2)
+        elif derived:
+            anchors[k2] = ("basis", "plain", k2)
+        return anchors
 
     def _unit_jobs(self, topology: Topology, variant: str) -> list[PoolJob]:
-        """Partitioned compiles of `topology`'s steps, one per depth the forecast compiles."""
+        """Partitioned compiles of `topology`'s steps (see `_anchors`), one job each."""
         jobs = []
-        for depth in self._depths():
+        for depth, anchor in self._anchors(topology, variant).items():
             key = (_label(topology), variant, depth)
-            lock = str(self.locks / f"unit-{len(self.units)}.lock")
-            self.units[key] = lock
+            unit = _Unit(str(self.locks / f"unit-{len(self.units)}.lock"), anchor)
+            self.units[key] = unit
             args = (self.job, topology, variant, depth)
-            jobs.append(PoolJob(_partitioned_unit, args, key=key, holds=lock))
+            jobs.append(PoolJob(_partitioned_unit, args, key=key, holds=unit.lock))
         return jobs
 
     def first_jobs(self) -> list[PoolJob]:
         jobs: list[PoolJob] = []
         if not self.job.batch_search:  # a search compiles at sizes no plan knows beforehand
             for topology, _ in self.missing:
-                if basis_topology(topology, self.job.sharding) is not None:
-                    jobs += self._unit_jobs(topology, "plain")
+                jobs += self._unit_jobs(topology, "plain")
         for part in _parallel_parts(self.missing, self.workers, self.job.sharding):
             jobs.append(PoolJob(_compile_targets, (_Work(self.job, part, dict(self.units)), None)))
         return jobs
@@ -729,7 +762,7 @@ class _Work:
 
     job: _Job
     targets: list[tuple[Topology, Chip]]
-    units: dict[_UnitKey, str] | None = None  # None: compile everything here, in line
+    units: dict[_UnitKey, _Unit] | None = None  # None: compile everything here, in line
     launched: float = field(default_factory=time.time)  # when the parent started the work
 
 
@@ -885,7 +918,7 @@ class _TargetCompiler:
         topology: Topology,
         cache: FigureCache,
         emit: Callable[[tuple], Any],
-        units: Mapping[_UnitKey, str] | None,
+        units: Mapping[_UnitKey, _Unit] | None,
     ) -> None:
         self.job, self.topology, self.cache, self.emit = job, topology, cache, emit
         self.side_by_side = units is not None  # the parent runs re-checks and units
@@ -899,7 +932,8 @@ class _TargetCompiler:
         self.capacity = self.usable or chip_bytes / self.per_chip * _HBM_USABLE
         self.basis = basis_topology(topology, job.sharding)
         self.counts: dict[str, Any] = {"compiles": 0, "lower": 0.0, "compile": 0.0, "cached": True}
-        self.derived = False  # whether any figure came from the basis
+        self.derived = False  # whether any figure came from a partitioned program
+        self._outcomes: dict[tuple[str, int, int], CompileOutcome] = {}
 
     def _count(self, outcome: CompileOutcome, lowered_s: float) -> None:
         self.counts["compiles"] += 1
@@ -923,25 +957,24 @@ class _TargetCompiler:
         """One step's figures on the target's slice: the model at `depth` blocks (`_WHOLE`:
         the model itself) at batch `size`."""
         self.emit(("status", self.label, f"{what} at batch {size}"))
+        step, _ = steps.full if depth == _WHOLE else steps.at_depth(depth)
+        outcome = dataclasses.replace(self._raw(steps, depth, size))
+        apply_trace(outcome, step.trace)
+        return outcome
+
+    def _raw(self, steps: _Steps, depth: int, size: int) -> CompileOutcome:
+        """The compiler's figures of a step on this slice, before the trace's corrections:
+        a whole compile, or the parent's partitioned compile anchored (`slices.anchored`)."""
+        memo = (steps.variant, depth, size)
+        if memo in self._outcomes:
+            return self._outcomes[memo]
         step, tx = steps.full if depth == _WHOLE else steps.at_depth(depth)
-        lock = self.units.get((self.label, steps.variant, depth))
-        if lock is None:
-            outcome = self._whole(step, tx, self.topology, size)
-            apply_trace(outcome, step.trace)
-            return outcome
-        # The target's own program comes partitioned from the parent's unit; the anchor is
-        # this step whole on the basis slice, or (checkpointed) the step without checkpoints.
-        anchor_steps = steps.plain or steps
-        anchor_step, anchor_tx = (
-            anchor_steps.full if depth == _WHOLE else anchor_steps.at_depth(depth)
-        )
-        anchor_topology = self.basis or self.topology
-        anchor_size = basis_batch(size, self.topology, self.basis) if self.basis else size
-        if anchor_size is None:
+        unit = self.units.get((self.label, steps.variant, depth))
+        anchor = None if unit is None else self._anchor(steps, unit.anchor, size)
+        if unit is None or anchor is None or anchor.status != "compiled":
             outcome = self._whole(step, tx, self.topology, size)
         else:
-            anchor = self._whole(anchor_step, anchor_tx, anchor_topology, anchor_size)
-            wait_for(lock)
+            wait_for(unit.lock)
             t0 = time.perf_counter()
             lowered = step.lower(tx, self.devices, size, self.job.sharding)
             lowered_s = time.perf_counter() - t0
@@ -949,17 +982,30 @@ class _TargetCompiler:
                 raise _Unsupported()
             key = self.cache.key(lowered.as_text(), self.topology)
             part = self.cache.get(key) or self.cache.get(f"partitioned-{key}")
-            if part is None or anchor.status != "compiled":  # the unit failed: compile here
+            if part is None:  # the unit failed: compile the slice whole here
                 outcome = compile_lowered(lowered, self.topology, size, self.cache)
-                self._count(outcome, lowered_s)
             else:
                 part.cached = True
-                self._count(part, lowered_s)
                 outcome = anchored(part, anchor)
+                outcome.batch = size
                 self.derived = self.derived or part.partitioned
-            outcome.batch = size
-        apply_trace(outcome, step.trace)
+            self._count(outcome, lowered_s)
+        self._outcomes[memo] = outcome
         return outcome
+
+    def _anchor(self, steps: _Steps, anchor: _Anchor, size: int) -> CompileOutcome | None:
+        """The whole (or anchored) compile a partitioned program takes FLOPs and bytes from."""
+        where, variant, depth = anchor
+        chosen = steps if variant == steps.variant else (steps.plain or steps.checkpointed())
+        if chosen is None:
+            return None
+        if where == "slice":
+            return self._raw(chosen, depth, size)
+        basis_size = basis_batch(size, self.topology, self.basis) if self.basis else None
+        if self.basis is None or basis_size is None:
+            return None
+        step, tx = chosen.full if depth == _WHOLE else chosen.at_depth(depth)
+        return self._whole(step, tx, self.basis, basis_size)
 
     def compile_with(self, steps: _Steps, size: int, prefix: str = "") -> CompileOutcome:
         """The step at batch `size`: compiled whole, or at one and two periods of the block
@@ -1045,8 +1091,8 @@ def _forecast_target(
     result.cached = counts["cached"]
     if steps.stack is not None:
         result.extrapolation = describe_extrapolation(steps.stack, steps.depths)
-    if compiler.derived and compiler.basis is not None:
-        result.derived_from = compiler.basis.name
+    if compiler.derived:
+        result.derived_from = (compiler.basis or topology).name
     if steps.fallback_note:
         result.message = steps.fallback_note
     if first.status == "error":
