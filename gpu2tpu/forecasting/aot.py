@@ -979,6 +979,8 @@ def _whole_compile(lowered: Any, batch: int, dump: Path) -> CompileOutcome:
 # libtpu writes this after the optimized program, its buffer assignment and live ranges,
 # just before code generation (libtpu 0.0.52).
 _PASSES_DONE = "*.after_optimizations_after_buffer_assignment.txt"
+_OPTIMIZED = "*.after_optimizations.txt"
+_BUFFERS = "*.after_optimizations-buffer-assignment.txt"
 _runaway: list[Any] = []  # compile threads left running by partitioned compiles
 
 
@@ -1005,16 +1007,22 @@ def _partitioned_compile(lowered: Any, batch: int) -> CompileOutcome:
 
     thread = threading.Thread(target=run, name="gpu2tpu-partitioned-compile", daemon=True)
     thread.start()
+    seen: tuple = ()
     try:
         while thread.is_alive():
-            if any(dump.glob(_PASSES_DONE)):
+            thread.join(0.2)
+            if not any(dump.glob(_PASSES_DONE)):
+                continue
+            # The files are written one after the other: read them once both are there and
+            # their sizes held still for a poll.
+            files = [*dump.glob(_OPTIMIZED), *dump.glob(_BUFFERS)]
+            sizes = tuple(sorted((f.name, f.stat().st_size) for f in files))
+            if len(files) >= 2 and sizes == seen:
                 outcome = _read_partitioned(dump, batch)
                 if outcome is not None:
                     _runaway.append(thread)
                     return outcome
-                thread.join()  # the dump was not readable: wait for the whole compile
-                break
-            thread.join(0.1)
+            seen = sizes
         return done[0] if done else CompileOutcome("error", batch, message="the compile ended")
     finally:
         shutil.rmtree(dump, ignore_errors=True)
@@ -1024,7 +1032,7 @@ def _read_partitioned(dump: Path, batch: int) -> CompileOutcome | None:
     """The figures of a program whose HLO passes are done, from libtpu's dump."""
     from .hlo import buffer_memory
 
-    found = sorted(dump.glob("*.after_optimizations-buffer-assignment.txt"))
+    found = sorted(dump.glob(_BUFFERS))
     text = _optimized_hlo(dump)
     if not found or text is None:
         return None
@@ -1055,7 +1063,7 @@ def _dump_options(directory: str) -> dict[str, Any]:
 
 def _optimized_hlo(directory: Path) -> str | None:
     """The text of the program after libtpu's optimizations, from its dump, or None."""
-    found = sorted(directory.glob("*.after_optimizations.txt"), key=lambda p: p.stat().st_size)
+    found = sorted(directory.glob(_OPTIMIZED), key=lambda p: p.stat().st_size)
     if not found:
         return None
     try:
