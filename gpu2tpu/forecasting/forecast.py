@@ -479,9 +479,6 @@ _WHOLE = -1
 # variant, depth), the whole compile of that step on the basis slice; or ("slice", variant,
 # depth), that step on the target's own slice (itself compiled whole or anchored).
 _Anchor = tuple[str, str, int]
-# Also read the deeper of the two extrapolation depths partitioned, anchored on the shallower
-# one: one whole compile per generation (see docs/forecast.md, "A large model in minutes").
-ANCHOR_DEPTHS = False
 
 
 @dataclass(frozen=True)
@@ -537,19 +534,13 @@ class _Plan:
             if variant == "checkpointed":
                 return {_WHOLE: ("slice", "plain", _WHOLE)}
             return {_WHOLE: ("basis", "plain", _WHOLE)} if derived else {}
-        k, k2 = stack.shallow_depths
-        anchors: dict[int, _Anchor] = {}
+        # Each depth on its own anchor: the deeper one anchored on the shallower would leave
+        # a block's bytes to this package's count (docs/forecast.md, "A large model in minutes").
         if variant == "checkpointed":
-            anchors[k] = ("slice", "plain", k)
-        elif derived:
-            anchors[k] = ("basis", "plain", k)
-        if ANCHOR_DEPTHS:
-            anchors[k2] = ("slice", variant, k)
-        elif variant == "checkpointed":
-            anchors[k2] = ("slice", "plain", k2)
-        elif derived:
-            anchors[k2] = ("basis", "plain", k2)
-        return anchors
+            return {depth: ("slice", "plain", depth) for depth in stack.shallow_depths}
+        if derived:
+            return {depth: ("basis", "plain", depth) for depth in stack.shallow_depths}
+        return {}
 
     def _unit_jobs(self, topology: Topology, variant: str) -> list[PoolJob]:
         """Partitioned compiles of `topology`'s steps (see `_anchors`), one job each."""
