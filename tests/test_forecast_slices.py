@@ -115,6 +115,15 @@ def _forecast(generation: str, chips: int, **options: object):
     return result.targets[0]
 
 
+def _whole(forecast_call, *args, **options):
+    """The reference: every target compiled whole, in line (`isolate=False`), in a child of
+    its own, so that this process never imports torchax (a forecast here would then run in
+    line too, and compile every slice whole)."""
+    from gpu2tpu.forecasting.isolate import run_in_child
+
+    return run_in_child(forecast_call, *args, cache=False, isolate=False, **options)
+
+
 @pytest.mark.slow
 @pytest.mark.torchax
 @pytest.mark.timeout(3600)
@@ -127,7 +136,7 @@ def test_derived_slices_agree_with_whole_compiles(generation, tmp_path):
     vocabulary), so the collectives are the slice's own, not the basis's scaled."""
     for chips in (16, 32):
         derived = _forecast(generation, chips, cache=tmp_path)
-        whole = _forecast(generation, chips, cache=False, isolate=False)
+        whole = _whole(_forecast, generation, chips)
         assert derived.derived_from == topology_for(generation, BASIS_CHIPS).name
         assert whole.derived_from is None
         assert derived.status == whole.status == "compiled", derived.message
@@ -184,7 +193,7 @@ def test_the_checkpointed_recheck_runs_for_what_does_not_fit_and_is_cached(tmp_p
     variant = v5e.checkpointed
     assert variant is not None and variant.status == "compiled", v5e.summary()
     assert variant.derived_from is not None  # anchored: partitioned, not compiled whole
-    whole = forecast(model, batch, targets=["v5e"], cache=False, isolate=False, **options)
+    whole = _whole(forecast, model, batch, targets=["v5e"], **options)
     reference = whole.target("v5e").checkpointed
     assert reference is not None and reference.derived_from is None
     assert variant.flops == pytest.approx(reference.flops, rel=0.02)
