@@ -208,65 +208,20 @@ def run_streaming_many(
     children are forked before any result is read, from this thread. The first error
     (or Ctrl-C) kills the other children and is raised here, after the events received.
     """
-    context = multiprocessing.get_context("fork")
-    started = []
-    for fn, args in calls:
-        receive, send = context.Pipe(duplex=False)
-        process = context.Process(target=_child, args=(send, fn, args, {}), daemon=True)
-        process.start()
-        send.close()
-        started.append((receive, process))
     results: dict[int, Any] = {}
-    pending = {receive: i for i, (receive, _) in enumerate(started)}
-    failure: tuple[Any, str] | None = None
-    try:
-        while pending and failure is None:
-            # the pipes' receiving ends, as given (wait() is typed for sockets and ints too)
-            ready: list[Any] = multiprocessing.connection.wait(list(pending), timeout=idle_seconds)
-            if not ready:
-                if on_idle is not None:
-                    on_idle()
-                continue
-            for conn in ready:
-                index = pending[conn]
-                try:
-                    status, value, text = conn.recv()
-                except EOFError:
-                    code = started[index][1].exitcode
-                    failure = (
-                        ChildDied(
-                            "a forecast child process ended without a result (exit code "
-                            f"{code}); it may have run out of memory"
-                        ),
-                        "",
-                    )
-                    break
-                if status == "event":
-                    if on_event is not None:
-                        on_event(value)
-                    continue
-                del pending[conn]
-                if status == "error":
-                    failure = (value, text)
-                    break
-                results[index] = value
-    except BaseException:  # KeyboardInterrupt: stop every child now
-        for _, process in started:
-            _kill(process)
-        raise
-    finally:
-        for receive, process in started:
-            receive.close()
-            if failure is not None:
-                _kill(process)
-            else:
-                process.join()
-    if failure is not None:
-        value, text = failure
-        ours = type(value).__module__.startswith("gpu2tpu")
-        if text and not ours and not getattr(value, "__notes__", None):
-            value.add_note("in a forecast child process:\n" + text.rstrip())
-        raise value
+
+    def relay(event: Any) -> None:
+        if on_event is not None:
+            on_event(event)
+
+    run_pool(
+        [PoolJob(fn, args, key=i) for i, (fn, args) in enumerate(calls)],
+        workers=len(calls),
+        on_event=relay,
+        on_result=results.__setitem__,
+        on_idle=on_idle,
+        idle_seconds=idle_seconds,
+    )
     return [results[i] for i in range(len(calls))]
 
 
