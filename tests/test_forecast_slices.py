@@ -7,12 +7,15 @@ slow tests compare derived targets with whole compiles of the same targets.
 
 from __future__ import annotations
 
+import gzip
+from pathlib import Path
+
 import pytest
 import torch
 from forecast_models import Llama, lm_loss
 
 from gpu2tpu.forecasting.aot import CompileOutcome, topology_for
-from gpu2tpu.forecasting.hlo import buffer_memory
+from gpu2tpu.forecasting.hlo import buffer_memory, standard_hlo
 from gpu2tpu.forecasting.slices import BASIS_CHIPS, anchored, basis_batch, basis_topology
 
 
@@ -57,6 +60,12 @@ def test_anchored_figures_take_flops_and_bytes_from_the_whole_compile():
     assert (derived.argument_bytes, derived.temp_bytes, derived.ici_bytes) == (8, 120, 30.0)
     assert derived.memory_bytes == 8 + 8 - 8 + 120
     assert derived.batch == 64
+    # Where XLA read both programs, bytes scale with its generic counts (loop bodies once),
+    # plus the program's own loops' further runs.
+    anchor.generic_bytes, program.generic_bytes, program.loop_bytes = 200.0, 150.0, 40.0
+    scaled = anchored(program, anchor)
+    assert scaled.compiler_bytes == 400.0 * 150 / 200
+    assert scaled.bytes_accessed == 300.0 + 40.0
     failed = CompileOutcome("oom", 64, required_bytes=1e12, partitioned=True)
     assert anchored(failed, anchor) is failed
     with pytest.raises(ValueError, match="anchor"):
@@ -211,3 +220,37 @@ def test_the_checkpointed_recheck_runs_for_what_does_not_fit_and_is_cached(tmp_p
     assert checked is not None and checked.cached
     assert checked.memory_per_chip == variant.memory_per_chip
     assert again.target("v5e").cached and again.target("v5p").cached
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "hlo" / "llama_fsdp_v5p8.after_optimizations.txt.gz"
+
+OFFLOAD = """ENTRY %main (p0: f32[8,4], p1: s32[8]) -> f32[8] {
+  %p0 = f32[8,4]{1,0} parameter(0)
+  %p1 = s32[8]{0} parameter(1)
+  %g.start = ((), (), s32[4]{0}) async-start(), async_execution_thread="sparsecore", calls=%c
+  %g.start.update = ((f32[8,4]{1,0}, s32[8]{0}), f32[8]{0}, s32[4]{0}) async-update(%g.start, %p0, %p1)
+  ROOT %g.done = f32[8]{0} async-done(%g.start.update)
+}"""
+
+
+def test_sparsecore_offloads_become_one_custom_call_xla_can_read():
+    """libtpu's offloaded gathers (an async-update that adds operands) are the one thing in
+    its programs XLA's parser rejects; written as a custom call of the same operands, the
+    real FSDP program parses, and XLA's generic cost analysis counts its bytes."""
+    text = standard_hlo(OFFLOAD)
+    assert "async" not in text
+    assert '%g.done = f32[8]{0} custom-call(%p0, %p1), custom_call_target="sc"' in text
+    assert "%p0 = f32[8,4]{1,0} parameter(0)" in text
+    untouched = "  %x = f32[8]{0} async-done(%other.start)"
+    assert standard_hlo(untouched) == untouched
+    from gpu2tpu.forecasting.aot import _generic_bytes, _prepare_jax
+
+    _prepare_jax()
+    program = gzip.decompress(FIXTURE.read_bytes()).decode()
+    assert "sparsecore" in program
+    generic = _generic_bytes(program)
+    assert generic is not None and generic > 1e9
+    from jaxlib import _hlo
+
+    with pytest.raises(Exception, match="async-update|AsyncUpdate|operand"):
+        _hlo.hlo_module_from_text(program)

@@ -59,8 +59,9 @@ _DEVICELESS_TPU_ENV = {
 CACHE_ENV = "GPU2TPU_CACHE_DIR"
 # 2: FLOPs and bytes include while-loop bodies as often as they run, and the program's
 # collectives and matmul FLOPs are read from the optimized HLO (hlo.py). 3: the program's own
-# byte counts, and programs read at the end of the HLO passes (`partitioned`).
-_CACHE_FORMAT = 3
+# byte counts, and programs read at the end of the HLO passes (`partitioned`). 4: XLA's generic
+# count of the program's bytes.
+_CACHE_FORMAT = 4
 # Cache entries of programs read at the end of libtpu's HLO passes (no cost analysis).
 _PARTITIONED = "partitioned-"
 
@@ -803,6 +804,10 @@ class CompileOutcome:
     custom_calls: dict[str, float] = field(default_factory=dict)
     program_bytes: float | None = None  # hlo.ProgramSummary's own counts (for differences)
     program_bytes_once: float | None = None
+    loop_bytes: float | None = None  # the bytes of loop bodies beyond their first run
+    # XLA's generic cost analysis of the optimized program (`_generic_cost`): the scale on
+    # which a partitioned program's bytes are read against a whole compile's (slices.py).
+    generic_bytes: float | None = None
     partitioned: bool = False
     # What the trace did (lowering.TraceRecord): not part of the cached figures.
     attention_kind: str | None = None
@@ -1091,10 +1096,35 @@ def _add_program(outcome: CompileOutcome, text: str | None) -> None:
     outcome.custom_calls = dict(program.custom_calls)
     outcome.program_bytes = program.program_bytes
     outcome.program_bytes_once = program.program_bytes_once
+    outcome.loop_bytes = program.loop_bytes
+    outcome.generic_bytes = _generic_bytes(text)
     if outcome.flops is not None:
         outcome.flops += program.loop_flops + program.kernel_flops
     if outcome.bytes_accessed is not None:
         outcome.bytes_accessed += program.loop_bytes
+
+
+def _generic_bytes(text: str) -> float | None:
+    """The bytes XLA's generic cost analysis (jaxlib's, on the CPU client) counts in the
+    optimized TPU program, loop bodies once; None when XLA cannot read the program.
+
+    Not libtpu's own figure (which counts TPU layouts: 8-18% more on the programs measured),
+    but the same rules for every program, so the ratio of two programs' figures carries
+    over (slices.anchored).
+    """
+    try:
+        import jax
+        from jax._src.lib import xla_client
+        from jaxlib import _hlo
+
+        from .hlo import standard_hlo
+
+        module = _hlo.hlo_module_from_text(standard_hlo(text))
+        cost = xla_client._xla.hlo_module_cost_analysis(jax.devices("cpu")[0].client, module)
+    except Exception:
+        return None
+    value = cost.get("bytes accessed")
+    return None if value is None else float(value)
 
 
 def apply_trace(outcome: CompileOutcome, trace: TraceRecord | None) -> None:

@@ -720,3 +720,40 @@ def buffer_memory(text: str) -> BufferMemory | None:
         return None
     temp = -(-temp // _TEMP_ALIGNMENT) * _TEMP_ALIGNMENT
     return BufferMemory(argument, output, alias, temp)
+
+
+# -- the program as XLA's own parser reads it -------------------------------------------------
+
+_ASYNC = re.compile(
+    r"^(\s*(?:ROOT\s+)?)%([\w.\-]+)\s*=\s*(.*?)\s(async-(?:start|update|done))\((.*?)\)(.*)$"
+)
+
+
+def standard_hlo(text: str) -> str:
+    """The program with libtpu's SparseCore offloads (an `async-start` on the "sparsecore"
+    thread, `async-update`s that add operands, an `async-done`) written as one custom call
+    of all their operands, which XLA's text parser accepts (it rejects an async-update with
+    more than one operand). Everything else is left as it is."""
+    starts: dict[str, list[str]] = {}
+    updates: dict[str, list[str]] = {}
+    out = []
+    for line in text.split("\n"):
+        found = _ASYNC.match(line)
+        if found is None:
+            out.append(line)
+            continue
+        indent, name, shape, opcode, operands, _ = found.groups()
+        names = [o.strip() for o in operands.split(",") if o.strip()]
+        if opcode == "async-start" and 'async_execution_thread="sparsecore"' in line:
+            starts[name] = names
+            continue
+        if opcode == "async-update" and names and names[0].lstrip("%") in starts:
+            updates[name] = starts[names[0].lstrip("%")] + names[1:]
+            continue
+        source = names[0].lstrip("%") if names else ""
+        if opcode == "async-done" and (source in updates or source in starts):
+            joined = ", ".join(updates.get(source, starts.get(source, [])))
+            out.append(f'{indent}%{name} = {shape} custom-call({joined}), custom_call_target="sc"')
+            continue
+        out.append(line)
+    return "\n".join(out)

@@ -14,11 +14,12 @@ larger slice of that generation and cached), and its own program is compiled onl
 as the end of libtpu's HLO passes (`aot.compile_lowered(..., partitioned=True)`, a tenth
 of a compile: code generation is the rest). That partitioned program says exactly what
 the whole compile would about memory (its buffer assignment) and collectives (its
-instructions). FLOPs and bytes come from the basis's cost analysis, corrected by the
-difference between the two programs' own counts (`anchored`): the matrix products
-(which a loop split differently over a larger slice still sums to the same) and the bytes
-each program's instructions move (the optimizer's update of a smaller shard, a loop that
-runs more often).
+instructions). FLOPs and bytes come from the basis's cost analysis (`anchored`): FLOPs
+plus the difference in matrix products (which a loop split differently over a larger slice
+still sums to the same); bytes scaled by the ratio of the two programs' bytes as XLA's
+generic cost analysis counts them (libtpu's own count weighs TPU layouts, which the generic
+one does not: the ratio carries over where a difference would not), plus the loop bodies'
+further runs, as for a whole compile.
 
 The same correction gives a checkpointed step's FLOPs and bytes from the step without
 checkpoints on the same slice: the recomputed forward is matrix products the partitioned
@@ -62,10 +63,12 @@ def anchored(program: CompileOutcome, anchor: CompileOutcome) -> CompileOutcome:
     """`program` (partitioned: memory and collectives, no cost analysis) with FLOPs and bytes
     from `anchor`, a whole compile of a program with the same work per device.
 
-    FLOPs = the anchor's + (the program's matrix-product FLOPs - the anchor's); bytes = the
-    anchor's + (the program's own byte count - the anchor's); the compiler's own counts
-    (loop bodies once) likewise. Transcendentals (elementwise, per device) are the anchor's.
-    A program that did not compile (out of memory) is returned as it is.
+    FLOPs = the anchor's + (the program's matrix-product FLOPs - the anchor's), the
+    compiler's own count (loop bodies once) likewise. Bytes with loop bodies once = the
+    anchor's x (the program's generic count / the anchor's), plus the program's loop bodies'
+    further runs (`loop_bytes`); where XLA could not read a program, the anchor's plus the
+    difference of this package's own counts. Transcendentals (elementwise, per device) are
+    the anchor's. A program that did not compile (out of memory) is returned as it is.
     """
     if program.status != "compiled" or not program.partitioned:
         return program
@@ -79,16 +82,21 @@ def anchored(program: CompileOutcome, anchor: CompileOutcome) -> CompileOutcome:
 
     matmul_once = _once(program.matmul_flops, program.loop_flops)
     anchor_once = _once(anchor.matmul_flops, anchor.loop_flops)
+    bytes_accessed = shifted(anchor.bytes_accessed, program.program_bytes, anchor.program_bytes)
+    compiler_bytes = shifted(
+        anchor.compiler_bytes, program.program_bytes_once, anchor.program_bytes_once
+    )
+    if anchor.compiler_bytes is not None and program.generic_bytes and anchor.generic_bytes:
+        compiler_bytes = anchor.compiler_bytes * program.generic_bytes / anchor.generic_bytes
+        bytes_accessed = compiler_bytes + (program.loop_bytes or 0.0)
     return replace(
         program,
         flops=shifted(anchor.flops, program.matmul_flops, anchor.matmul_flops),
-        bytes_accessed=shifted(anchor.bytes_accessed, program.program_bytes, anchor.program_bytes),
+        bytes_accessed=bytes_accessed,
         transcendentals=anchor.transcendentals,
         optimal_seconds=None,
         compiler_flops=shifted(anchor.compiler_flops, matmul_once, anchor_once),
-        compiler_bytes=shifted(
-            anchor.compiler_bytes, program.program_bytes_once, anchor.program_bytes_once
-        ),
+        compiler_bytes=compiler_bytes,
         estimated_kernel_flops=anchor.estimated_kernel_flops,
         compile_seconds=program.compile_seconds + anchor.compile_seconds,
         cached=program.cached and anchor.cached,
