@@ -901,7 +901,12 @@ class FigureCache:
 
     def put(self, key: str, outcome: CompileOutcome) -> None:
         if outcome.status != "error":
-            self.put_json(key, outcome.to_dict())
+            self.put_json(_PARTITIONED + key if outcome.partitioned else key, outcome.to_dict())
+
+    def lookup(self, key: str, partitioned: bool = False) -> CompileOutcome | None:
+        """The figures of the program `key` names: a whole compile's, or (`partitioned`)
+        those read at the end of its HLO passes when no whole compile is cached."""
+        return self.get(key) or (self.get(_PARTITIONED + key) if partitioned else None)
 
     def get_json(self, name: str) -> Any:
         """A stored JSON value, or None when absent or unreadable."""
@@ -955,7 +960,7 @@ def compile_lowered(
     """
     started = time.perf_counter()
     key = cache.key(lowered.as_text(), topology)
-    hit = cache.get(key) or (cache.get(_PARTITIONED + key) if partitioned else None)
+    hit = cache.lookup(key, partitioned)
     if hit is not None:
         hit.cached = True
         hit.batch = batch
@@ -967,7 +972,7 @@ def compile_lowered(
         with _jax_cache_off(), tempfile.TemporaryDirectory(prefix="gpu2tpu-hlo-") as dump:
             outcome = _whole_compile(lowered, batch, Path(dump))
     outcome.compile_seconds = time.perf_counter() - started
-    cache.put(_PARTITIONED + key if outcome.partitioned else key, outcome)
+    cache.put(key, outcome)
     return outcome
 
 

@@ -972,7 +972,7 @@ class _TargetCompiler:
             if step.missing_ops:
                 raise _Unsupported()
             key = self.cache.key(lowered.as_text(), self.topology)
-            part = self.cache.get(key) or self.cache.get(f"partitioned-{key}")
+            part = self.cache.lookup(key, partitioned=True)
             if part is None:  # the unit failed: compile the slice whole here
                 outcome = compile_lowered(lowered, self.topology, size, self.cache)
             else:
