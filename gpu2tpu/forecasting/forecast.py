@@ -1093,8 +1093,9 @@ def _forecast_target(
     if job.batch_search:
         compiler.emit(("target", label, dataclasses.replace(result), False))
         _search(
-            job, result, first, compiler.compile_with, counts, compiler.capacity, len(devices),
-            per_chip, label, compiler.emit,
+            job, result, first,
+            lambda size, prefix="": compiler.compile_with(steps, size, prefix),
+            counts, compiler.capacity, len(devices), per_chip, label, compiler.emit,
         )  # fmt: skip
     checkpointed = steps.checkpointed()
     if compiler.side_by_side and _wants_recheck(result, steps):
