@@ -274,3 +274,23 @@ def test_a_job_holding_a_lock_is_waited_for(tmp_path: Path) -> None:
     assert results == {"unit": "unit done", "target": "unit done"}
     wait_for(lock)  # nothing holds it now: returns at once
     wait_for(str(tmp_path / "never.lock"))  # no such unit: nothing to wait for
+
+
+def _dies() -> None:
+    os._exit(3)  # a crash: no result, no error sent
+
+
+def test_an_optional_job_that_dies_is_dropped_and_a_needed_one_stops_the_pool(tmp_path):
+    """A partitioned compile that crashes costs its target a whole compile, not the forecast."""
+    from gpu2tpu.forecasting.isolate import ChildDied, PoolJob, run_pool
+
+    results: dict[str, str] = {}
+    out = str(tmp_path / "out")
+    run_pool(
+        [PoolJob(_dies, (), key="unit", optional=True), PoolJob(_writes, (out, "done"), key="t")],
+        workers=2,
+        on_result=results.__setitem__,
+    )
+    assert results == {"t": "done"}
+    with pytest.raises(ChildDied):
+        run_pool([PoolJob(_dies, (), key="target")], workers=1)

@@ -550,7 +550,7 @@ class _Plan:
             unit = _Unit(str(self.locks / f"unit-{len(self.units)}.lock"), anchor)
             self.units[key] = unit
             args = (self.job, topology, variant, depth)
-            jobs.append(PoolJob(_partitioned_unit, args, key=key, holds=unit.lock))
+            jobs.append(PoolJob(_partitioned_unit, args, key=key, holds=unit.lock, optional=True))
         return jobs
 
     def first_jobs(self) -> list[PoolJob]:

@@ -232,12 +232,15 @@ class PoolJob:
     `holds`: a lock file the parent locks before forking the child, which inherits the lock
     and keeps it until it ends; `wait_for(holds)` in another child then blocks until this
     job is over (whatever way it ended). `key` names the job's result for `on_result`.
+    An `optional` job that fails or dies is dropped (others do without its work) instead
+    of stopping the pool.
     """
 
     fn: Callable[..., Any]
     args: tuple
     key: Any = None
     holds: str | None = None
+    optional: bool = False
 
 
 def run_pool(
@@ -293,6 +296,17 @@ def run_pool(
                 try:
                     status, value, text = conn.recv()
                 except EOFError:
+                    status, value, text = "died", None, ""
+                if status == "event":
+                    more = on_event(value) if on_event is not None else None
+                    waiting[:0] = more or []
+                    continue
+                del running[conn]
+                conn.close()
+                process.join()
+                if status in ("died", "error") and job.optional:
+                    continue
+                if status == "died":
                     failure = (
                         ChildDied(
                             "a forecast child process ended without a result (exit code "
@@ -301,13 +315,6 @@ def run_pool(
                         "",
                     )
                     break
-                if status == "event":
-                    more = on_event(value) if on_event is not None else None
-                    waiting[:0] = more or []
-                    continue
-                del running[conn]
-                conn.close()
-                process.join()
                 if status == "error":
                     failure = (value, text)
                     break
