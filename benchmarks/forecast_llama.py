@@ -6,8 +6,11 @@ on sequences of 4096 tokens, one sequence per chip. Each target is a slice of 8 
 of v5p and v6e, FSDP (sharded over the chips; `--sharding data,fsdp` adds data parallel).
 A full compile of 32 such blocks takes many minutes here, so the forecast compiles shallow
 copies and extends the line (`extrapolate`); the targets of one slice size are one forecast
-call (compiled side by side, one child per CPU; `--separate` times each on its own), and a
-target that does not fit is compiled again with every block checkpointed. Per target
+call (compiled side by side, one child per CPU; `--separate` times each on its own). A slice
+of more than 8 chips is compiled whole on the generation's 8-chip slice (cached, so the
+64-chip call reuses the 8-chip call's compiles) and only partitioned on its own
+(forecasting/slices.py); a target that does not fit is re-checked with every block
+checkpointed, beside the other targets. Per target
 it prints the FLOPs per chip against the analytic count (6 x matmul parameters x tokens +
 attention: docs/forecast.md) and the compiler's own count, the ICI traffic, and at the end
 the time all targets took (the goal: four in 6 minutes on a 2-core machine).
@@ -74,6 +77,12 @@ def _report(t: Any, sharding: str, wall: float, cpu: float, analytic: float) -> 
             f"ICI {ici / 1e9:.2f} GB sent per chip{timed}",
             flush=True,
         )
+    if t.derived_from:
+        print(
+            f"      FLOPs and bytes from the whole compile on {t.derived_from}; memory and "
+            "collectives from this slice's partitioned program",
+            flush=True,
+        )
     if t.checkpointed is not None:
         print(f"      {t.summary()}", flush=True)
     return {
@@ -81,7 +90,8 @@ def _report(t: Any, sharding: str, wall: float, cpu: float, analytic: float) -> 
         "memory_per_chip": t.memory_per_chip, "usable": t.capacity_per_chip,
         "breakdown": t.memory_breakdown, "step_seconds": t.step_seconds, "bound": t.bound,
         "call_wall": wall, "call_cpu": cpu, "compile_seconds": t.compile_seconds,
-        "extrapolation": t.extrapolation, "message": t.message,
+        "extrapolation": t.extrapolation, "derived_from": t.derived_from, "message": t.message,
+        "bytes_per_chip": t.bytes_per_chip,
         "flops_per_chip": t.flops_per_chip, "compiler_flops": t.compiler_flops,
         "collective_bytes_per_chip": t.collective_bytes_per_chip,
         "collective_seconds": t.collective_seconds, "summary": t.summary(),

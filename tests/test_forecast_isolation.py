@@ -201,3 +201,96 @@ def test_the_progress_lines_render_state_and_clock() -> None:
         in progress.html()
     )
     assert format_clock(3725) == "1:02:05" and format_clock(5.9) == "0:05"
+
+
+def _waits_for_file(path: str) -> str:
+    """Ask the parent for a job that writes `path`, and wait for it: only a job started
+    beside this one can end the wait."""
+    from gpu2tpu.forecasting.isolate import emit
+
+    emit(("need", path))
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            return "timed out"
+        time.sleep(0.05)
+    return "released"
+
+
+def _writes(path: str, text: str, delay: float = 0.0) -> str:
+    time.sleep(delay)
+    tmp = path + ".tmp"
+    Path(tmp).write_text(text)
+    os.replace(tmp, path)
+    return text
+
+
+def _reads_after(lock: str, path: str) -> str:
+    from gpu2tpu.forecasting.isolate import wait_for
+
+    wait_for(lock)
+    return Path(path).read_text() if os.path.exists(path) else "missing"
+
+
+def test_work_asked_for_starts_beside_what_runs(tmp_path: Path) -> None:
+    """The pool starts a job an event asks for while the job that asked is still running
+    (the checkpointed re-check of a target beside the other targets), before the jobs
+    still waiting; results come back by key."""
+    from gpu2tpu.forecasting.isolate import PoolJob, run_pool
+
+    flag = str(tmp_path / "flag")
+    order: list[str] = []
+    results: dict[str, str] = {}
+
+    def on_event(event: tuple) -> list[PoolJob]:
+        order.append(event[0])
+        return [PoolJob(_writes, (event[1], "written"), key="asked")]
+
+    jobs = [
+        PoolJob(_waits_for_file, (flag,), key="asker"),
+        PoolJob(_writes, (str(tmp_path / "busy"), "busy", 1.0), key="busy"),
+        PoolJob(_writes, (str(tmp_path / "later"), "later"), key="later"),
+    ]
+    run_pool(jobs, workers=2, on_event=on_event, on_result=results.__setitem__)
+    assert results == {"asker": "released", "asked": "written", "busy": "busy", "later": "later"}
+    assert order == ["need"]
+    # The slot "busy" frees goes to the job asked for; "later" waits for the next one.
+    finished = list(results)
+    assert finished.index("asked") < finished.index("later")
+
+
+def test_a_job_holding_a_lock_is_waited_for(tmp_path: Path) -> None:
+    """A job started with `holds` keeps its lock file locked until it ends; another job's
+    `wait_for` blocks until then (a target waiting for its slice's partitioned compile)."""
+    from gpu2tpu.forecasting.isolate import PoolJob, run_pool, wait_for
+
+    lock, out = str(tmp_path / "unit.lock"), str(tmp_path / "unit.out")
+    results: dict[str, str] = {}
+    jobs = [
+        PoolJob(_writes, (out, "unit done", 1.0), key="unit", holds=lock),
+        PoolJob(_reads_after, (lock, out), key="target"),
+    ]
+    run_pool(jobs, workers=2, on_result=results.__setitem__)
+    assert results == {"unit": "unit done", "target": "unit done"}
+    wait_for(lock)  # nothing holds it now: returns at once
+    wait_for(str(tmp_path / "never.lock"))  # no such unit: nothing to wait for
+
+
+def _dies() -> None:
+    os._exit(3)  # a crash: no result, no error sent
+
+
+def test_an_optional_job_that_dies_is_dropped_and_a_needed_one_stops_the_pool(tmp_path):
+    """A partitioned compile that crashes costs its target a whole compile, not the forecast."""
+    from gpu2tpu.forecasting.isolate import ChildDied, PoolJob, run_pool
+
+    results: dict[str, str] = {}
+    out = str(tmp_path / "out")
+    run_pool(
+        [PoolJob(_dies, (), key="unit", optional=True), PoolJob(_writes, (out, "done"), key="t")],
+        workers=2,
+        on_result=results.__setitem__,
+    )
+    assert results == {"t": "done"}
+    with pytest.raises(ChildDied):
+        run_pool([PoolJob(_dies, (), key="target")], workers=1)

@@ -60,8 +60,12 @@ _DEVICELESS_TPU_ENV = {
 }
 CACHE_ENV = "GPU2TPU_CACHE_DIR"
 # 2: FLOPs and bytes include while-loop bodies as often as they run, and the program's
-# collectives and matmul FLOPs are read from the optimized HLO (hlo.py).
-_CACHE_FORMAT = 2
+# collectives and matmul FLOPs are read from the optimized HLO (hlo.py). 3: the program's own
+# byte counts, and programs read at the end of the HLO passes (`partitioned`). 4: XLA's generic
+# count of the program's bytes.
+_CACHE_FORMAT = 4
+# Cache entries of programs read at the end of libtpu's HLO passes (no cost analysis).
+_PARTITIONED = "partitioned-"
 
 
 class ForecastUnavailable(RuntimeError):
@@ -770,6 +774,12 @@ class CompileOutcome:
     FLOPs went missing (docs/forecast.md, "FLOPs you can trust"). The raw totals stay in
     `compiler_flops` and `compiler_bytes`; the HLO's matmul FLOPs, collectives (bytes each
     device sends over ICI) and custom calls come from `hlo.summarize`.
+
+    `partitioned` outcomes come from a compile stopped at the end of libtpu's HLO passes
+    (`compile_lowered(..., partitioned=True)`): the partitioned program and its buffer
+    assignment give memory and collectives exactly as the whole compile would, but there is
+    no cost analysis, so `flops`, `bytes_accessed` and `transcendentals` are None until
+    `slices.anchored` takes them from a whole compile of a program with the same work.
     """
 
     status: str
@@ -800,6 +810,13 @@ class CompileOutcome:
     async_ici_bytes: float | None = None
     collectives: dict[str, dict[str, float]] = field(default_factory=dict)
     custom_calls: dict[str, float] = field(default_factory=dict)
+    program_bytes: float | None = None  # hlo.ProgramSummary's own counts (for differences)
+    program_bytes_once: float | None = None
+    loop_bytes: float | None = None  # the bytes of loop bodies beyond their first run
+    # XLA's generic cost analysis of the optimized program (`_generic_cost`): the scale on
+    # which a partitioned program's bytes are read against a whole compile's (slices.py).
+    generic_bytes: float | None = None
+    partitioned: bool = False
     # What the trace did (lowering.TraceRecord): not part of the cached figures.
     attention_kind: str | None = None
     attention_fallbacks: list[str] = field(default_factory=list)
@@ -892,7 +909,12 @@ class FigureCache:
 
     def put(self, key: str, outcome: CompileOutcome) -> None:
         if outcome.status != "error":
-            self.put_json(key, outcome.to_dict())
+            self.put_json(_PARTITIONED + key if outcome.partitioned else key, outcome.to_dict())
+
+    def lookup(self, key: str, partitioned: bool = False) -> CompileOutcome | None:
+        """The figures of the program `key` names: a whole compile's, or (`partitioned`)
+        those read at the end of its HLO passes when no whole compile is cached."""
+        return self.get(key) or (self.get(_PARTITIONED + key) if partitioned else None)
 
     def get_json(self, name: str) -> Any:
         """A stored JSON value, or None when absent or unreadable."""
@@ -934,27 +956,120 @@ def _jax_cache_off() -> Iterator[None]:
 
 
 def compile_lowered(
-    lowered: Any, topology: Topology, batch: int, cache: FigureCache
+    lowered: Any, topology: Topology, batch: int, cache: FigureCache, *, partitioned: bool = False
 ) -> CompileOutcome:
-    """Compile with libtpu (or read the cached figures) and read cost and memory analysis."""
+    """Compile with libtpu (or read the cached figures) and read cost and memory analysis.
+
+    `partitioned=True` stops at the end of libtpu's HLO passes and reads the partitioned
+    program and its buffer assignment from the compiler's dump (a tenth of a compile: code
+    generation is the rest). The compile goes on in a thread nothing can stop, so only a
+    process that ends right after may ask for it (`runaway_compile()` then says so); a
+    cached whole compile of the same program answers it too.
+    """
     started = time.perf_counter()
     key = cache.key(lowered.as_text(), topology)
-    hit = cache.get(key)
+    hit = cache.lookup(key, partitioned)
     if hit is not None:
         hit.cached = True
         hit.batch = batch
         hit.compile_seconds = time.perf_counter() - started
         return hit
-    with _jax_cache_off(), tempfile.TemporaryDirectory(prefix="gpu2tpu-hlo-") as dump:
-        try:
-            compiled = lowered.compile(compiler_options=_dump_options(dump))
-        except Exception as exc:
-            outcome = _failed_compile(exc, batch)
-        else:
-            outcome = _analysed(compiled, batch)
-            _add_program(outcome, _optimized_hlo(Path(dump)))
+    if partitioned:
+        outcome = _partitioned_compile(lowered, batch)
+    else:
+        with _jax_cache_off(), tempfile.TemporaryDirectory(prefix="gpu2tpu-hlo-") as dump:
+            outcome = _whole_compile(lowered, batch, Path(dump))
     outcome.compile_seconds = time.perf_counter() - started
     cache.put(key, outcome)
+    return outcome
+
+
+def _whole_compile(lowered: Any, batch: int, dump: Path) -> CompileOutcome:
+    try:
+        compiled = lowered.compile(compiler_options=_dump_options(str(dump)))
+    except Exception as exc:
+        return _failed_compile(exc, batch)
+    outcome = _analysed(compiled, batch)
+    _add_program(outcome, _optimized_hlo(dump))
+    return outcome
+
+
+# libtpu writes this after the optimized program, its buffer assignment and live ranges,
+# just before code generation (libtpu 0.0.52).
+_PASSES_DONE = "*.after_optimizations_after_buffer_assignment.txt"
+_OPTIMIZED = "*.after_optimizations.txt"
+_BUFFERS = "*.after_optimizations-buffer-assignment.txt"
+_runaway: list[Any] = []  # compile threads left running by partitioned compiles
+
+
+def runaway_compile() -> bool:
+    """Whether a partitioned compile left libtpu's code generation running in this process."""
+    return any(thread.is_alive() for thread in _runaway)
+
+
+def _partitioned_compile(lowered: Any, batch: int) -> CompileOutcome:
+    """Compile in a thread and read the program once libtpu's HLO passes have written it.
+
+    Falls back on the whole compile's figures when the compile ends first (it failed, or
+    this libtpu writes no such file).
+    """
+    import shutil
+    import threading
+
+    dump = Path(tempfile.mkdtemp(prefix="gpu2tpu-hlo-"))
+    done: list[CompileOutcome] = []
+
+    def run() -> None:
+        with _jax_cache_off():
+            done.append(_whole_compile(lowered, batch, dump))
+
+    thread = threading.Thread(target=run, name="gpu2tpu-partitioned-compile", daemon=True)
+    thread.start()
+    seen: tuple = ()
+    try:
+        while thread.is_alive():
+            thread.join(0.2)
+            if not any(dump.glob(_PASSES_DONE)):
+                continue
+            # The files are written one after the other: read them once both are there and
+            # their sizes held still for a poll.
+            files = [*dump.glob(_OPTIMIZED), *dump.glob(_BUFFERS)]
+            sizes = tuple(sorted((f.name, f.stat().st_size) for f in files))
+            if len(files) >= 2 and sizes == seen:
+                outcome = _read_partitioned(dump, batch)
+                if outcome is not None:
+                    _runaway.append(thread)
+                    return outcome
+            seen = sizes
+        return done[0] if done else CompileOutcome("error", batch, message="the compile ended")
+    finally:
+        shutil.rmtree(dump, ignore_errors=True)
+
+
+def _read_partitioned(dump: Path, batch: int) -> CompileOutcome | None:
+    """The figures of a program whose HLO passes are done, from libtpu's dump."""
+    from .hlo import buffer_memory
+
+    found = sorted(dump.glob(_BUFFERS))
+    text = _optimized_hlo(dump)
+    if not found or text is None:
+        return None
+    try:
+        memory = buffer_memory(found[-1].read_text(errors="replace"))
+    except OSError:
+        return None
+    if memory is None:
+        return None
+    outcome = CompileOutcome(
+        "compiled",
+        batch,
+        argument_bytes=memory.argument,
+        output_bytes=memory.output,
+        alias_bytes=memory.alias,
+        temp_bytes=memory.temp,
+        partitioned=True,
+    )
+    _add_program(outcome, text)
     return outcome
 
 
@@ -966,7 +1081,7 @@ def _dump_options(directory: str) -> dict[str, Any]:
 
 def _optimized_hlo(directory: Path) -> str | None:
     """The text of the program after libtpu's optimizations, from its dump, or None."""
-    found = sorted(directory.glob("*.after_optimizations.txt"), key=lambda p: p.stat().st_size)
+    found = sorted(directory.glob(_OPTIMIZED), key=lambda p: p.stat().st_size)
     if not found:
         return None
     try:
@@ -992,10 +1107,37 @@ def _add_program(outcome: CompileOutcome, text: str | None) -> None:
     outcome.async_ici_bytes = program.async_ici_bytes
     outcome.collectives = {k: asdict(v) for k, v in program.collectives.items()}
     outcome.custom_calls = dict(program.custom_calls)
+    outcome.program_bytes = program.program_bytes
+    outcome.program_bytes_once = program.program_bytes_once
+    outcome.loop_bytes = program.loop_bytes
+    outcome.generic_bytes = _generic_bytes(text)
     if outcome.flops is not None:
         outcome.flops += program.loop_flops + program.kernel_flops
     if outcome.bytes_accessed is not None:
         outcome.bytes_accessed += program.loop_bytes
+
+
+def _generic_bytes(text: str) -> float | None:
+    """The bytes XLA's generic cost analysis (jaxlib's, on the CPU client) counts in the
+    optimized TPU program, loop bodies once; None when XLA cannot read the program.
+
+    Not libtpu's own figure (which counts TPU layouts: 8-18% more on the programs measured),
+    but the same rules for every program, so the ratio of two programs' figures carries
+    over (slices.anchored).
+    """
+    try:
+        import jax
+        from jax._src.lib import xla_client
+        from jaxlib import _hlo
+
+        from .hlo import standard_hlo
+
+        module = _hlo.hlo_module_from_text(standard_hlo(text))
+        cost = xla_client._xla.hlo_module_cost_analysis(jax.devices("cpu")[0].client, module)
+    except Exception:
+        return None
+    value = cost.get("bytes accessed")
+    return None if value is None else float(value)
 
 
 def apply_trace(outcome: CompileOutcome, trace: TraceRecord | None) -> None:

@@ -63,11 +63,12 @@ from .extrapolate import (
     with_checkpointed_blocks,
     with_depth,
 )
-from .isolate import can_fork, jax_started, run_streaming, run_streaming_many
+from .isolate import PoolJob, can_fork, jax_started, run_pool, wait_for
 from .lowering import ATTENTION_MODES
 from .optimizers import OptimizerPlan, UnsupportedOptimizer, plan_optimizer, to_optax
 from .progress import ForecastProgress, format_clock
 from .result import Forecast, TargetForecast
+from .slices import anchored, basis_batch, basis_topology
 
 if TYPE_CHECKING:
     import torch
@@ -262,6 +263,12 @@ class _Job:
     remat_stack: BlockStack | None = None  # the blocks to checkpoint when a step does not fit
     step_count: Any = None  # the step counted on the meta device, for its floor (`_floor`)
     counted: bool = False
+    scratch: Path | None = None  # where the children share compiles when nothing is cached
+
+    @property
+    def figure_dir(self) -> Path | None:
+        """Where compiles are kept: the cache, else the scratch directory of this forecast."""
+        return self.cache_dir if self.cache_dir is not None else self.scratch
 
     @property
     def labels(self) -> list[str]:
@@ -419,26 +426,18 @@ def _run(job: _Job, in_child: bool, started: float) -> Forecast:
             display.finished(label, result.summary() + " (cached)", ok=result.status in _DONE_OK)
         if missing:
             t0 = time.perf_counter()
-            work = _Work(job, missing)
             try:
-                parts = _parallel_parts(missing, in_child)
-                if len(parts) > 1:
-                    calls = [(_compile_targets, (_Work(job, part), None)) for part in parts]
-                    returned = [
-                        r
-                        for done in run_streaming_many(
-                            calls, on_event=on_event, on_idle=display.tick
+                if in_child:
+                    with _Plan(job, missing) as plan:
+                        run_pool(
+                            plan.first_jobs(),
+                            workers=plan.workers,
+                            on_event=lambda event: plan.on_event(event, on_event),
+                            on_idle=display.tick,
                         )
-                        for r in done
-                    ]
-                elif in_child:
-                    returned = run_streaming(
-                        _compile_targets, (work, None), on_event=on_event, on_idle=display.tick
-                    )
                 else:
-                    returned = _compile_targets(work, on_event)
-                for result in returned:  # every result came as an event; this is a safety net
-                    results.setdefault(result.label, result)
+                    for result in _compile_targets(_Work(job, missing), on_event):
+                        results.setdefault(result.label, result)
             except KeyboardInterrupt:
                 interrupted = True
                 display.interrupted(_interrupt_line(job, results, partial, display))
@@ -460,23 +459,133 @@ def _run(job: _Job, in_child: bool, started: float) -> Forecast:
 _DONE_OK = ("compiled", "does not fit")
 
 
-def _parallel_parts(
-    targets: list[tuple[Topology, Chip]], in_child: bool
-) -> list[list[tuple[Topology, Chip]]]:
-    """Targets split over as many children as the CPUs allow: each compile is mostly one
-    thread of libtpu's back end, so two targets on two cores take the time of one.
-
-    `GPU2TPU_FORECAST_WORKERS` caps the children (1: one child for all, as before).
-    """
-    if not in_child or len(targets) < 2:
-        return [targets]
-    workers = min(len(targets), os.cpu_count() or 1)
+def _workers() -> int:
+    """Children compiling at once: one per CPU (a libtpu compile is mostly one thread of its
+    back end, so two compiles on two cores take the time of one), at most
+    `GPU2TPU_FORECAST_WORKERS`."""
+    workers = os.cpu_count() or 1
     cap = os.environ.get("GPU2TPU_FORECAST_WORKERS", "")
     if cap.isdigit() and int(cap) > 0:
         workers = min(workers, int(cap))
-    if workers < 2:
-        return [targets]
-    return [targets[i::workers] for i in range(workers)]
+    return max(1, workers)
+
+
+def _parallel_parts(
+    targets: list[tuple[Topology, Chip]], workers: int, sharding: str
+) -> list[list[tuple[Topology, Chip]]]:
+    """Targets split over `workers` children; targets compiled on the same basis slice
+    (`slices.py`) stay in one child, which compiles that basis once."""
+    groups: dict[str, list[tuple[Topology, Chip]]] = {}
+    for topology, chip in targets:
+        basis = basis_topology(topology, sharding) or topology
+        groups.setdefault(basis.name, []).append((topology, chip))
+    ordered = list(groups.values())
+    count = max(1, min(workers, len(ordered)))
+    return [[t for group in ordered[i::count] for t in group] for i in range(count)]
+
+
+# Which partitioned compile a target waits for: (target label, variant, depth); depth -1 is
+# the whole model, the variants "plain" and "checkpointed" (every block checkpointed).
+_UnitKey = tuple[str, str, int]
+_WHOLE = -1
+# Where a partitioned program's FLOPs and bytes come from (`slices.anchored`): ("basis",
+# variant, depth), the whole compile of that step on the basis slice; or ("slice", variant,
+# depth), that step on the target's own slice (itself compiled whole or anchored).
+_Anchor = tuple[str, str, int]
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """A partitioned compile the parent runs: the lock its child holds while it works, and
+    the anchor of its FLOPs and bytes."""
+
+    lock: str
+    anchor: _Anchor
+
+
+class _Plan:
+    """What the children do, side by side (`isolate.run_pool`), and what comes next.
+
+    First the partitioned compiles of the slices compiled on a basis (short), then the
+    targets, split over the workers. A target that does not fit asks for its checkpointed
+    re-check (`("recheck", label, result)`): its partitioned compiles and the re-check job
+    start before anything still waiting, beside whatever runs, and the target is final
+    when the re-check reports. Compiles meet in a figure directory: the cache, or a
+    scratch directory for `cache=False`, removed at the end; so do the lock files that say
+    which partitioned compile is still running (`isolate.wait_for`).
+    """
+
+    def __init__(self, job: _Job, missing: list[tuple[Topology, Chip]]) -> None:
+        import tempfile
+
+        self.job = job
+        self.missing = missing
+        self.workers = _workers()
+        self.scratch = None
+        if job.cache_dir is None:
+            self.scratch = Path(tempfile.mkdtemp(prefix="gpu2tpu-forecast-"))
+            job.scratch = self.scratch
+        self.locks = Path(tempfile.mkdtemp(prefix="gpu2tpu-units-"))
+        self.units: dict[_UnitKey, _Unit] = {}
+
+    def __enter__(self) -> _Plan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import shutil
+
+        shutil.rmtree(self.locks, ignore_errors=True)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.job.scratch = None
+
+    def _anchors(self, topology: Topology, variant: str) -> dict[int, _Anchor]:
+        """The depths of `topology`'s steps to read partitioned, each with its anchor."""
+        stack = self.job.stack
+        derived = basis_topology(topology, self.job.sharding) is not None
+        if stack is None:
+            if variant == "checkpointed":
+                return {_WHOLE: ("slice", "plain", _WHOLE)}
+            return {_WHOLE: ("basis", "plain", _WHOLE)} if derived else {}
+        # Each depth on its own anchor: the deeper one anchored on the shallower would leave
+        # a block's bytes to this package's count (docs/forecast.md, "A large model in minutes").
+        if variant == "checkpointed":
+            return {depth: ("slice", "plain", depth) for depth in stack.shallow_depths}
+        if derived:
+            return {depth: ("basis", "plain", depth) for depth in stack.shallow_depths}
+        return {}
+
+    def _unit_jobs(self, topology: Topology, variant: str) -> list[PoolJob]:
+        """Partitioned compiles of `topology`'s steps (see `_anchors`), one job each."""
+        jobs = []
+        for depth, anchor in self._anchors(topology, variant).items():
+            key = (_label(topology), variant, depth)
+            unit = _Unit(str(self.locks / f"unit-{len(self.units)}.lock"), anchor)
+            self.units[key] = unit
+            args = (self.job, topology, variant, depth)
+            jobs.append(PoolJob(_partitioned_unit, args, key=key, holds=unit.lock, optional=True))
+        return jobs
+
+    def first_jobs(self) -> list[PoolJob]:
+        jobs: list[PoolJob] = []
+        if not self.job.batch_search:  # a search compiles at sizes no plan knows beforehand
+            for topology, _ in self.missing:
+                jobs += self._unit_jobs(topology, "plain")
+        for part in _parallel_parts(self.missing, self.workers, self.job.sharding):
+            jobs.append(PoolJob(_compile_targets, (_Work(self.job, part, dict(self.units)), None)))
+        return jobs
+
+    def on_event(self, event: tuple, report: Callable[[tuple], None]) -> list[PoolJob]:
+        if event[0] != "recheck":
+            report(event)
+            return []
+        _, label, result = event
+        report(("target", label, result, False))
+        topology = next(t for t, _ in self.missing if _label(t) == label)
+        jobs = [] if self.job.batch_search else self._unit_jobs(topology, "checkpointed")
+        args = (_Work(self.job, [(topology, c) for t, c in self.missing if t == topology],
+                      dict(self.units)), result)  # fmt: skip
+        return [*jobs, PoolJob(_recheck_target, args)]
 
 
 def _interrupt_line(
@@ -661,10 +770,12 @@ def _model_dtype(model: torch.nn.Module) -> Any:
 
 @dataclass
 class _Work:
-    """What the child compiles: the job and the targets the cache did not answer."""
+    """What the child compiles: the job and the targets the cache did not answer, and the
+    partitioned compiles the parent runs beside it (their lock files, by unit)."""
 
     job: _Job
     targets: list[tuple[Topology, Chip]]
+    units: dict[_UnitKey, _Unit] | None = None  # None: compile everything here, in line
     launched: float = field(default_factory=time.time)  # when the parent started the work
 
 
@@ -683,26 +794,87 @@ def _compile_targets(work: _Work, emit: Callable[[tuple], Any] | None) -> list[T
     forecast_versions()  # imports JAX and torchax (the child's first seconds)
     emit(("phase", "imports", time.perf_counter() - t0))
     steps = _Steps(job)
-    cache = FigureCache(job.cache_dir, job.versions)
+    cache = FigureCache(job.figure_dir, job.versions)
     results = []
     failure: TargetForecast | None = None  # trace failures are the same on every target
     for topology, chip in work.targets:
         if failure is not None:
             result = _copy_failure(failure, topology, chip)
         else:
-            result, traced = _forecast_target(job, steps, topology, chip, cache, emit)
+            compiler = _TargetCompiler(job, topology, cache, emit, work.units)
+            result, traced = _forecast_target(job, steps, compiler, chip)
             if not traced:
                 failure = result
-        emit(("target", _label(topology), result, True))
+        if work.units is not None and _wants_recheck(result, steps):
+            emit(("recheck", _label(topology), result))  # the parent runs it, side by side
+        else:
+            emit(("target", _label(topology), result, True))
         results.append(result)
     return results
 
 
-class _Steps:
-    """The training steps a forecast compiles: the model's, and its shallow copies."""
+def _wants_recheck(result: TargetForecast, steps: _Steps) -> bool:
+    """A step that does not fit, of a model with blocks to checkpoint that checkpoints none."""
+    traces = [steps.full[0], *(step for step, _ in steps.shallow.values())]
+    user_remat = any(step.trace is not None and step.trace.remat_calls for step in traces)
+    return result.status == "does not fit" and steps.job.remat_stack is not None and not user_remat
 
-    def __init__(self, job: _Job, model: torch.nn.Module | None = None) -> None:
+
+def _recheck_target(work: _Work, result: TargetForecast) -> None:
+    """The checkpointed re-check of a target that does not fit, in a child of its own."""
+    from .isolate import emit
+
+    forecast_versions()
+    job = work.job
+    ((topology, _),) = work.targets
+    label = _label(topology)
+    steps = _Steps(job)
+    checkpointed = steps.checkpointed()
+    assert checkpointed is not None  # the parent asks only where there is a stack
+    compiler = _TargetCompiler(
+        job, topology, FigureCache(job.figure_dir, job.versions), emit, work.units
+    )
+    variant = _checkpointed_target(
+        job, result, lambda size, prefix="": compiler.compile_with(checkpointed, size, prefix),
+        compiler.counts, compiler.capacity, len(compiler.devices), compiler.per_chip, label, emit,
+    )  # fmt: skip
+    if compiler.derived:
+        variant.derived_from = (compiler.basis or topology).name
+    result.checkpointed = variant
+    emit(("target", label, result, True))
+
+
+def _partitioned_unit(job: _Job, topology: Topology, variant: str, depth: int) -> None:
+    """One partitioned compile (`slices.py`) into the figure directory, in a child of its
+    own that ends right after: libtpu's code generation goes on in a thread nothing stops.
+    A unit that fails leaves nothing, and the target compiles that slice whole instead."""
+    try:
+        forecast_versions()
+        steps = _Steps(job)
+        chosen = steps.checkpointed() if variant == "checkpointed" else steps
+        assert chosen is not None
+        step, tx = chosen.full if depth == _WHOLE else chosen.at_depth(depth)
+        lowered = step.lower(tx, topology_devices(topology), job.layout.batch_size, job.sharding)
+        if not step.missing_ops:
+            cache = FigureCache(job.figure_dir, job.versions)
+            compile_lowered(lowered, topology, job.layout.batch_size, cache, partitioned=True)
+    except Exception:
+        return
+
+
+class _Steps:
+    """The training steps a forecast compiles: the model's, and its shallow copies.
+
+    `plain` is the steps without checkpoints these were made from (None for those), whose
+    compiles anchor a checkpointed step's FLOPs and bytes (`slices.anchored`).
+    """
+
+    def __init__(
+        self, job: _Job, model: torch.nn.Module | None = None, plain: _Steps | None = None
+    ) -> None:
         self.job = job
+        self.plain = plain
+        self.variant = "plain" if plain is None else "checkpointed"
         self.model = job.model if model is None else model
         self.loss_fn = job.loss_fn or default_loss
         self.full = self._step(self.model, job.plan)
@@ -718,7 +890,9 @@ class _Steps:
         if stack is None:
             return None
         if self._checkpointed is None:
-            self._checkpointed = _Steps(self.job, with_checkpointed_blocks(self.model, stack))
+            self._checkpointed = _Steps(
+                self.job, with_checkpointed_blocks(self.model, stack), plain=self
+            )
         return self._checkpointed
 
     def _step(self, model: torch.nn.Module, plan: OptimizerPlan) -> tuple[TrainingStep, Any]:
@@ -746,21 +920,152 @@ class _Steps:
         self.stack = None
 
 
+class _TargetCompiler:
+    """How one target's steps become figures: compiled whole on the target's slice, or
+    (where the parent runs its partitioned compiles, `units`) compiled whole on the basis
+    slice and read partitioned on the target's (`slices.py`)."""
+
+    def __init__(
+        self,
+        job: _Job,
+        topology: Topology,
+        cache: FigureCache,
+        emit: Callable[[tuple], Any],
+        units: Mapping[_UnitKey, _Unit] | None,
+    ) -> None:
+        self.job, self.topology, self.cache, self.emit = job, topology, cache, emit
+        self.side_by_side = units is not None  # the parent runs re-checks and units
+        self.units = dict(units or {})
+        self.label = _label(topology)
+        emit(("status", self.label, "describing the topology"))
+        self.devices = topology_devices(topology)
+        self.per_chip = devices_per_chip(self.devices)
+        self.usable = usable_hbm(topology, cache)
+        chip_bytes = job.catalogue.get(topology.target).hbm_bytes
+        self.capacity = self.usable or chip_bytes / self.per_chip * _HBM_USABLE
+        self.basis = basis_topology(topology, job.sharding)
+        self.counts: dict[str, Any] = {"compiles": 0, "lower": 0.0, "compile": 0.0, "cached": True}
+        self.derived = False  # whether any figure came from a partitioned program
+        self._outcomes: dict[tuple[str, int, int], CompileOutcome] = {}
+
+    def _count(self, outcome: CompileOutcome, lowered_s: float) -> None:
+        self.counts["compiles"] += 1
+        self.counts["lower"] += lowered_s
+        self.counts["compile"] += outcome.compile_seconds
+        self.counts["cached"] = self.counts["cached"] and outcome.cached
+
+    def _whole(self, step: TrainingStep, tx: Any, topology: Topology, size: int) -> CompileOutcome:
+        """A whole compile (or the cached figures) of `step` on `topology`."""
+        t0 = time.perf_counter()
+        lowered = step.lower(tx, topology_devices(topology), size, self.job.sharding)
+        lowered_s = time.perf_counter() - t0
+        if step.missing_ops:
+            raise _Unsupported()
+        outcome = compile_lowered(lowered, topology, size, self.cache)
+        outcome.lower_seconds = lowered_s
+        self._count(outcome, lowered_s)
+        return outcome
+
+    def step_outcome(self, steps: _Steps, depth: int, size: int, what: str) -> CompileOutcome:
+        """One step's figures on the target's slice: the model at `depth` blocks (`_WHOLE`:
+        the model itself) at batch `size`."""
+        self.emit(("status", self.label, f"{what} at batch {size}"))
+        step, _ = steps.full if depth == _WHOLE else steps.at_depth(depth)
+        outcome = dataclasses.replace(self._raw(steps, depth, size))
+        apply_trace(outcome, step.trace)
+        return outcome
+
+    def _raw(self, steps: _Steps, depth: int, size: int) -> CompileOutcome:
+        """The compiler's figures of a step on this slice, before the trace's corrections:
+        a whole compile, or the parent's partitioned compile anchored (`slices.anchored`)."""
+        memo = (steps.variant, depth, size)
+        if memo in self._outcomes:
+            return self._outcomes[memo]
+        step, tx = steps.full if depth == _WHOLE else steps.at_depth(depth)
+        unit = self.units.get((self.label, steps.variant, depth))
+        anchor = None if unit is None else self._anchor(steps, unit.anchor, size)
+        if unit is None or anchor is None or anchor.status != "compiled":
+            outcome = self._whole(step, tx, self.topology, size)
+        else:
+            wait_for(unit.lock)
+            t0 = time.perf_counter()
+            lowered = step.lower(tx, self.devices, size, self.job.sharding)
+            lowered_s = time.perf_counter() - t0
+            if step.missing_ops:
+                raise _Unsupported()
+            key = self.cache.key(lowered.as_text(), self.topology)
+            part = self.cache.lookup(key, partitioned=True)
+            if part is None:  # the unit failed: compile the slice whole here
+                outcome = compile_lowered(lowered, self.topology, size, self.cache)
+            else:
+                part.cached = True
+                outcome = anchored(part, anchor)
+                outcome.batch = size
+                self.derived = self.derived or part.partitioned
+            self._count(outcome, lowered_s)
+        self._outcomes[memo] = outcome
+        return outcome
+
+    def _anchor(self, steps: _Steps, anchor: _Anchor, size: int) -> CompileOutcome | None:
+        """The whole (or anchored) compile a partitioned program takes FLOPs and bytes from."""
+        where, variant, depth = anchor
+        chosen = steps if variant == steps.variant else (steps.plain or steps.checkpointed())
+        if chosen is None:
+            return None
+        if where == "slice":
+            return self._raw(chosen, depth, size)
+        basis_size = basis_batch(size, self.topology, self.basis) if self.basis else None
+        if self.basis is None or basis_size is None:
+            return None
+        step, tx = chosen.full if depth == _WHOLE else chosen.at_depth(depth)
+        return self._whole(step, tx, self.basis, basis_size)
+
+    def compile_with(self, steps: _Steps, size: int, prefix: str = "") -> CompileOutcome:
+        """The step at batch `size`: compiled whole, or at one and two periods of the block
+        stack and extended to the full depth."""
+        stack = steps.stack
+        if stack is None:
+            return self.step_outcome(steps, _WHOLE, size, f"{prefix}compiling")
+        k, k2 = steps.depths
+        try:
+            shallow = self.step_outcome(
+                steps, k, size, f"{prefix}compiling {k} of {stack.depth} blocks"
+            )
+            deeper = self.step_outcome(
+                steps, k2, size, f"{prefix}compiling {k2} of {stack.depth} blocks"
+            )
+        except _Unsupported:
+            raise
+        except Exception as exc:  # the forward cannot run shallower: compile the whole model
+            steps.give_up_extrapolating(f"{type(exc).__name__}: {exc}")
+            return self.compile_with(steps, size, prefix)
+        outcome = extrapolate_outcome(shallow, deeper, (k, k2), stack.depth)
+        if outcome.status == "compiled" and exceeds(outcome, self.capacity):
+            outcome = CompileOutcome(
+                "oom",
+                size,
+                required_bytes=outcome.memory_bytes,
+                available_bytes=self.capacity,
+                message=(
+                    f"extrapolated: needs {outcome.memory_bytes / 2**30:.2f} GiB per device, "  # type: ignore[operator]  # a compiled outcome has it
+                    f"{self.capacity / 2**30:.2f} GiB usable"
+                ),
+                attention_kind=outcome.attention_kind,
+                attention_fallbacks=outcome.attention_fallbacks,
+                remat_regions=outcome.remat_regions,
+            )
+        outcome.compile_seconds = shallow.compile_seconds + deeper.compile_seconds
+        outcome.cached = shallow.cached and deeper.cached
+        return outcome
+
+
 def _forecast_target(
-    job: _Job,
-    steps: _Steps,
-    topology: Topology,
-    chip: Chip,
-    cache: FigureCache,
-    emit: Callable[[tuple], Any],
+    job: _Job, steps: _Steps, compiler: _TargetCompiler, chip: Chip
 ) -> tuple[TargetForecast, bool]:
     """One target's forecast, and whether the step traced (a failed trace fails every target)."""
-    label = _label(topology)
+    topology, label = compiler.topology, compiler.label
     started = time.perf_counter()
-    emit(("status", label, "describing the topology"))
-    devices = topology_devices(topology)
-    per_chip = devices_per_chip(devices)
-    usable = usable_hbm(topology, cache)
+    per_chip, devices = compiler.per_chip, compiler.devices
     result = TargetForecast(
         target=topology.target,
         name=chip.name,
@@ -770,7 +1075,7 @@ def _forecast_target(
         status="error",
         batch=job.layout.batch_size,
         hbm_per_chip=float(chip.hbm_bytes),
-        available_per_chip=_scale(usable, per_chip),
+        available_per_chip=_scale(compiler.usable, per_chip),
         sharding=job.sharding,
     )
     result.phases["topology"] = time.perf_counter() - started
@@ -781,67 +1086,10 @@ def _forecast_target(
             f"{topology.name}; use a multiple of {len(devices)}."
         )
         return result, True
-    capacity = usable or chip.hbm_bytes / per_chip * _HBM_USABLE
-    counts: dict[str, Any] = {"compiles": 0, "lower": 0.0, "compile": 0.0, "cached": True}
-
-    def compile_step(step: TrainingStep, tx: Any, size: int, what: str) -> CompileOutcome:
-        emit(("status", label, f"{what} at batch {size}"))
-        t0 = time.perf_counter()
-        lowered = step.lower(tx, devices, size, job.sharding)
-        lowered_s = time.perf_counter() - t0
-        if step.missing_ops:
-            raise _Unsupported()
-        outcome = compile_lowered(lowered, topology, size, cache)
-        apply_trace(outcome, step.trace)
-        outcome.lower_seconds = lowered_s
-        counts["compiles"] += 1
-        counts["lower"] += lowered_s
-        counts["compile"] += outcome.compile_seconds
-        counts["cached"] = counts["cached"] and outcome.cached
-        return outcome
-
-    def compile_with(steps: _Steps, size: int, prefix: str = "") -> CompileOutcome:
-        stack = steps.stack
-        if stack is None:
-            return compile_step(*steps.full, size, f"{prefix}compiling")
-        k, k2 = steps.depths
-        try:
-            shallow = compile_step(
-                *steps.at_depth(k), size, f"{prefix}compiling {k} of {stack.depth} blocks"
-            )
-            deeper = compile_step(
-                *steps.at_depth(k2), size, f"{prefix}compiling {k2} of {stack.depth} blocks"
-            )
-        except _Unsupported:
-            raise
-        except Exception as exc:  # the forward cannot run shallower: compile the whole model
-            steps.give_up_extrapolating(f"{type(exc).__name__}: {exc}")
-            return compile_with(steps, size, prefix)
-        outcome = extrapolate_outcome(shallow, deeper, (k, k2), stack.depth)
-        if outcome.status == "compiled" and exceeds(outcome, capacity):
-            outcome = CompileOutcome(
-                "oom",
-                size,
-                required_bytes=outcome.memory_bytes,
-                available_bytes=capacity,
-                message=(
-                    f"extrapolated: needs {outcome.memory_bytes / 2**30:.2f} GiB per device, "  # type: ignore[operator]  # a compiled outcome has it
-                    f"{capacity / 2**30:.2f} GiB usable"
-                ),
-                attention_kind=outcome.attention_kind,
-                attention_fallbacks=outcome.attention_fallbacks,
-                remat_regions=outcome.remat_regions,
-            )
-        outcome.compile_seconds = shallow.compile_seconds + deeper.compile_seconds
-        outcome.cached = shallow.cached and deeper.cached
-        return outcome
-
-    def compile_at(size: int, prefix: str = "") -> CompileOutcome:
-        return compile_with(steps, size, prefix)
-
+    counts = compiler.counts
     t0 = time.perf_counter()
     try:
-        first = compile_at(batch)
+        first = compiler.compile_with(steps, batch)
     except Exception as exc:
         missing = steps.full[0].missing_ops or [
             op for step, _ in steps.shallow.values() for op in step.missing_ops
@@ -856,6 +1104,8 @@ def _forecast_target(
     result.cached = counts["cached"]
     if steps.stack is not None:
         result.extrapolation = describe_extrapolation(steps.stack, steps.depths)
+    if compiler.derived:
+        result.derived_from = (compiler.basis or topology).name
     if steps.fallback_note:
         result.message = steps.fallback_note
     if first.status == "error":
@@ -863,18 +1113,20 @@ def _forecast_target(
         return result, True
     _fill_figures(result, first, per_chip, len(devices))
     if job.batch_search:
-        emit(("target", label, dataclasses.replace(result), False))
+        compiler.emit(("target", label, dataclasses.replace(result), False))
         _search(
-            job, result, first, compile_at, counts, capacity, len(devices), per_chip, label, emit
-        )
+            job, result, first,
+            lambda size, prefix="": compiler.compile_with(steps, size, prefix),
+            counts, compiler.capacity, len(devices), per_chip, label, compiler.emit,
+        )  # fmt: skip
     checkpointed = steps.checkpointed()
-    traces = [steps.full[0], *(step for step, _ in steps.shallow.values())]
-    user_remat = any(step.trace is not None and step.trace.remat_calls for step in traces)
-    if first.status == "oom" and checkpointed is not None and not user_remat:
-        emit(("target", label, dataclasses.replace(result), False))
+    if compiler.side_by_side and _wants_recheck(result, steps):
+        return result, True  # the parent runs the re-check beside the other targets
+    if first.status == "oom" and checkpointed is not None and _wants_recheck(result, steps):
+        compiler.emit(("target", label, dataclasses.replace(result), False))
         result.checkpointed = _checkpointed_target(
-            job, result, lambda size, prefix="": compile_with(checkpointed, size, prefix),
-            counts, capacity, len(devices), per_chip, label, emit,
+            job, result, lambda size, prefix="": compiler.compile_with(checkpointed, size, prefix),
+            counts, compiler.capacity, len(devices), per_chip, label, compiler.emit,
         )  # fmt: skip
     return result, True
 
@@ -909,6 +1161,7 @@ def _checkpointed_target(
     t0 = time.perf_counter()
     outcome = _safe(lambda size: compile_at(size, "checkpointing every block: "), result.batch)
     variant.compile_seconds = time.perf_counter() - t0
+    variant.cached = outcome.cached
     if outcome.status == "error":
         variant.message = outcome.message
         return variant

@@ -115,6 +115,10 @@ class ProgramSummary:
     `loop_flops` and `loop_bytes` are what XLA's cost analysis leaves out: it counts a while
     loop's body once, so the FLOPs of matrix products and the bytes of instructions in
     bodies that run more often are added here (`aot.py` adds them to the compiler's totals).
+    `program_bytes` is this module's own count of the bytes the program moves (every
+    instruction outside fusions: its operands and its result, loop bodies as often as they
+    run), `program_bytes_once` the same with loop bodies once; the forecast uses them only in
+    differences between two programs that do the same work per device (`slices.py`).
     """
 
     matmul_flops: float = 0.0
@@ -123,6 +127,8 @@ class ProgramSummary:
     estimated_kernel_flops: float = 0.0
     loop_flops: float = 0.0
     loop_bytes: float = 0.0
+    program_bytes: float = 0.0
+    program_bytes_once: float = 0.0
     collectives: dict[str, CollectiveTotal] = field(default_factory=dict)
     custom_calls: dict[str, float] = field(default_factory=dict)
     unknown_loops: int = 0
@@ -152,6 +158,8 @@ class ProgramSummary:
             estimated_kernel_flops=float(data.get("estimated_kernel_flops", 0.0)),
             loop_flops=float(data.get("loop_flops", 0.0)),
             loop_bytes=float(data.get("loop_bytes", 0.0)),
+            program_bytes=float(data.get("program_bytes", 0.0)),
+            program_bytes_once=float(data.get("program_bytes_once", 0.0)),
             collectives={k: CollectiveTotal(**v) for k, v in data.get("collectives", {}).items()},
             custom_calls={k: float(v) for k, v in data.get("custom_calls", {}).items()},
             unknown_loops=int(data.get("unknown_loops", 0)),
@@ -619,11 +627,13 @@ def summarize(text: str) -> ProgramSummary:
                 else:
                     summary.estimated_kernel_flops += times * estimated
                 summary.custom_calls[key] = summary.custom_calls.get(key, 0.0) + times
-            if extra and name not in fused and opcode not in _NO_TRAFFIC:
-                summary.loop_bytes += extra * (
-                    shape_bytes(instruction.shape)
-                    + sum(shape_bytes(shapes.get(o, "")) for o in instruction.operands)
+            if name not in fused and opcode not in _NO_TRAFFIC:
+                moved = shape_bytes(instruction.shape) + sum(
+                    shape_bytes(shapes.get(o, "")) for o in instruction.operands
                 )
+                summary.loop_bytes += extra * moved
+                summary.program_bytes += times * moved
+                summary.program_bytes_once += once.get(name, 0.0) * moved
             kind = COLLECTIVE_KINDS.get(opcode)
             if kind is None:
                 continue
@@ -658,3 +668,92 @@ def _is_async(instruction: Instruction) -> bool:
 
 def summary_json(summary: ProgramSummary) -> str:
     return json.dumps(summary.to_dict(), sort_keys=True)
+
+
+# -- memory, from libtpu's buffer assignment ------------------------------------------------
+
+_ALLOCATION = re.compile(r"^allocation \d+: size (\d+), (.*)$", re.MULTILINE)
+_COLOR = re.compile(r"\bcolor (\d+)")
+# libtpu places the temporaries in one block whose size it rounds up to this many bytes
+# (measured: memory_analysis()'s temp size against the dump's, libtpu 0.0.52).
+_TEMP_ALIGNMENT = 16384
+
+
+@dataclass
+class BufferMemory:
+    """A program's HBM per device, as `Compiled.memory_analysis()` reports it, read from the
+    buffer assignment libtpu writes at the end of its HLO passes (before code generation).
+
+    HBM is the default memory space (color 0). `argument` is every parameter's allocation,
+    `alias` the parameters the program may write its results into (donated buffers),
+    `output` every allocation that may outlive the program (those parameters too, and the
+    result tuple), `temp` the temporaries' block.
+    """
+
+    argument: int
+    output: int
+    alias: int
+    temp: int
+
+
+def buffer_memory(text: str) -> BufferMemory | None:
+    """The HBM figures of a buffer-assignment dump, or None when it holds no allocation."""
+    argument = output = alias = temp = 0
+    found = False
+    for match in _ALLOCATION.finditer(text):
+        found = True
+        size, flags = int(match.group(1)), match.group(2)
+        color = _COLOR.search(flags)
+        if color is not None and color.group(1) != "0":
+            continue
+        live_out = "maybe-live-out" in flags
+        if "parameter" in flags:
+            argument += size
+            if live_out:
+                alias += size
+                output += size
+        elif live_out or "output shape" in flags:
+            output += size
+        elif "preallocated-temp" in flags:
+            temp += size
+    if not found:
+        return None
+    temp = -(-temp // _TEMP_ALIGNMENT) * _TEMP_ALIGNMENT
+    return BufferMemory(argument, output, alias, temp)
+
+
+# -- the program as XLA's own parser reads it -------------------------------------------------
+
+_ASYNC = re.compile(
+    r"^(\s*(?:ROOT\s+)?)%([\w.\-]+)\s*=\s*(.*?)\s(async-(?:start|update|done))\((.*?)\)(.*)$"
+)
+
+
+def standard_hlo(text: str) -> str:
+    """The program with libtpu's SparseCore offloads (an `async-start` on the "sparsecore"
+    thread, `async-update`s that add operands, an `async-done`) written as one custom call
+    of all their operands, which XLA's text parser accepts (it rejects an async-update with
+    more than one operand). Everything else is left as it is."""
+    starts: dict[str, list[str]] = {}
+    updates: dict[str, list[str]] = {}
+    out = []
+    for line in text.split("\n"):
+        found = _ASYNC.match(line)
+        if found is None:
+            out.append(line)
+            continue
+        indent, name, shape, opcode, operands, _ = found.groups()
+        names = [o.strip() for o in operands.split(",") if o.strip()]
+        if opcode == "async-start" and 'async_execution_thread="sparsecore"' in line:
+            starts[name] = names
+            continue
+        if opcode == "async-update" and names and names[0].lstrip("%") in starts:
+            updates[name] = starts[names[0].lstrip("%")] + names[1:]
+            continue
+        source = names[0].lstrip("%") if names else ""
+        if opcode == "async-done" and (source in updates or source in starts):
+            joined = ", ".join(updates.get(source, starts.get(source, [])))
+            out.append(f'{indent}%{name} = {shape} custom-call({joined}), custom_call_target="sc"')
+            continue
+        out.append(line)
+    return "\n".join(out)

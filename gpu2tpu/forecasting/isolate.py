@@ -29,6 +29,7 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -207,66 +208,148 @@ def run_streaming_many(
     children are forked before any result is read, from this thread. The first error
     (or Ctrl-C) kills the other children and is raised here, after the events received.
     """
-    context = multiprocessing.get_context("fork")
-    started = []
-    for fn, args in calls:
-        receive, send = context.Pipe(duplex=False)
-        process = context.Process(target=_child, args=(send, fn, args, {}), daemon=True)
-        process.start()
-        send.close()
-        started.append((receive, process))
     results: dict[int, Any] = {}
-    pending = {receive: i for i, (receive, _) in enumerate(started)}
+
+    def relay(event: Any) -> None:
+        if on_event is not None:
+            on_event(event)
+
+    run_pool(
+        [PoolJob(fn, args, key=i) for i, (fn, args) in enumerate(calls)],
+        workers=len(calls),
+        on_event=relay,
+        on_result=results.__setitem__,
+        on_idle=on_idle,
+        idle_seconds=idle_seconds,
+    )
+    return [results[i] for i in range(len(calls))]
+
+
+@dataclass
+class PoolJob:
+    """One call for `run_pool`: `fn(*args)` in a child of its own.
+
+    `holds`: a lock file the parent locks before forking the child, which inherits the lock
+    and keeps it until it ends; `wait_for(holds)` in another child then blocks until this
+    job is over (whatever way it ended). `key` names the job's result for `on_result`.
+    An `optional` job that fails or dies is dropped (others do without its work) instead
+    of stopping the pool.
+    """
+
+    fn: Callable[..., Any]
+    args: tuple
+    key: Any = None
+    holds: str | None = None
+    optional: bool = False
+
+
+def run_pool(
+    jobs: list[PoolJob],
+    *,
+    workers: int,
+    on_event: Callable[[Any], list[PoolJob] | None] | None = None,
+    on_result: Callable[[Any, Any], None] | None = None,
+    on_idle: Callable[[], None] | None = None,
+    idle_seconds: float = 0.5,
+) -> None:
+    """Each job in its own forked child, at most `workers` at once, in the order given.
+
+    Events reach `on_event` as they come; it may return more jobs, which start before the
+    ones still waiting (work that the finished part of a forecast asked for). A job's
+    return value goes to `on_result(job.key, value)`. The first error (or Ctrl-C) kills the
+    other children and is raised here, after the events received. The parent forks every
+    child from this thread, before reading any of its results.
+    """
+    import fcntl
+
+    context = multiprocessing.get_context("fork")
+    waiting = list(jobs)
+    running: dict[Any, tuple[PoolJob, Any]] = {}  # receiving end -> (job, process)
     failure: tuple[Any, str] | None = None
+
+    def start(job: PoolJob) -> None:
+        held = None
+        if job.holds is not None:
+            held = os.open(job.holds, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(held, fcntl.LOCK_EX)  # the child inherits it and keeps it to its end
+        try:
+            receive, send = context.Pipe(duplex=False)
+            process = context.Process(target=_child, args=(send, job.fn, job.args, {}), daemon=True)
+            process.start()
+            send.close()
+        finally:
+            if held is not None:
+                os.close(held)
+        running[receive] = (job, process)
+
     try:
-        while pending and failure is None:
-            # the pipes' receiving ends, as given (wait() is typed for sockets and ints too)
-            ready: list[Any] = multiprocessing.connection.wait(list(pending), timeout=idle_seconds)
+        while (waiting or running) and failure is None:
+            while waiting and len(running) < max(1, workers):
+                start(waiting.pop(0))
+            ready: list[Any] = multiprocessing.connection.wait(list(running), timeout=idle_seconds)
             if not ready:
                 if on_idle is not None:
                     on_idle()
                 continue
             for conn in ready:
-                index = pending[conn]
+                job, process = running[conn]
                 try:
                     status, value, text = conn.recv()
                 except EOFError:
-                    code = started[index][1].exitcode
+                    status, value, text = "died", None, ""
+                if status == "event":
+                    more = on_event(value) if on_event is not None else None
+                    waiting[:0] = more or []
+                    continue
+                del running[conn]
+                conn.close()
+                process.join()
+                if status in ("died", "error") and job.optional:
+                    continue
+                if status == "died":
                     failure = (
                         ChildDied(
                             "a forecast child process ended without a result (exit code "
-                            f"{code}); it may have run out of memory"
+                            f"{process.exitcode}); it may have run out of memory"
                         ),
                         "",
                     )
                     break
-                if status == "event":
-                    if on_event is not None:
-                        on_event(value)
-                    continue
-                del pending[conn]
                 if status == "error":
                     failure = (value, text)
                     break
-                results[index] = value
+                if on_result is not None:
+                    on_result(job.key, value)
     except BaseException:  # KeyboardInterrupt: stop every child now
-        for _, process in started:
+        for _, process in running.values():
             _kill(process)
         raise
     finally:
-        for receive, process in started:
-            receive.close()
-            if failure is not None:
-                _kill(process)
-            else:
-                process.join()
+        for conn, (_, process) in running.items():
+            conn.close()
+            _kill(process)
     if failure is not None:
         value, text = failure
         ours = type(value).__module__.startswith("gpu2tpu")
         if text and not ours and not getattr(value, "__notes__", None):
             value.add_note("in a forecast child process:\n" + text.rstrip())
         raise value
-    return [results[i] for i in range(len(calls))]
+
+
+def wait_for(lock: str | None) -> None:
+    """Block until the `run_pool` job holding `lock` has ended (at once if none holds it)."""
+    import fcntl
+
+    if lock is None:
+        return
+    try:
+        handle = os.open(lock, os.O_RDWR)
+    except OSError:
+        return
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+    finally:
+        os.close(handle)
 
 
 def _kill(process: Any) -> None:

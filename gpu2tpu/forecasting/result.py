@@ -46,7 +46,10 @@ class TargetForecast:
     the search ran out of time or compiles); `search_compiles` and `search_seconds` are what
     the search cost, `search_method` how it ended ("line": the affine prediction confirmed;
     "bisection": the fall-back). `extrapolation` is None for a full compile, else where the
-    figures came from (the block stack, its depth and the depths compiled). `phases` splits
+    figures came from (the block stack, its depth and the depths compiled). `derived_from`
+    names the slice whose whole compile gave the FLOPs and bytes when this slice's own
+    program was only partitioned (`forecasting/slices.py`; memory and collectives are this
+    slice's), else None. `phases` splits
     the target's wall time: describing the topology, tracing and lowering, compiling, search.
     """
 
@@ -96,6 +99,7 @@ class TargetForecast:
     search_method: str = ""
     sharding: str = "data"
     extrapolation: dict[str, Any] | None = None
+    derived_from: str | None = None
     phases: dict[str, float] = field(default_factory=dict)
     compiler_flops: float | None = None
     matmul_flops: float | None = None
@@ -193,6 +197,8 @@ class TargetForecast:
         if self.extrapolation:
             k, k2 = self.extrapolation["compiled_depths"]
             text += f" (extrapolated from {k} and {k2} of {self.extrapolation['depth']} blocks)"
+        if self.derived_from:
+            text += f" (FLOPs and bytes from the whole compile on {self.derived_from})"
         return text
 
     def checkpointing_text(self) -> str:
