@@ -10,6 +10,7 @@ name the code reads it under (`accelerator`, `args.device`, `self.device`, `cfg[
 from __future__ import annotations
 
 import ast
+import bisect
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -108,38 +109,69 @@ def device_type_defaults(tree: ast.Module | None, devices: Iterable[str]) -> dic
     return found
 
 
-def scaled_later(tree: ast.Module | None, name: str, line: int) -> int | None:
+def scaled_later(ctx: RuleContext, name: str, line: int) -> int | None:
     """The first line after `line`, in the scope that assigns `name` there, where `name` is
     a factor, divisor or modulus (`64 * n_gpu`, `total // world`) outside a test of `name`
-    itself (`if n_gpu > 0: rank % n_gpu` has chosen a floor); None if there is none."""
-    if tree is None:
-        return None
-    scopes: list[ast.AST] = [tree]
-    scopes += [
-        n
-        for n in ast.walk(tree)
-        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-        and n.lineno <= line <= (n.end_lineno or n.lineno)
-    ]
-    scope = scopes[-1]  # the innermost function around the line, else the module
-    nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+    itself (`if n_gpu > 0: rank % n_gpu` has chosen a floor); None if there is none. The
+    module's scaling operations are indexed once (`_ScaleIndex`), so a file with many counts
+    costs one walk, not one per count."""
+    index = ctx.memo.get("defaults.scales")
+    if not isinstance(index, _ScaleIndex):
+        index = _ScaleIndex(ctx.tree)
+        ctx.memo["defaults.scales"] = index
+    return index.first_after(name, line)
 
-    def reads(node: ast.AST) -> bool:
-        return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
 
-    stack = list(ast.iter_child_nodes(scope))
-    found: list[int] = []
-    while stack:
-        node = stack.pop()
-        if isinstance(node, nested):
-            continue  # another scope: its `name` is its own
-        if isinstance(node, ast.If | ast.IfExp | ast.While) and reads(node.test):
-            continue  # the code tests the count first
-        stack.extend(ast.iter_child_nodes(node))
-        if not isinstance(node, ast.BinOp) or node.lineno <= line:
-            continue
-        if not isinstance(node.op, ast.Mult | ast.Div | ast.FloorDiv | ast.Mod):
-            continue
-        if any(isinstance(o, ast.Name) and o.id == name for o in (node.left, node.right)):
-            found.append(node.lineno)
-    return min(found, default=None)
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_SCALING = (ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)
+
+
+class _ScaleIndex:
+    """Per scope (the module, or a function), the lines where each name is a factor, divisor
+    or modulus outside a test that reads it, and which scope each line is in (the innermost
+    function around it)."""
+
+    def __init__(self, tree: ast.Module | None) -> None:
+        self.scope_of_line: dict[int, int] = {}
+        self.lines: dict[int, dict[str, list[int]]] = {}
+        if tree is None:
+            return
+        scopes: list[ast.AST] = [tree]
+        for node in ast.walk(tree):  # breadth first: an inner function comes after its outer
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                scopes.append(node)
+                for at in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+                    self.scope_of_line[at] = id(node)
+        for scope in scopes:
+            self.lines[id(scope)] = self._scaling(scope)
+
+    @staticmethod
+    def _scaling(scope: ast.AST) -> dict[str, list[int]]:
+        found: dict[str, list[int]] = {}
+        stack: list[tuple[ast.AST, frozenset[str]]] = [
+            (child, frozenset()) for child in ast.iter_child_nodes(scope)
+        ]
+        while stack:
+            node, tested = stack.pop()
+            if isinstance(node, _NESTED):
+                continue  # another scope: its names are its own
+            if isinstance(node, ast.If | ast.IfExp | ast.While):
+                read = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
+                tested = tested | read  # the code tests these first
+            stack.extend((child, tested) for child in ast.iter_child_nodes(node))
+            if isinstance(node, ast.BinOp) and isinstance(node.op, _SCALING):
+                for operand in (node.left, node.right):
+                    if isinstance(operand, ast.Name) and operand.id not in tested:
+                        found.setdefault(operand.id, []).append(node.lineno)
+        for lines in found.values():
+            lines.sort()
+        return found
+
+    def first_after(self, name: str, line: int) -> int | None:
+        scope = self.scope_of_line.get(line)
+        by_name = self.lines.get(scope) if scope is not None else None
+        if by_name is None:
+            by_name = next(iter(self.lines.values()), {})  # the module's
+        lines = by_name.get(name, [])
+        at = bisect.bisect_right(lines, line)
+        return lines[at] if at < len(lines) else None

@@ -334,11 +334,26 @@ def fix_needs(code: str, target: str | None) -> str | None:
     return need
 
 
+@functools.lru_cache(maxsize=1)
+def report_only_rules() -> frozenset[str]:
+    """The rules that never fix (`Safety.REPORT`): nothing of theirs waits for a torch."""
+    from ..rules.base import all_rules
+
+    return frozenset(r.code for r in all_rules() if r.safety is Safety.REPORT)
+
+
 def held_back(options: Options) -> dict[str, str]:
-    """The switched-on rules whose fixes need a newer torch than `options.target_torch`."""
+    """The switched-on rules whose fixes need a newer torch than `options.target_torch`. A
+    rule that only reports is never held back: it runs with the others, so that what it asks
+    of their fixes (G2T111 of G2T113's) is answered as in a run without a target."""
     if not options.target_torch:
         return {}
-    found = {code: fix_needs(code, options.target_torch) for code in rule_min_torch()}
+    report_only = report_only_rules()
+    found = {
+        code: fix_needs(code, options.target_torch)
+        for code in rule_min_torch()
+        if code not in report_only
+    }
     return {code: need for code, need in found.items() if need and options.enabled(code)}
 
 

@@ -443,7 +443,7 @@ class DeviceCountZero(Rule):
         elif isinstance(parent, cst.Assign) and len(parent.targets) == 1:
             target = parent.targets[0].target
             if isinstance(target, cst.Name):
-                line = scaled_later(self.ctx.tree, target.value, self.position(node)[0])
+                line = scaled_later(self.ctx, target.value, self.position(node)[0])
                 scales = (
                     f"`{target.value}` scales a value at line {line} (0 there, or a division by 0)"
                 )

@@ -477,14 +477,24 @@ class LocalRankDevice(Rule):
         fixed = {id(p.node) for p in ctx.reports() if p.settled(ctx.options)}
 
         def agnostic(value: cst.CSTNode) -> bool:
-            if is_cuda_only(value) or id(value) in fixed:
-                return True  # what G2T102 writes for a rank's device, or what it rewrites
+            if is_cuda_only(value):
+                return True  # what G2T102 writes for a rank's device
+            if isinstance(value, cst.IfExp) and (
+                _indexed_device_string(value.body) or _indexed_device_string(value.orelse)
+            ):
+                # `f"cuda:{rank}" if available else "cpu"`: G2T102 writes the device type
+                # before the rank there (as a later run reads it), not the rank on CUDA only
+                return False
+            if id(value) in fixed:
+                return True  # what a fix of this run rewrites
             if isinstance(value, cst.IfExp):
                 return agnostic(value.body) and agnostic(value.orelse)
             if string_value(value) is not None:
                 return not cuda_literal(value)  # "cpu"
             if isinstance(value, cst.Call) and value.args and is_torch_device_call(ctx, value):
                 first = value.args[0].value
+                if isinstance(first, cst.IfExp):
+                    return agnostic(first)
                 if id(first) in fixed:
                     return True  # torch.device("cuda", i) -> torch.device(device.type, i)
                 plain = len(value.args) == 1 and string_value(first) is not None
@@ -541,3 +551,22 @@ class DeviceMeshCuda(Rule):
             return
         ctx = self.ctx
         self.report(target.value, fix=lambda updated: ctx.device_type(), uses_device=True)
+
+
+def _indexed_device_string(node: cst.CSTNode) -> bool:
+    """Whether `node` writes an index into a device string: `f"cuda:{rank}"`,
+    `f"{kind}:{rank}"`, `"cuda:{}".format(rank)`."""
+    if isinstance(node, cst.FormattedString):
+        parts = list(node.parts)
+        return any(
+            isinstance(a, cst.FormattedStringText)
+            and a.value.endswith(":")
+            and isinstance(b, cst.FormattedStringExpression)
+            for a, b in zip(parts, parts[1:], strict=False)
+        )
+    if isinstance(node, cst.Call) and attribute_named(node.func, "format"):
+        owner = node.func.value  # type: ignore[attr-defined]  # an Attribute: attribute_named said so
+        text = string_value(owner)
+        return text is not None and ":{" in text
+    return False
+
