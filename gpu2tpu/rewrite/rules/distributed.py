@@ -569,4 +569,3 @@ def _indexed_device_string(node: cst.CSTNode) -> bool:
         text = string_value(owner)
         return text is not None and ":{" in text
     return False
-
