@@ -3,7 +3,7 @@
 The weights, their gradients, the optimizer's state and the batch are sizes the step's
 shapes fix: the compiler holds them whatever it schedules. The attention-dropout masks are
 found by running the step's forward on the meta device (nothing is allocated) and noting
-every dropout applied to a (sequence x sequence) tensor, the probabilities of an attention
+every dropout applied to a (batch, heads, sequence, sequence) tensor, the probabilities of an attention
 written out by hand, or `scaled_dot_product_attention` with `dropout_p`.
 """
 
@@ -100,7 +100,9 @@ def attention_dropout_elements(
     found = [0.0]
 
     def square(t: Any) -> bool:
-        return isinstance(t, torch.Tensor) and t.dim() >= 3 and t.shape[-1] == t.shape[-2] > 1
+        # (batch, heads, sequence, sequence): a 3-D (batch, sequence, width) hidden state
+        # whose width equals the sequence is not a score matrix.
+        return isinstance(t, torch.Tensor) and t.dim() >= 4 and t.shape[-1] == t.shape[-2] > 1
 
     class Watch(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, a: Any = (), kw: Any = None) -> Any:
