@@ -253,3 +253,77 @@ def test_an_encoder_that_does_not_fit_gets_a_verdict_from_its_compiles():
     assert verdict.published is None  # no published run of this model
     assert any(note.startswith("v5e does not fit at batch 16: needs") for note in result.notes)
     assert "checkpoint every block: fits" in repr(result)
+
+
+# -- the checkpointed re-check finds encoders' blocks -------------------------------------------
+
+
+class HFLayer(nn.Module):
+    """A block shaped as Hugging Face's BertLayer: called with keyword arguments, returns a
+    tuple."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.attention = nn.MultiheadAttention(d, 2, batch_first=True)
+        self.output = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, hidden_states, attention_mask=None):
+        attended = self.attention(hidden_states, hidden_states, hidden_states,
+                                  key_padding_mask=attention_mask, need_weights=False)[0]  # fmt: skip
+        return (hidden_states + self.output(hidden_states + attended),)
+
+
+class HFEncoder(nn.Module):
+    def __init__(self, d: int = 16, layers: int = 4) -> None:
+        super().__init__()
+        self.layer = nn.ModuleList(HFLayer(d) for _ in range(layers))
+
+    def forward(self, hidden_states, attention_mask=None):
+        for layer in self.layer:
+            hidden_states = layer(hidden_states, attention_mask=attention_mask)[0]
+        return hidden_states
+
+
+class HFBert(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = HFEncoder()
+
+    def forward(self, x, mask):
+        return self.encoder(x, attention_mask=mask)
+
+
+def _saved(model: nn.Module, *args) -> int:
+    count = 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal count
+        count += 1
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(*args).sum().backward()
+    return count
+
+
+@pytest.mark.parametrize("kind", ["huggingface", "torch"])
+def test_encoders_blocks_are_found_and_checkpointed(kind):
+    """The blocks the re-check checkpoints, in an encoder shaped as Hugging Face's BERT
+    (`encoder.layer`, keyword arguments, tuple outputs) and in torch's own
+    `nn.TransformerEncoder` (`encoder.layers`): found, and the checkpointed copy computes
+    the same with fewer tensors saved for the backward."""
+    from gpu2tpu.forecasting.extrapolate import find_block_stack, with_checkpointed_blocks
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 16)
+    if kind == "huggingface":
+        model, args, path = HFBert(), (x, torch.zeros(2, 8, dtype=torch.bool)), "encoder.layer"
+    else:
+        model = Encoder(layers=4, d=16, heads=2, ffn=32, vocab=64, dropout=0.0)
+        args, path = (torch.randint(0, 64, (2, 8)),), "encoder.layers"
+    stack = find_block_stack(model)
+    assert stack is not None and (stack.path, stack.depth) == (path, 4)
+    copy = with_checkpointed_blocks(model, stack)
+    torch.testing.assert_close(copy(*args), model(*args))
+    plain = _saved(model, *args)
+    assert _saved(copy, *args) < plain
