@@ -462,6 +462,7 @@ class Forecast(ComparisonExports):
 
     def __rich__(self) -> Any:
         from rich.console import Group
+        from rich.markup import escape
         from rich.table import Table
 
         headers, body = self.table_cells()
@@ -482,7 +483,7 @@ class Forecast(ComparisonExports):
             if t.status in ("unsupported", "error"):
                 parts.append(f"[red]{t.label}[/red]: {t.summary()}")
             if t.fit is not None:
-                lines = "\n".join(f"  {line}" for line in t.fit.lines())
+                lines = "\n".join(f"  {escape(line)}" for line in t.fit.lines())
                 parts.append(
                     f"[yellow]{t.label}[/yellow] does not fit at batch {t.batch}:\n{lines}"
                 )
