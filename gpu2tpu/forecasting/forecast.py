@@ -690,6 +690,7 @@ def _assemble(
             "own verdict."
         )
     notes += _lowering_notes(results)
+    notes += _fit_verdicts(job, results)
     if interrupted:
         notes.append("Interrupted (Ctrl-C): targets marked 'interrupted' were not forecast.")
     comparison = Comparison.from_rows(
@@ -757,6 +758,39 @@ def _lowering_notes(results: list[TargetForecast]) -> list[str]:
             f"Activation checkpointing: {regions} checkpointed region(s) compiled with "
             "jax.checkpoint: their activations are recomputed in the backward pass, not kept."
         )
+    return notes
+
+
+def _fit_verdicts(job: _Job, results: list[TargetForecast]) -> list[str]:
+    """For each target that does not fit: its breakdown and what would fit (`fit_verdict.py`),
+    set on the target, and a note each."""
+    from ..pricing.published_setups import load_published_setups
+    from .fit_verdict import fit_verdict
+    from .step_memory import attention_dropout_elements, step_memory
+
+    failing = [r for r in results if r.status == "does not fit" and r.memory_per_chip]
+    if not failing:
+        return []
+    (args, kwargs), _ = _batch_parts(job.layout)
+    dropout = attention_dropout_elements(job.model, args, kwargs, job.dtype)
+    count = _step_count(job)
+    setups = load_published_setups()
+    notes = []
+    for result in failing:
+        step = step_memory(
+            job.model, job.plan, job.layout.tensors(), job.dtype,
+            chips=result.chips, devices_per_chip=result.devices_per_chip, sharding=job.sharding,
+            sequence=job.layout.per_sample_tokens,
+            model_class=count.model_class if count is not None else None,
+            dropout_elements=dropout,
+        )  # fmt: skip
+        result.fit = fit_verdict(result, step, setups)
+        if result.fit is not None:
+            notes.append(
+                f"{result.label} does not fit at batch {result.batch}: "
+                + "; ".join(result.fit.lines())
+                + "."
+            )
     return notes
 
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..pricing.compare import ComparisonExports
+from .fit_verdict import FitVerdict
 
 if TYPE_CHECKING:
     from ..pricing.compare import Comparison
@@ -113,6 +114,8 @@ class TargetForecast:
     attention_fallbacks: list[str] = field(default_factory=list)
     remat_regions: int = 0
     checkpointed: TargetForecast | None = None
+    # For a step that does not fit: what it is made of and what would fit (fit_verdict.py).
+    fit: FitVerdict | None = None
 
     @property
     def label(self) -> str:
@@ -176,6 +179,8 @@ class TargetForecast:
         if self.status == "does not fit":
             text = f"does not fit at batch {self.batch}: needs {memory}"
             text += self.checkpointing_text()
+            if self.fit is not None:
+                text += self.fit.short(shown=("checkpoint every block",))
         elif self.expected_seconds is not None:
             text = (
                 f"fits at batch {self.batch} ({memory}), expected "
@@ -253,6 +258,8 @@ class TargetForecast:
         fields = {k: v for k, v in data.items() if k in names}
         if isinstance(fields.get("checkpointed"), Mapping):
             fields["checkpointed"] = cls.from_dict(fields["checkpointed"])
+        if isinstance(fields.get("fit"), Mapping):
+            fields["fit"] = FitVerdict.from_dict(fields["fit"])
         return cls(**fields)
 
 
@@ -443,6 +450,10 @@ class Forecast(ComparisonExports):
             if t.status in ("unsupported", "error")
         ]
         lines += problems
+        for t in self.targets:
+            if t.fit is not None:
+                lines.append(f"  {t.label} does not fit at batch {t.batch}:")
+                lines += [f"    {line}" for line in t.fit.lines()]
         lines.append("")
         lines.append(repr(self.comparison))
         return "\n".join(lines)
@@ -451,6 +462,7 @@ class Forecast(ComparisonExports):
 
     def __rich__(self) -> Any:
         from rich.console import Group
+        from rich.markup import escape
         from rich.table import Table
 
         headers, body = self.table_cells()
@@ -470,6 +482,11 @@ class Forecast(ComparisonExports):
         for t in self.targets:
             if t.status in ("unsupported", "error"):
                 parts.append(f"[red]{t.label}[/red]: {t.summary()}")
+            if t.fit is not None:
+                lines = "\n".join(f"  {escape(line)}" for line in t.fit.lines())
+                parts.append(
+                    f"[yellow]{t.label}[/yellow] does not fit at batch {t.batch}:\n{lines}"
+                )
         parts.append(self.comparison.__rich__())
         return Group(*parts)
 
