@@ -59,6 +59,24 @@ def _env() -> dict[str, str]:
     return env
 
 
+# Gloo's worker threads can outlive the interpreter's teardown and abort the process after
+# the script has finished and destroyed its process group (pytorch/pytorch PR #179291 and
+# issue #190489 describe it; seen once here under load, on torch 2.15, after every epoch).
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def _run_training(command: list[str], cwd: Path, epochs: int) -> subprocess.CompletedProcess:
+    """The script run once, or once more where the first run trained every epoch and then
+    died in torch's own teardown (`TEARDOWN_ABORT`): that abort is not the rewrite's."""
+    proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600, env=_env())
+    trained = len(LOSS.findall(proc.stdout)) == epochs
+    if proc.returncode != 0 and trained and TEARDOWN_ABORT in proc.stdout + proc.stderr:
+        proc = subprocess.run(
+            command, cwd=cwd, capture_output=True, text=True, timeout=600, env=_env()
+        )
+    return proc
+
+
 def _assert_trained(proc: subprocess.CompletedProcess, epochs: int) -> None:
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]
@@ -96,11 +114,8 @@ def test_torchrun_script_trains_on_cpu_and_keeps_cuda(tmp_path: Path) -> None:
     assert dist.get_default_backend_for_device(torch.device("cuda")) == "nccl"
     assert 'if device.type == "cuda":\n        torch.accelerator.set_device_index(' in text
 
-    proc = subprocess.run(
-        [str(BIN / "torchrun"), "--standalone", "--nproc_per_node=1", str(script), "3", "1"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, env=_env(),
-    )  # fmt: skip
-    _assert_trained(proc, 3)
+    command = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node=1", str(script), "3", "1"]
+    _assert_trained(_run_training(command, tmp_path, 3), 3)
 
 
 @pytest.mark.slow
@@ -119,8 +134,5 @@ def test_spawn_script_trains_on_cpu_and_keeps_cuda(tmp_path: Path) -> None:
     assert "world_size = torch.accelerator.device_count() or 1" in text
     assert "torch.cuda" not in text and '"nccl"' not in text
 
-    proc = subprocess.run(
-        [sys.executable, str(script), "2", "--port", _free_port()],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, env=_env(),
-    )  # fmt: skip
-    _assert_trained(proc, 2)
+    command = [sys.executable, str(script), "2", "--port", _free_port()]
+    _assert_trained(_run_training(command, tmp_path, 2), 2)

@@ -28,6 +28,7 @@ import fcntl
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -100,8 +101,17 @@ def _extras(line: str) -> set[str]:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # setuptools builds in the source's own build/ folder: two xdist workers building from
+    # the checkout at once collide there ("File exists: ...dist-info"). Build from a copy of
+    # what the wheel is made of.
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    shutil.copytree(
+        ROOT / "gpu2tpu", source / "gpu2tpu", ignore=shutil.ignore_patterns("__pycache__")
+    )
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
         check=True,
         timeout=600,
     )

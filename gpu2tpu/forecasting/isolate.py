@@ -265,6 +265,9 @@ def run_pool(
     context = multiprocessing.get_context("fork")
     waiting = list(jobs)
     running: dict[Any, tuple[PoolJob, Any]] = {}  # receiving end -> (job, process)
+    # Every child, listed before its fork: a Ctrl-C between the fork and `running` learning
+    # of it must not leave it compiling after the pool has ended.
+    spawned: list[Any] = []
     failure: tuple[Any, str] | None = None
 
     def start(job: PoolJob) -> None:
@@ -275,6 +278,7 @@ def run_pool(
         try:
             receive, send = context.Pipe(duplex=False)
             process = context.Process(target=_child, args=(send, job.fn, job.args, {}), daemon=True)
+            spawned.append(process)
             process.start()
             send.close()
         finally:
@@ -321,7 +325,7 @@ def run_pool(
                 if on_result is not None:
                     on_result(job.key, value)
     except BaseException:  # KeyboardInterrupt: stop every child now
-        for _, process in running.values():
+        for process in spawned:
             _kill(process)
         raise
     finally:
