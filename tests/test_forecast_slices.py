@@ -8,6 +8,8 @@ slow tests compare derived targets with whole compiles of the same targets.
 from __future__ import annotations
 
 import gzip
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -133,18 +135,42 @@ def _whole(forecast_call, *args, **options):
     return run_in_child(forecast_call, *args, cache=False, isolate=False, **options)
 
 
+FRESH = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import test_forecast_slices
+getattr(test_forecast_slices, sys.argv[2])(*sys.argv[3:])
+"""
+
+
+def _in_a_fresh_interpreter(check: str, *args: str) -> None:
+    """Run `check(*args)` of this module in an interpreter of its own. On an xdist worker an
+    earlier test may have started JAX: a forecast there runs in line (every slice compiled
+    whole, nothing derived), and a child forked from it can deadlock in JAX's thread pools
+    (seen in CI: MLIR's verifier waiting on a pool the fork did not copy)."""
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH, str(Path(__file__).parent), check, *args],
+        capture_output=True, text=True, timeout=3300,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
+
+
 @pytest.mark.slow
 @pytest.mark.torchax
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("generation", ["v5p", "v6e"])
 def test_derived_slices_agree_with_whole_compiles(generation, tmp_path):
+    _in_a_fresh_interpreter("derived_slices_agree_with_whole_compiles", generation, str(tmp_path))
+
+
+def derived_slices_agree_with_whole_compiles(generation: str, cache: str) -> None:
     """A 2-layer Llama (d 1,024, vocab 16,384), one 1,024-token sequence per chip, FSDP on
     16 and 32 chips: derived from the 8-chip compile and the slice's partitioned program,
     against the whole compile of that slice. XLA's partitioner gathers activations for the
     LM head on 8 chips and the head's weights on 16 and more (16 x 1,024 tokens is the
     vocabulary), so the collectives are the slice's own, not the basis's scaled."""
     for chips in (16, 32):
-        derived = _forecast(generation, chips, cache=tmp_path)
+        derived = _forecast(generation, chips, cache=Path(cache))
         whole = _whole(_forecast, generation, chips)
         assert derived.derived_from == topology_for(generation, BASIS_CHIPS).name
         assert whole.derived_from is None
@@ -185,11 +211,17 @@ class _Stack(torch.nn.Module):
 @pytest.mark.torchax
 @pytest.mark.timeout(3600)
 def test_the_checkpointed_recheck_runs_for_what_does_not_fit_and_is_cached(tmp_path):
+    _in_a_fresh_interpreter("the_checkpointed_recheck_agrees_and_is_cached", str(tmp_path))
+
+
+def the_checkpointed_recheck_agrees_and_is_cached(cache: str) -> None:
     """v5e does not fit and gets its re-check (run by the parent beside v5p, from the
     checkpointed step's partitioned programs anchored on the compiles without checkpoints);
     v5p fits and gets none. The re-check agrees with whole compiles of the checkpointed
     step, and a second forecast finds every compile in the cache."""
     from gpu2tpu.forecasting.forecast import forecast
+
+    tmp_path = Path(cache)
 
     with torch.device("meta"):
         model = _Stack()
