@@ -603,6 +603,34 @@ def test_the_same_forecast_again_is_read_from_the_cache(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_ctrl_c_after_the_last_compile_keeps_every_target_in_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    """A terminal's Ctrl-C can land after the compiles ended, while the result is put
+    together: the result is still returned, interrupted, with what was compiled, and one
+    line says so (no traceback)."""
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
+    batch = (torch.randn(32, 64), torch.randint(0, 4, (32,)))
+    first = run(model, batch, cache=tmp_path).target("v5e")
+    assemble, calls = fc._assemble, []
+
+    def interrupted_once(*args, **kwargs):
+        calls.append(args[-1])  # `interrupted`, as _run passes it
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return assemble(*args, **kwargs)
+
+    monkeypatch.setattr(fc, "_assemble", interrupted_once)
+    capsys.readouterr()
+    again = run(model, batch, cache=tmp_path, progress=True)
+    assert calls == [False, True] and again.interrupted
+    assert again.target("v5e").status == first.status == "compiled"
+    out = capsys.readouterr().out
+    assert out.count("gpu2tpu: forecast interrupted") == 1
+    assert "gpu2tpu: forecast interrupted; kept v5e." in out
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(3600)  # a dozen real compiles: minutes on a busy 2-core machine
 def test_batch_search_finds_what_bisection_finds(tmp_path):
     """The line and its check against a plain bisection of real compiles on the same model

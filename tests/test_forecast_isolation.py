@@ -110,15 +110,16 @@ def test_ctrl_c_keeps_the_finished_targets_and_ends_the_child_quietly(workers: s
         )
     else:
         [result] = [line for line in out.splitlines() if line.startswith("RESULT ")]
-        v6e = (
-            "compiled"
-            if stop.startswith("gpu2tpu: forecast interrupted; kept v5e, v6e")
-            else ("interrupted")
-        )
-        # What the line says was kept is what the result holds; v5p never started.
-        assert result == (
-            f"RESULT True [('v5e', 'compiled'), ('v6e', '{v6e}'), ('v5p', 'interrupted')]"
-        ), (stop, result)
+        # What the line says was kept is what the result holds. v5p starts when v6e ends,
+        # which can be before v5e does: then all three may be done when the signal lands
+        # (on a loaded machine), and the line says so.
+        kept = stop.removeprefix("gpu2tpu: forecast interrupted; kept ").split(";")[0]
+        kept = {label.strip(" .") for label in kept.split(",")}
+        statuses = [
+            (label, "compiled" if label in kept else "interrupted")
+            for label in ("v5e", "v6e", "v5p")
+        ]
+        assert result == f"RESULT True {statuses}", (stop, result)
     assert "CHILDREN []" in out  # the compiling child is gone
     assert "RENDERED True True" in out
     assert "SIGTERM" not in err and "Traceback" not in err and "*** " not in err

@@ -442,18 +442,29 @@ def _run(job: _Job, in_child: bool, started: float) -> Forecast:
                 interrupted = True
                 display.interrupted(_interrupt_line(job, results, partial, display))
             phases["targets"] = time.perf_counter() - t0
-    ordered = []
-    for topology, chip in job.tpu_targets:
-        label = _label(topology)
-        done = results.get(label)
-        if done is None:
-            done = _unfinished(partial.get(label), topology, chip, job)
-            _price_all(
-                done, chip, job.tokens_per_step, job.price, _floor(job, chip, done.chips),
-                _step_count(job),
-            )  # fmt: skip
-        ordered.append(done)
-    return _assemble(job, ordered, time.perf_counter() - started, phases, interrupted)
+
+    def assemble(interrupted: bool) -> Forecast:
+        ordered = []
+        for topology, chip in job.tpu_targets:
+            label = _label(topology)
+            done = results.get(label)
+            if done is None:
+                done = _unfinished(partial.get(label), topology, chip, job)
+                _price_all(
+                    done, chip, job.tokens_per_step, job.price, _floor(job, chip, done.chips),
+                    _step_count(job),
+                )  # fmt: skip
+            ordered.append(done)
+        return _assemble(job, ordered, time.perf_counter() - started, phases, interrupted)
+
+    try:
+        return assemble(interrupted)
+    except KeyboardInterrupt:
+        # Ctrl-C after the last compile ended (a terminal's signal can land there): what
+        # was compiled is kept, said in the same one line, never a traceback.
+        if not interrupted:
+            display.interrupted(_interrupt_line(job, results, partial, display))
+        return assemble(True)
 
 
 _DONE_OK = ("compiled", "does not fit")
