@@ -19,6 +19,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from .toml_table import read_toml
+
 DEFAULT_PATH = Path(__file__).with_name("hardware.toml")
 
 CHIP_KINDS = ("tpu", "gpu", "trainium", "cpu")
@@ -263,15 +265,7 @@ class HardwareCatalogue:
         holding that mapping (optionally under a top-level `prices` key).
         """
         data_path = Path(path) if path is not None else DEFAULT_PATH
-        try:
-            with data_path.open("rb") as fh:
-                data = tomllib.load(fh)
-        except FileNotFoundError:
-            raise CatalogueError(
-                f"{data_path}: the hardware catalogue file does not exist."
-            ) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise CatalogueError(f"{data_path}: not valid TOML ({exc}).") from None
+        data = read_toml(data_path, "hardware catalogue file", CatalogueError)
         raw_chips = data.get("chips")
         if not isinstance(raw_chips, dict) or not raw_chips:
             raise CatalogueError(f"{data_path}: no [chips.<key>] tables found.")

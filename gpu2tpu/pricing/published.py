@@ -22,11 +22,12 @@ FLOPs are the model's plus those (`PublishedRun.hardware_flops_per_sample`).
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .toml_table import read_toml
 
 DEFAULT_PATH = Path(__file__).with_name("published_runs.toml")
 MEASURES = (
@@ -336,13 +337,7 @@ class PublishedRun:
 def load_published_runs(path: str | Path | None = None) -> tuple[PublishedRun, ...]:
     """Read and check the table (the shipped one by default)."""
     data_path = Path(path) if path is not None else DEFAULT_PATH
-    try:
-        with data_path.open("rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise PublishedRunsError(f"{data_path}: the published-runs table does not exist.") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise PublishedRunsError(f"{data_path}: not valid TOML ({exc}).") from None
+    data = read_toml(data_path, "published-runs table", PublishedRunsError)
     models: dict[str, ModelShape | ModelCard] = {
         key: _model(key, table, data_path) for key, table in (data.get("models") or {}).items()
     }

@@ -8,10 +8,11 @@ Facts only, each entry with its sources; nothing here is fitted.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .toml_table import read_toml
 
 DEFAULT_PATH = Path(__file__).with_name("published_setups.toml")
 _REQUIRED = ("run", "what", "chip", "model_class", "parameters", "sequence", "per_chip_batch",
@@ -64,15 +65,7 @@ class PublishedSetup:
 def load_published_setups(path: str | Path | None = None) -> tuple[PublishedSetup, ...]:
     """Read and check the table (the shipped one by default)."""
     data_path = Path(path) if path is not None else DEFAULT_PATH
-    try:
-        with data_path.open("rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise PublishedSetupsError(
-            f"{data_path}: the published-setups table does not exist."
-        ) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise PublishedSetupsError(f"{data_path}: not valid TOML ({exc}).") from None
+    data = read_toml(data_path, "published-setups table", PublishedSetupsError)
     return tuple(_setup(i, table, data_path) for i, table in enumerate(data.get("setups") or []))
 
 
