@@ -151,3 +151,25 @@ def test_a_step_with_no_matrix_flops_shows_the_floor_as_a_bound() -> None:
     for row in estimated:
         assert row.time_kind == "bound" and row.step_seconds and row.step_seconds > 0
         assert "per-step floor" in row.note and "no published run" in row.note
+
+
+@pytest.mark.slow
+def test_a_cnn_profile_states_the_error_of_the_model_that_made_its_figures() -> None:
+    """The accuracy printed beside a CNN's expected rows is the op-by-op model's, measured
+    on publishers it never saw, not the LLM fit's (which never saw a CNN)."""
+    from gpu2tpu import profile
+
+    torch.manual_seed(0)
+    layers = [torch.nn.Conv2d(64, 64, 3, padding=1) for _ in range(4)]
+    net = torch.nn.Sequential(*[m for conv in layers for m in (conv, torch.nn.ReLU())])
+    x = torch.randn(4, 64, 64, 64)  # 1.3e10 FLOPs a step: a CNN, not a small step
+
+    def step() -> None:
+        net(x).sum().backward()
+
+    result = profile(step, steps=2, warmup=1, backend="cpu")
+    expected = [r for r in result.comparison.rows if r.time_kind == "expected"]
+    assert expected, [r.note for r in result.comparison.rows]
+    stated = result.comparison.expected_source
+    assert stated == default_class_fit().source_line("cnn")
+    assert default_fit().source_line() not in stated

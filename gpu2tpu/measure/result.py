@@ -773,6 +773,7 @@ def cost_run(record: RunRecord, costing: Costing, context: RunContext) -> Profil
     shown = {r.device_key for r in rows} | {c.key for c, _ in wanted}
     if baseline_key is not None and baseline_key not in shown:
         wanted.append((catalogue.get(baseline_key), 1))
+    sources: list[str] = []
     for target, n in wanted:
         if (target.key, n) in present:
             continue
@@ -789,6 +790,7 @@ def cost_run(record: RunRecord, costing: Costing, context: RunContext) -> Profil
                 common,
                 _floor(target, n, count_),
                 count_,
+                sources,
             )  # fmt: skip
         )
 
@@ -798,6 +800,9 @@ def cost_run(record: RunRecord, costing: Costing, context: RunContext) -> Profil
         catalogue=catalogue,
         price=costing.price,
         workload=workload,
+        # The accuracy stated beside the expected rows is that of the fit that made them
+        # (a CNN's is the op-by-op model's error on publishers it never saw, not the LLMs').
+        expected_source="; ".join(sources) if sources else None,
     )
     return ProfileResult(
         device_key=chip.key,
@@ -896,6 +901,7 @@ def _estimate(
     common: Mapping[str, Any],
     floor: StepFloor | None = None,
     count: StepCount | None = None,
+    sources: list[str] | None = None,
 ) -> ComparisonRow:
     """An expected row: the step's FLOPs split over `chips` of `target`, at the utilisation
     measured here scaled to the target (or, with no accelerator measurement, the fit's),
@@ -1011,6 +1017,8 @@ def _estimate(
         )
     if chips > 1:
         note += f"; split over {chips} chips with no communication cost"
+    if sources is not None and expected.source and expected.source not in sources:
+        sources.append(expected.source)  # the fit that made it, and its measured error
     return ComparisonRow.build(
         target,
         expected.seconds,
