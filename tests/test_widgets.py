@@ -372,6 +372,34 @@ def test_forecast_view_shows_memory_batch_bound_and_compile_time_and_no_series()
     assert "g2t-targets" in page and "Step time per step" not in page and "<script" not in page
 
 
+@pytest.mark.parametrize("stopped", [(), ("v6e",)])
+def test_a_forecast_interrupted_says_so_in_every_view_even_when_nothing_was_lost(stopped):
+    """Ctrl-C can land after the last target finished: the result is still marked interrupted,
+    and the text, rich and HTML views all say what it cost (here: nothing, or v6e)."""
+    import dataclasses
+
+    from rich.console import Console
+
+    from gpu2tpu.forecasting.forecast import _interrupted_note
+
+    forecast = make_forecast()
+    targets = [
+        dataclasses.replace(t, status="interrupted") if t.label in stopped else t
+        for t in forecast.targets
+    ]
+    forecast = dataclasses.replace(
+        forecast, targets=targets, interrupted=True, notes=[_interrupted_note(targets)]
+    )
+    console = Console(width=400, record=True)
+    console.print(forecast)
+    rich_text = console.export_text()
+    for text in (repr(forecast), rich_text, forecast.to_html()):
+        assert "Interrupted" in text
+    expected = "v6e not forecast" if stopped else "nothing was lost"
+    assert expected in repr(forecast) and expected in rich_text
+    assert "interrupted" not in repr(make_forecast()).lower()
+
+
 def test_dry_run_html_lists_ops_without_a_lowering_first_and_folds_the_rest():
     import torch
 

@@ -646,6 +646,14 @@ def _unfinished(
     )
 
 
+def _interrupted_note(results: list[TargetForecast]) -> str:
+    """What Ctrl-C cost: the targets it stopped, or none when it landed after the last one."""
+    stopped = [t.label for t in results if t.status == "interrupted"]
+    if not stopped:
+        return "Interrupted (Ctrl-C) after every target had finished: nothing was lost."
+    return f"Interrupted (Ctrl-C): {', '.join(stopped)} not forecast (marked 'interrupted')."
+
+
 def _assemble(
     job: _Job,
     results: list[TargetForecast],
@@ -703,7 +711,7 @@ def _assemble(
     notes += _lowering_notes(results)
     notes += _fit_verdicts(job, results)
     if interrupted:
-        notes.append("Interrupted (Ctrl-C): targets marked 'interrupted' were not forecast.")
+        notes.append(_interrupted_note(results))
     comparison = Comparison.from_rows(
         rows,
         catalogue=job.catalogue,

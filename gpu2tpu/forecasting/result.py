@@ -450,6 +450,8 @@ class Forecast(ComparisonExports):
             if t.status in ("unsupported", "error")
         ]
         lines += problems
+        if self.interrupted:
+            lines += [f"  {note}" for note in self.notes if note.startswith("Interrupted")]
         for t in self.targets:
             if t.fit is not None:
                 lines.append(f"  {t.label} does not fit at batch {t.batch}:")
@@ -487,6 +489,8 @@ class Forecast(ComparisonExports):
                 parts.append(
                     f"[yellow]{t.label}[/yellow] does not fit at batch {t.batch}:\n{lines}"
                 )
+        if self.interrupted:
+            parts += [escape(note) for note in self.notes if note.startswith("Interrupted")]
         parts.append(self.comparison.__rich__())
         return Group(*parts)
 
