@@ -17,7 +17,7 @@ import libcst as cst
 
 from .blocks import occurrence as occurrence_in_block
 from .blocks import statement_index
-from .literals import code_for, string_value
+from .literals import code_for, dotted_name, string_value
 
 if TYPE_CHECKING:
     from ..rules.base import Rule, RuleContext
@@ -488,6 +488,10 @@ def _device_kind(node: cst.CSTNode) -> str | None:
         node = node.value
     if isinstance(node, cst.Call) and not node.args:
         node = node.func
+        # `torch.accelerator.current_accelerator()`, as G2T103 writes in a device choice
+        name = dotted_name(node)
+        if name is not None and name.endswith("accelerator.current_accelerator"):
+            return name
     return node.value if isinstance(node, cst.Name) else None
 
 

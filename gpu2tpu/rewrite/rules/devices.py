@@ -187,6 +187,26 @@ class CudaMethod(Rule):
         return isinstance(receiver, cst.Call) and is_name(receiver.func, "super")
 
 
+def rank_index(ctx: RuleContext, value: cst.BaseExpression) -> bool:
+    """Whether an index is the process's rank (`local_rank`, a value the module uses as
+    DDP's `device_ids`), which a TPU process does not have."""
+    if last_segment(value) in device_index_names(ctx):
+        return True
+    return ctx.flow.refers_to_rank(value, index_only=True)
+
+
+def rank_string(ctx: RuleContext, literal: cst.CSTNode) -> bool:
+    """Whether a device string's index is the process's rank: `f"cuda:{local_rank}"`,
+    `"cuda:{}".format(args.local_rank)`."""
+    index: cst.CSTNode | None = None
+    if isinstance(literal, cst.FormattedString) and cuda_literal(literal):
+        part = literal.parts[1]
+        index = part.expression if isinstance(part, cst.FormattedStringExpression) else None
+    elif isinstance(literal, cst.Call) and cuda_format_call(literal) is not None:
+        index = literal.args[0].value
+    return isinstance(index, cst.BaseExpression) and rank_index(ctx, index)
+
+
 class CudaDeviceString(Rule):
     """A device string such as `'cuda'`, `'cuda:1'`, `f'cuda:{rank}'` or `"cuda:{}".format(i)`.
 
@@ -398,22 +418,10 @@ class CudaDeviceString(Rule):
         return cuda_literal(node) or cuda_format_call(node) is not None
 
     def _rank_index(self, value: cst.BaseExpression) -> bool:
-        """Whether an index is the process's rank (`local_rank`, a value the module uses as
-        DDP's `device_ids`), which a TPU process does not have."""
-        if last_segment(value) in device_index_names(self.ctx):
-            return True
-        return self.ctx.flow.refers_to_rank(value, index_only=True)
+        return rank_index(self.ctx, value)
 
     def _rank_string(self, literal: cst.CSTNode) -> bool:
-        """Whether a device string's index is the process's rank: `f"cuda:{local_rank}"`,
-        `"cuda:{}".format(args.local_rank)`."""
-        index: cst.CSTNode | None = None
-        if isinstance(literal, cst.FormattedString) and cuda_literal(literal):
-            part = literal.parts[1]
-            index = part.expression if isinstance(part, cst.FormattedStringExpression) else None
-        elif isinstance(literal, cst.Call) and cuda_format_call(literal) is not None:
-            index = literal.args[0].value
-        return isinstance(index, cst.BaseExpression) and self._rank_index(index)
+        return rank_string(self.ctx, literal)
 
     def _torch_device(self, node: cst.Call) -> None:
         parent = self.parent(node)
@@ -628,7 +636,9 @@ class CudaDeviceIdiom(Rule):
     rewritten but not adopted: other fixes get a device line of their own. With more conditions (`'cuda' if use_gpu and torch.cuda.is_available() else
     'cpu'`) the whole choice is rewritten at once, the test and the device together, and the
     variable is not adopted: the user's condition may pick the CPU where `.cuda()` did not.
-    Inside a branch that has just found an accelerator there is no CPU fallback.
+    Inside a branch that has just found an accelerator there is no CPU fallback. A branch
+    naming the process's GPU (`f"cuda:{local_rank}"`) keeps the rank on CUDA only, as G2T102
+    does: a TPU process owns one chip.
 
     Example:
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -707,6 +717,9 @@ class CudaDeviceIdiom(Rule):
             )
             return
         body_side = bool(cuda_in_body)
+        # `f"cuda:{local_rank}"`: the rank's GPU on CUDA; a TPU process owns one chip, so
+        # elsewhere the accelerator itself (as G2T102 writes `torch.device(f"cuda:{rank}")`)
+        ranked = kind == "indexed" and rank_string(ctx, node.body if body_side else node.orelse)
 
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
             assert isinstance(updated, cst.IfExp)
@@ -720,6 +733,14 @@ class CudaDeviceIdiom(Rule):
                 kind_expr = cst.Attribute(value=accelerator, attr=cst.Name("type"))
                 branch = updated.body if body_side else updated.orelse
                 accelerator = indexed_device_string(ctx, branch, kind_expr)
+                if ranked:
+                    on_cuda = cst.Comparison(
+                        left=kind_expr,
+                        comparisons=[cst.ComparisonTarget(cst.Equal(), cst.SimpleString('"cuda"'))],
+                    )
+                    accelerator = parenthesized(
+                        cst.IfExp(test=on_cuda, body=accelerator, orelse=kind_expr)
+                    )
             elif kind == "str":
                 accelerator = cst.Attribute(value=accelerator, attr=cst.Name("type"))
             test = _replace_conjunct(updated.test, index, available, and_chain=body_side)
