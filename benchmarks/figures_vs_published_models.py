@@ -290,6 +290,10 @@ def main(argv: list[str] | None = None) -> int:
         "coefficients: "
         + ", ".join(f"{k} {math.exp(v):.3g}" for k, v in shipped.coefficients.items())
     )
+    print(
+        "terms one publisher alone calibrates (no cross-publisher error: shown as bounds): "
+        + (", ".join(f"{t} ({p})" for t, p in shipped.unchecked.items()) or "none")
+    )
 
     print("\n## Leave-one-publisher-out: each source predicted by the op-by-op fit on the others")
     by_group = defaultdict(list)

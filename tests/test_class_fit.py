@@ -110,8 +110,38 @@ def test_a_regime_no_other_publisher_calibrates_is_a_bound() -> None:
     prediction = fold.predict(default_fit(), v4, traffic, "cnn", "tensorflow", "bf16")
     assert prediction is not None and not prediction.calibrated
     assert "XLA" in prediction.why_not
+    # Shipped, Google's runs calibrate it, but they alone: no error was measured for it.
     shipped = default_class_fit().predict(default_fit(), v4, traffic, "cnn", "tensorflow", "bf16")
-    assert shipped is not None and shipped.calibrated
+    assert shipped is not None and not shipped.calibrated
+    assert "only mlperf-google's runs" in shipped.why_not
+
+
+def test_a_term_one_publisher_alone_calibrates_is_shown_as_a_bound() -> None:
+    """TF32 steps are calibrated by NVIDIA's DeepLearningExamples alone: leaving it out
+    leaves them uncalibrated, so no cross-publisher error exists for a TF32 figure and the
+    shipped fit shows one as a bound, while the same model in fp16 gets a figure. Once a
+    second publisher's TF32 runs are in the table, the figure is shown."""
+    fit = default_class_fit()
+    assert fit.unchecked.get("precision:tf32") == "nvidia-dle"
+    fp16 = expected_step_by_op(_features("resnet50_v1_5", 256), A100)
+    tf32 = expected_step_by_op(_features("resnet50_v1_5", 256, precision="tf32"), A100)
+    assert fp16 is not None and fp16.kind == "expected"
+    assert tf32 is not None and tf32.kind == "bound"
+    assert any("only nvidia-dle's runs calibrate tf32 steps" in n for n in tf32.notes)
+    runs = load_published_runs(MODELS_TABLE)
+    second = [
+        replace(r, id=f"{r.id}-again", source_group="another-publisher")
+        for r in runs
+        if r.precision == "tf32" and r.model.key == "resnet50_v1_5"
+    ]
+    from gpu2tpu.pricing.class_fit import fit_classes
+
+    both = fit_classes([*runs, *second], load_traffic(), CATALOGUE, default_fit())
+    assert "precision:tf32" not in both.unchecked
+    traffic = _features("resnet50_v1_5", 256, precision="tf32").traffic
+    assert traffic is not None
+    again = both.predict(default_fit(), A100, traffic, "cnn", "pytorch", "tf32")
+    assert again is not None and again.calibrated
 
 
 def test_the_llm_fit_is_untouched_by_the_non_llm_runs() -> None:

@@ -30,7 +30,9 @@ step time (each configuration weighs one; Levenberg-Marquardt), shrunk towards t
 these runs is left out in turn and predicted by the others (`ClassFit.cross_source`); the
 range printed with a figure is the 10th-90th percentile of those errors. A class, a fusion
 group or depthwise convolutions that no other publisher's run calibrates give no figure:
-the caller shows a bound.
+the caller shows a bound. So does, in the fit shipped to users, a term one publisher's runs
+alone calibrate (`ClassFit.unchecked`): leaving that publisher out leaves the term
+uncalibrated, so no error was ever measured for a figure that uses it.
 
 Pure: the published runs' traffic comes in as data (`published_traffic.toml`, counted by
 benchmarks/figures_vs_published_models.py on the models built to their shapes).
@@ -44,7 +46,7 @@ import statistics
 import tomllib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .catalogue import Chip, HardwareCatalogue
@@ -150,6 +152,10 @@ class ClassFit:
     precisions: frozenset[str] = frozenset()
     cross_source: tuple[ClassError, ...] = ()
     log_range: tuple[float, float] = (0.0, 0.0)
+    # term -> its only publisher, for the fit shipped to users: a term one publisher alone
+    # calibrates was never predicted for a publisher the fit did not see, so no error
+    # measured here holds for it and a figure using it is shown as a bound (empty in folds)
+    unchecked: Mapping[str, str] = field(default_factory=dict)
 
     def predict(
         self,
@@ -179,6 +185,14 @@ class ClassFit:
             missing.append(f"no published {precision} run")
         if traffic.has_depthwise and not self.depthwise:
             missing.append("no published run with depthwise convolutions")
+        if not missing:
+            used = _terms(model_class, fusion, precision, traffic.has_depthwise)
+            missing += [
+                f"only {self.unchecked[t]}'s runs calibrate {_term_what(t)} (no error measured "
+                "on another publisher)"
+                for t in used
+                if t in self.unchecked
+            ]
         return ClassPrediction(seconds, not missing, "; ".join(missing), u)
 
     def configuration_errors(self) -> dict[tuple[object, ...], float]:
@@ -218,6 +232,39 @@ _FUSION_WHAT = {
     "xla": "an XLA-compiled (TPU) CNN, encoder or U-Net",
     "graph": "a fused-kernel GPU framework",
 }
+
+
+def _terms(model_class: str, fusion: str, precision: str, depthwise: bool) -> list[str]:
+    """The fitted terms a step's figure uses, named as the coefficients are."""
+    terms = [f"class:{model_class}"]
+    if fusion != "eager":
+        terms.append(f"fusion:{fusion}")
+    if precision not in _SAME_AS_BF16:
+        terms.append(f"precision:{precision}")
+    if depthwise:
+        terms.append("depthwise")
+    return terms
+
+
+def _term_what(term: str) -> str:
+    kind, _, value = term.partition(":")
+    if kind == "class":
+        return f"the {value} factor"
+    if kind == "fusion":
+        return _FUSION_WHAT[value]
+    if kind == "precision":
+        return f"{value} steps"
+    return "depthwise convolutions"
+
+
+def _single_publisher_terms(cases: Sequence[_Case]) -> dict[str, str]:
+    """Each fitted term that one publisher's runs alone calibrate, with that publisher."""
+    publishers: dict[str, set[str]] = defaultdict(set)
+    for c in cases:
+        fusion = fusion_group(c.run.framework, c.chip.kind)
+        for term in _terms(c.run.model_class, fusion, c.run.precision, c.traffic.has_depthwise):
+            publishers[term].add(c.run.source_group)
+    return {t: next(iter(p)) for t, p in sorted(publishers.items()) if len(p) == 1}
 
 
 def _seconds(
@@ -393,7 +440,12 @@ def fit_classes(
         if residuals
         else (0.0, 0.0)
     )
-    return replace(full, cross_source=tuple(cross), log_range=log_range)
+    return replace(
+        full,
+        cross_source=tuple(cross),
+        log_range=log_range,
+        unchecked=_single_publisher_terms(cases),
+    )
 
 
 def fit_without_error(
