@@ -332,6 +332,270 @@ class UNet(nn.Module):
         return self.out(x)
 
 
+# -- Stable Diffusion 2 (base): one fine-tuning step ---------------------------------------------
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fused: bool) -> torch.Tensor:
+    """(b, heads, s, d) attention: one fused kernel (the XLA flash kernel the diffusers script
+    enables), or the scores written out as SDPA's math path does where no flash kernel runs."""
+    if fused:
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)[0]
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    return scores.softmax(-1) @ v
+
+
+class CrossAttention(nn.Module):
+    """diffusers' `Attention` (no q/k/v bias): self-attention, or attention to the text."""
+
+    def __init__(
+        self, width: int, heads: int, context: int | None = None, flash: bool = True
+    ) -> None:
+        super().__init__()
+        self.heads = heads
+        self.flash = flash
+        self.to_q = nn.Linear(width, width, bias=False)
+        self.to_k = nn.Linear(context or width, width, bias=False)
+        self.to_v = nn.Linear(context or width, width, bias=False)
+        self.to_out = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
+        b, s, width = x.shape
+        source = x if context is None else context
+
+        def split(t: torch.Tensor) -> torch.Tensor:
+            return t.view(b, -1, self.heads, width // self.heads).transpose(1, 2)
+
+        q, k, v = split(self.to_q(x)), split(self.to_k(source)), split(self.to_v(source))
+        # diffusers' XLAFlashAttnProcessor2_0 runs the flash kernel where every sequence has
+        # 4,096 tokens or more (self-attention at 64x64), SDPA elsewhere
+        out = _attend(q, k, v, fused=self.flash and min(q.shape[2], k.shape[2]) >= 4096)
+        return self.to_out(out.transpose(1, 2).reshape(b, s, width))
+
+
+class TransformerBlock(nn.Module):
+    """Self-attention, attention to the text, GEGLU feed-forward, each pre-norm."""
+
+    def __init__(self, width: int, heads: int, context: int) -> None:
+        super().__init__()
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(width) for _ in range(3))
+        self.attn1 = CrossAttention(width, heads)
+        self.attn2 = CrossAttention(width, heads, context)
+        self.geglu = nn.Linear(width, 8 * width)
+        self.ff_out = nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn1(self.norm1(x))
+        x = x + self.attn2(self.norm2(x), context)
+        hidden, gate = self.geglu(self.norm3(x)).chunk(2, dim=-1)
+        return x + self.ff_out(hidden * F.gelu(gate))
+
+
+class SpatialTransformer(nn.Module):
+    """diffusers' Transformer2DModel with linear projections (SD 2), one block."""
+
+    def __init__(self, width: int, context: int) -> None:
+        super().__init__()
+        self.norm = nn.GroupNorm(32, width, eps=1e-6)
+        self.proj_in = nn.Linear(width, width)
+        self.block = TransformerBlock(width, width // 64, context)
+        self.proj_out = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        tokens = self.proj_in(self.norm(x).permute(0, 2, 3, 1).reshape(b, h * w, c))
+        tokens = self.proj_out(self.block(tokens, context))
+        return x + tokens.reshape(b, h, w, c).permute(0, 3, 1, 2)
+
+
+class ResnetBlock(nn.Module):
+    """diffusers' ResnetBlock2D: two GroupNorm-SiLU-conv, the time embedding added between."""
+
+    def __init__(self, cin: int, cout: int, time: int | None, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.norm1 = nn.GroupNorm(32, cin, eps=eps)
+        self.conv1 = nn.Conv2d(cin, cout, 3, padding=1)
+        self.time = nn.Linear(time, cout) if time else None
+        self.norm2 = nn.GroupNorm(32, cout, eps=eps)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
+        self.shortcut = nn.Conv2d(cin, cout, 1) if cin != cout else None
+
+    def forward(self, x: torch.Tensor, temb: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.conv1(F.silu(self.norm1(x)))
+        if self.time is not None and temb is not None:
+            h = h + self.time(F.silu(temb))[:, :, None, None]
+        h = self.conv2(F.silu(self.norm2(h)))
+        return (x if self.shortcut is None else self.shortcut(x)) + h
+
+
+class DiffusionUNet(nn.Module):
+    """SD 2's UNet2DConditionModel: channels 320-640-1280-1280, two ResNet blocks a level
+    down and three up, a transformer after each ResNet block of the first three levels and
+    in the middle, attention to 1,024-wide text states."""
+
+    def __init__(self, channels: Sequence[int] = (320, 640, 1280, 1280), context: int = 1024):
+        super().__init__()
+        time = 4 * channels[0]
+        self.base = channels[0]
+        self.time = nn.Sequential(nn.Linear(channels[0], time), nn.SiLU(), nn.Linear(time, time))
+        self.conv_in = nn.Conv2d(4, channels[0], 3, padding=1)
+        levels = len(channels)
+        attends = [i < levels - 1 for i in range(levels)]
+        self.down_res, self.down_attn, self.downsample = (
+            nn.ModuleList(),
+            nn.ModuleList(),
+            nn.ModuleList(),
+        )
+        skips = [channels[0]]
+        cin = channels[0]
+        for i, c in enumerate(channels):
+            for _ in range(2):
+                self.down_res.append(ResnetBlock(cin, c, time))
+                self.down_attn.append(
+                    SpatialTransformer(c, context) if attends[i] else nn.Identity()
+                )
+                cin = c
+                skips.append(c)
+            if i < levels - 1:
+                self.downsample.append(nn.Conv2d(c, c, 3, stride=2, padding=1))
+                skips.append(c)
+        self.mid = nn.ModuleList(
+            [
+                ResnetBlock(cin, cin, time),
+                SpatialTransformer(cin, context),
+                ResnetBlock(cin, cin, time),
+            ]
+        )
+        self.up_res, self.up_attn, self.upsample = nn.ModuleList(), nn.ModuleList(), nn.ModuleList()
+        for i, c in enumerate(reversed(channels)):
+            level = levels - 1 - i
+            for _ in range(3):
+                self.up_res.append(ResnetBlock(cin + skips.pop(), c, time))
+                self.up_attn.append(
+                    SpatialTransformer(c, context) if attends[level] else nn.Identity()
+                )
+                cin = c
+            if level > 0:
+                self.upsample.append(nn.Conv2d(c, c, 3, padding=1))
+        self.norm_out = nn.GroupNorm(32, channels[0])
+        self.conv_out = nn.Conv2d(channels[0], 4, 3, padding=1)
+        self.levels = levels
+
+    def _embed(self, timesteps: torch.Tensor) -> torch.Tensor:
+        half = self.base // 2
+        freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32) / half)
+        angles = timesteps.float()[:, None] * freqs[None]
+        return torch.cat((angles.cos(), angles.sin()), dim=-1)
+
+    def forward(
+        self, x: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor
+    ) -> torch.Tensor:
+        temb = self.time(self._embed(timesteps).to(x.dtype))
+        x = self.conv_in(x)
+        skips = [x]
+        for i in range(self.levels):
+            for j in (2 * i, 2 * i + 1):
+                x = self.down_res[j](x, temb)
+                x = (
+                    x
+                    if isinstance(self.down_attn[j], nn.Identity)
+                    else self.down_attn[j](x, context)
+                )
+                skips.append(x)
+            if i < self.levels - 1:
+                x = self.downsample[i](x)
+                skips.append(x)
+        first, attention, second = self.mid
+        x = second(attention(first(x, temb), context), temb)
+        for i in range(self.levels):
+            for j in range(3 * i, 3 * i + 3):
+                x = self.up_res[j](torch.cat((x, skips.pop()), dim=1), temb)
+                x = x if isinstance(self.up_attn[j], nn.Identity) else self.up_attn[j](x, context)
+            if i < self.levels - 1:
+                x = self.upsample[i](F.interpolate(x, scale_factor=2.0, mode="nearest"))
+        return self.conv_out(F.silu(self.norm_out(x)))
+
+
+class VaeEncoder(nn.Module):
+    """The encoder of SD's AutoencoderKL: 128-256-512-512 channels, two ResNet blocks a level,
+    single-head attention in the middle at 64x64, mean and log-variance of 4 latents."""
+
+    def __init__(self, channels: Sequence[int] = (128, 256, 512, 512)) -> None:
+        super().__init__()
+        self.conv_in = nn.Conv2d(3, channels[0], 3, padding=1)
+        blocks: list[nn.Module] = []
+        cin = channels[0]
+        for i, c in enumerate(channels):
+            blocks += [ResnetBlock(cin, c, None, 1e-6), ResnetBlock(c, c, None, 1e-6)]
+            cin = c
+            if i < len(channels) - 1:
+                blocks.append(nn.Sequential(nn.ZeroPad2d((0, 1, 0, 1)), nn.Conv2d(c, c, 3, 2)))
+        self.down = nn.Sequential(*blocks)
+        self.mid1 = ResnetBlock(cin, cin, None, 1e-6)
+        self.attn_norm = nn.GroupNorm(32, cin, eps=1e-6)
+        self.attn = CrossAttention(cin, 1, flash=False)  # the script enables flash on the U-Net
+        for proj in (self.attn.to_q, self.attn.to_k, self.attn.to_v):
+            proj.bias = nn.Parameter(torch.zeros(cin))
+        self.mid2 = ResnetBlock(cin, cin, None, 1e-6)
+        self.norm_out = nn.GroupNorm(32, cin, eps=1e-6)
+        self.conv_out = nn.Conv2d(cin, 8, 3, padding=1)
+        self.quant = nn.Conv2d(8, 8, 1)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.mid1(self.down(self.conv_in(images)))
+        b, c, h, w = x.shape
+        tokens = self.attn_norm(x).flatten(2).transpose(1, 2)
+        x = x + self.attn(tokens).transpose(1, 2).reshape(b, c, h, w)
+        moments = self.quant(self.conv_out(F.silu(self.norm_out(self.mid2(x)))))
+        mean, logvar = moments.chunk(2, dim=1)  # latent_dist.sample(), scaled
+        return (mean + torch.exp(0.5 * logvar) * torch.randn_like(mean)) * 0.18215
+
+
+class TextEncoder(nn.Module):
+    """SD 2's text encoder: OpenCLIP ViT-H/14's text tower less its last layer (23 pre-norm
+    layers, 1,024 wide, 16 heads, causal, 77 tokens)."""
+
+    def __init__(self, layers: int = 23, width: int = 1024, vocab: int = 49408) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, width)
+        self.positions = nn.Parameter(torch.zeros(77, width))
+        self.layers = nn.ModuleList(
+            PreNormLayer(width, width // 64, 4 * width) for _ in range(layers)
+        )
+        self.norm = nn.LayerNorm(width)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.tokens(ids) + self.positions
+        for layer in self.layers:
+            x = layer(x)
+        return self.norm(x)
+
+
+class StableDiffusionStep(nn.Module):
+    """What the diffusers PyTorch/XLA script does a step: the frozen VAE encodes the images
+    and the frozen text encoder the captions (forward only), the U-Net predicts the noise
+    added to the latents (epsilon), trained on the mean squared error."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.vae = VaeEncoder().requires_grad_(False)
+        self.text = TextEncoder().requires_grad_(False)
+        self.unet = DiffusionUNet()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        b = images.shape[0]
+        with torch.no_grad():
+            latents = self.vae(images)
+            context = self.text(torch.zeros(b, 77, dtype=torch.long))
+        noise = torch.randn_like(latents)
+        timesteps = torch.zeros(b, dtype=torch.long)
+        noisy = latents * 0.9 + noise * 0.4  # the scheduler's add_noise
+        return self.unet(noisy, timesteps, context) - noise
+
+
+def _denoising(out: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
+    return out.float().pow(2).mean()
+
+
 # -- the table's models --------------------------------------------------------------------------
 
 
@@ -427,6 +691,9 @@ RECIPES: dict[str, Recipe] = {
         _volumes(4, (192, 160), 4),
         _segment,
         "192x160",
+    ),
+    "sd2_base_unet_512": Recipe(
+        StableDiffusionStep, _images(512), _denoising, "512x512, VAE and text encoder forward"
     ),
     "mlperf_unet3d": Recipe(
         lambda: UNet(1, 3, (32, 64, 128, 256, 320, 320), 3),

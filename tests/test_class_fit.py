@@ -100,8 +100,9 @@ def test_the_class_factor_and_fusion_enter_the_figure() -> None:
 
 
 def test_a_regime_no_other_publisher_calibrates_is_a_bound() -> None:
-    """Without Google's MLPerf runs nothing calibrates XLA's fusion of a CNN on a TPU."""
-    runs = [r for r in load_published_runs(MODELS_TABLE) if r.source_group != "mlperf-google"]
+    """Without any TPU publisher's runs nothing calibrates XLA's fusion of a CNN on a TPU."""
+    tpu = {"mlperf-google", "diffusers-pytorch-xla"}
+    runs = [r for r in load_published_runs(MODELS_TABLE) if r.source_group not in tpu]
     fold = fit_without_error(runs, load_traffic(), CATALOGUE, default_fit())
     assert "xla" not in fold.fusions
     v4 = CATALOGUE.get("v4")
@@ -110,10 +111,22 @@ def test_a_regime_no_other_publisher_calibrates_is_a_bound() -> None:
     prediction = fold.predict(default_fit(), v4, traffic, "cnn", "tensorflow", "bf16")
     assert prediction is not None and not prediction.calibrated
     assert "XLA" in prediction.why_not
-    # Shipped, Google's runs calibrate it, but they alone: no error was measured for it.
+    # Shipped, two publishers' TPU runs calibrate it (Google's MLPerf, diffusers' PyTorch/XLA
+    # Stable Diffusion), so each was predicted from the other: a figure.
     shipped = default_class_fit().predict(default_fit(), v4, traffic, "cnn", "tensorflow", "bf16")
-    assert shipped is not None and not shipped.calibrated
-    assert "only mlperf-google's runs" in shipped.why_not
+    assert shipped is not None and shipped.calibrated
+    assert "fusion:xla" not in default_class_fit().unchecked
+    # With Google's runs alone, XLA's fusion is a term one publisher calibrates: a bound.
+    google = [
+        r for r in load_published_runs(MODELS_TABLE) if r.source_group != "diffusers-pytorch-xla"
+    ]
+    from gpu2tpu.pricing.class_fit import fit_classes
+
+    alone = fit_classes(google, load_traffic(), CATALOGUE, default_fit())
+    assert alone.unchecked.get("fusion:xla") == "mlperf-google"
+    single = alone.predict(default_fit(), v4, traffic, "cnn", "tensorflow", "bf16")
+    assert single is not None and not single.calibrated
+    assert "only mlperf-google's runs" in single.why_not
 
 
 def test_a_term_one_publisher_alone_calibrates_is_shown_as_a_bound() -> None:
@@ -192,7 +205,10 @@ def test_a_cnn_profile_states_the_error_of_the_model_that_made_its_figures() -> 
     torch.manual_seed(0)
     layers = [torch.nn.Conv2d(64, 64, 3, padding=1) for _ in range(4)]
     net = torch.nn.Sequential(*[m for conv in layers for m in (conv, torch.nn.ReLU())])
-    x = torch.randn(4, 64, 64, 64)  # 1.3e10 FLOPs a step: a CNN, not a small step
+    # bf16: an fp32 step is costed as TF32 on a GPU, which one publisher alone calibrates
+    # (a bound), and as fp32 on a TPU, which none does
+    net = net.to(torch.bfloat16)
+    x = torch.randn(4, 64, 64, 64, dtype=torch.bfloat16)  # 1.3e10 FLOPs a step: a CNN
 
     def step() -> None:
         net(x).sum().backward()
@@ -203,3 +219,31 @@ def test_a_cnn_profile_states_the_error_of_the_model_that_made_its_figures() -> 
     stated = result.comparison.expected_source
     assert stated == default_class_fit().source_line("cnn")
     assert default_fit().source_line() not in stated
+
+
+def test_the_stable_diffusion_step_has_the_published_shapes_and_counts() -> None:
+    """SD 2 base as diffusers configures it: the U-Net, the VAE encoder and the text encoder
+    have their published parameter counts; the step runs the frozen encoders forward only
+    (no gradient for them), and the table's FLOPs are the profiler's count of it."""
+    model, (images, targets), recipe = build("sd2_base_unet_512", 2)
+
+    def parameters(module: torch.nn.Module) -> int:
+        return sum(p.numel() for p in module.parameters())
+
+    assert parameters(model.unet) == 865_910_724  # UNet2DConditionModel, SD 2 base
+    assert parameters(model.vae) == 34_163_664  # AutoencoderKL's encoder and quant_conv
+    assert parameters(model.text) == 340_387_840  # CLIPTextModel, 23 layers
+    assert not any(p.requires_grad for p in [*model.vae.parameters(), *model.text.parameters()])
+    count = count_meta_step(model, (images,), {}, targets, recipe.loss, torch.bfloat16)
+    run = next(r for r in load_published_runs(MODELS_TABLE) if r.model.key == "sd2_base_unet_512")
+    assert count.flops / 2 == pytest.approx(run.flops_per_sample, rel=1e-4)
+    unet_only = count_meta_step(
+        model.unet,
+        (torch.empty(2, 4, 64, 64), torch.zeros(2, dtype=torch.long), torch.empty(2, 77, 1024)),
+        {},
+        None,
+        lambda out, _: out.float().pow(2).mean(),
+        torch.bfloat16,
+    )
+    # the encoders' forward is a third of the step's work: leaving it out would misstate it
+    assert 0.25 < 1 - unet_only.flops / count.flops < 0.4
