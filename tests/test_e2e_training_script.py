@@ -213,11 +213,13 @@ def test_the_original_is_what_the_checks_look_for() -> None:
 
 def cuda_only_selection(text: str, entry: str) -> bool:
     """`if <device>.type == "cuda":` around `set_device_index(local_rank)`, or `<rank> if
-    <device>.type == "cuda" else ...` (DDP's `device_ids`, `.to(rank)`): the rewrite selects a
-    rank's device index on CUDA only (a TPU process owns index 0), on purpose."""
+    <device>.type == "cuda" else ...` (DDP's `device_ids`, `.to(rank)`, the rank's device
+    string of a device choice, where the device is `torch.accelerator.current_accelerator()`):
+    the rewrite selects a rank's device index on CUDA only (a TPU process owns index 0), on
+    purpose."""
     number, _, line = entry.partition(": ")
     following = text.splitlines()[int(number)] if int(number) < len(text.splitlines()) else ""
-    if re.search(r' if \w+\.type == "cuda" else ', line):
+    if re.search(r' if [\w.()]+\.type == "cuda" else ', line):
         return True
     return (
         re.fullmatch(r'if \w+\.type == "cuda":', line) is not None

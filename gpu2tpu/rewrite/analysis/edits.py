@@ -486,13 +486,22 @@ def _device_kind(node: cst.CSTNode) -> str | None:
     (a library module's device is a function)."""
     if isinstance(node, cst.Attribute) and node.attr.value == "type":
         node = node.value
+    if isinstance(node, cst.IfExp) and _current_accelerator(node.body):
+        # the same for a torch without `torch.accelerator` (rewrite/core/torch_compat.py)
+        return code_for(node)
+    if _current_accelerator(node):
+        return code_for(node)  # `torch.accelerator.current_accelerator()`, as G2T103 writes
     if isinstance(node, cst.Call) and not node.args:
         node = node.func
-        # `torch.accelerator.current_accelerator()`, as G2T103 writes in a device choice
-        name = dotted_name(node)
-        if name is not None and name.endswith("accelerator.current_accelerator"):
-            return name
     return node.value if isinstance(node, cst.Name) else None
+
+
+def _current_accelerator(node: cst.CSTNode) -> bool:
+    """`torch.accelerator.current_accelerator()` (any alias of torch), no arguments."""
+    if not isinstance(node, cst.Call) or node.args:
+        return False
+    name = dotted_name(node.func)
+    return name is not None and name.endswith("accelerator.current_accelerator")
 
 
 def cuda_only_choice(node: cst.CSTNode) -> bool:

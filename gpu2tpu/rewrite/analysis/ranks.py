@@ -18,6 +18,10 @@ import ast
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
+import libcst as cst
+
+from .literals import cuda_format_call, cuda_literal, last_segment
+
 if TYPE_CHECKING:
     from ..rules.base import RuleContext
 
@@ -126,3 +130,23 @@ def _qualified(func: ast.AST, imports: dict[str, str]) -> str | None:
     if head is None:
         return None
     return ".".join([head, *reversed(parts)])
+
+
+def rank_index(ctx: RuleContext, value: cst.BaseExpression) -> bool:
+    """Whether an index is the process's rank (`local_rank`, a value the module uses as
+    DDP's `device_ids`), which a TPU process does not have."""
+    if last_segment(value) in device_index_names(ctx):
+        return True
+    return ctx.flow.refers_to_rank(value, index_only=True)
+
+
+def rank_string(ctx: RuleContext, literal: cst.CSTNode) -> bool:
+    """Whether a device string's index is the process's rank: `f"cuda:{local_rank}"`,
+    `"cuda:{}".format(args.local_rank)`."""
+    index: cst.CSTNode | None = None
+    if isinstance(literal, cst.FormattedString) and cuda_literal(literal):
+        part = literal.parts[1]
+        index = part.expression if isinstance(part, cst.FormattedStringExpression) else None
+    elif isinstance(literal, cst.Call) and cuda_format_call(literal) is not None:
+        index = literal.args[0].value
+    return isinstance(index, cst.BaseExpression) and rank_index(ctx, index)

@@ -46,7 +46,7 @@ from ..analysis.literals import (
     string_value,
 )
 from ..analysis.names import defines_attribute, is_torch_device_call
-from ..analysis.ranks import device_index_names
+from ..analysis.ranks import device_index_names, rank_index, rank_string
 from ..analysis.values import DeviceUse, module_values
 from ..core.model import Safety
 from .base import Rule, RuleContext, own_device_kind
@@ -185,26 +185,6 @@ class CudaMethod(Rule):
         if isinstance(receiver, cst.Name) and receiver.value in ("self", "cls"):
             return True
         return isinstance(receiver, cst.Call) and is_name(receiver.func, "super")
-
-
-def rank_index(ctx: RuleContext, value: cst.BaseExpression) -> bool:
-    """Whether an index is the process's rank (`local_rank`, a value the module uses as
-    DDP's `device_ids`), which a TPU process does not have."""
-    if last_segment(value) in device_index_names(ctx):
-        return True
-    return ctx.flow.refers_to_rank(value, index_only=True)
-
-
-def rank_string(ctx: RuleContext, literal: cst.CSTNode) -> bool:
-    """Whether a device string's index is the process's rank: `f"cuda:{local_rank}"`,
-    `"cuda:{}".format(args.local_rank)`."""
-    index: cst.CSTNode | None = None
-    if isinstance(literal, cst.FormattedString) and cuda_literal(literal):
-        part = literal.parts[1]
-        index = part.expression if isinstance(part, cst.FormattedStringExpression) else None
-    elif isinstance(literal, cst.Call) and cuda_format_call(literal) is not None:
-        index = literal.args[0].value
-    return isinstance(index, cst.BaseExpression) and rank_index(ctx, index)
 
 
 class CudaDeviceString(Rule):

@@ -22,7 +22,7 @@ from ..analysis.literals import (
     string_value,
 )
 from ..analysis.names import is_torch_device_call, module_level_alias
-from ..analysis.ranks import device_index_names
+from ..analysis.ranks import device_index_names, rank_string
 from ..core.model import Safety, Severity
 from .base import Fix, Rule, RuleContext
 
@@ -482,9 +482,12 @@ class LocalRankDevice(Rule):
             if isinstance(value, cst.IfExp) and (
                 _indexed_device_string(value.body) or _indexed_device_string(value.orelse)
             ):
-                # `f"cuda:{rank}" if available else "cpu"`: G2T102 writes the device type
-                # before the rank there (as a later run reads it), not the rank on CUDA only
-                return False
+                # `f"cuda:{rank}" if torch.cuda.is_available() else "cpu"`: G2T103's fix
+                # keeps the rank on CUDA only (a later run reads that form as CUDA-only
+                # above); an index that is not the rank, or a choice left as it is, does not
+                return id(value) in fixed and (
+                    rank_string(ctx, value.body) or rank_string(ctx, value.orelse)
+                )
             if id(value) in fixed:
                 return True  # what a fix of this run rewrites
             if isinstance(value, cst.IfExp):
