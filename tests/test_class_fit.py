@@ -247,3 +247,37 @@ def test_the_stable_diffusion_step_has_the_published_shapes_and_counts() -> None
     )
     # the encoders' forward is a third of the step's work: leaving it out would misstate it
     assert 0.25 < 1 - unet_only.flops / count.flops < 0.4
+
+
+def test_the_forecast_costs_a_cnn_op_by_op_as_the_profiler_does() -> None:
+    """A compiled CNN target is priced with the op-by-op model from the step counted on the
+    meta device (one answer: the profiler's figure for the same features), on the TPU and on
+    the GPU rows beside it, and states that model's error, not the LLM fit's."""
+    from gpu2tpu.forecasting.forecast import _features, _gpu_row, _price
+    from gpu2tpu.forecasting.result import TargetForecast
+
+    torch.manual_seed(0)
+    layers = [torch.nn.Conv2d(64, 64, 3, padding=1) for _ in range(4)]
+    net = torch.nn.Sequential(*[m for conv in layers for m in (conv, torch.nn.ReLU())])
+    x = torch.randn(4, 64, 64, 64)
+    step = count_meta_step(net, (x,), {}, None, lambda out, _: out.float().sum(), torch.bfloat16)
+    assert step.model_class == "cnn" and step.precision == "bf16"
+    v5e = CATALOGUE.get("v5e")
+    target = TargetForecast(
+        target="v5e", name=v5e.name, topology="v5e:1x1", chips=1, devices_per_chip=1,
+        status="compiled", batch=4, flops=step.flops, bytes_accessed=step.bytes_accessed / 4,
+        memory_per_chip=2**30, available_per_chip=15 * 2**30, fits=True,
+    )  # fmt: skip
+    _price(target, v5e, None, "on_demand", None, step)
+    by_op = expected_step_by_op(_features(target, v5e, 1, None, step), v5e)
+    assert by_op is not None and by_op.kind == "expected"
+    assert target.expected_seconds == pytest.approx(by_op.seconds)
+    assert target.expected_source == default_class_fit().source_line("cnn")
+    assert default_fit().source_line() != target.expected_source
+    # without the count (a model the meta device cannot run) it is the LLM fit's figure
+    _price(target, v5e, None, "on_demand", None, None)
+    assert target.expected_source in (None, default_fit().source_line())
+    assert target.expected_seconds != pytest.approx(by_op.seconds)
+    _price(target, v5e, None, "on_demand", None, step)
+    gpu = _gpu_row(target, CATALOGUE.get("h100"), 4, None, "on_demand", None, step)
+    assert gpu.time_kind == "expected"

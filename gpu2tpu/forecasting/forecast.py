@@ -712,12 +712,15 @@ def _assemble(
     notes += _fit_verdicts(job, results)
     if interrupted:
         notes.append(_interrupted_note(results))
+    # the accuracy stated beside the expected rows is that of the fit that made them
+    sources = list(dict.fromkeys(t.expected_source for t in results if t.expected_source))
     comparison = Comparison.from_rows(
         rows,
         catalogue=job.catalogue,
         price=job.price,
         workload={"samples_per_step": batch, "tokens_per_step": job.tokens_per_step},
         title=f"gpu2tpu forecast: {type(model).__name__}, batch {batch}",
+        expected_source="; ".join(sources) if sources else None,
     )
     return Forecast(
         model=type(model).__name__,
@@ -1439,9 +1442,9 @@ def _price(
     """The roofline bound, the expected step time and the costs (from the expected time),
     on the catalogue's figures for `chip`. The expected time is never below libtpu's own
     estimate of the step nor below the per-step `floor` (pricing/step_floor.py)."""
+    from ..pricing.class_fit import expected_step_by_op
     from ..pricing.cost import cost_per_million_tokens, cost_per_step, roofline_seconds
     from ..pricing.step_floor import apply_floor, compiler_floor
-    from ..pricing.utilisation import expected_step
 
     result.step_seconds = result.compute_seconds = result.memory_seconds = None
     result.collective_seconds = None
@@ -1449,6 +1452,7 @@ def _price(
     result.expected_seconds = result.expected_low = result.expected_high = None
     result.expected_utilisation = result.expected_limited_by = None
     result.expected_framework = result.expected_ceiling_seconds = None
+    result.expected_source = None
     result.floor_seconds = None
     result.expected_notes = []
     if result.status != "compiled":
@@ -1467,7 +1471,10 @@ def _price(
         roofline_seconds(flops_chip, bytes_chip, chip), result.collective_seconds or 0.0
     )
     result.bound_cost_per_step = cost_per_step(result.step_seconds, chip, result.chips, price)
-    expected = expected_step(_features(result, chip, result.chips, tokens_per_step, step), chip)
+    # a CNN, encoder or U-Net whose step was counted is costed op by op, as the profiler
+    # costs it (pricing/class_fit.py); any other step by the LLM fit
+    features = _features(result, chip, result.chips, tokens_per_step, step)
+    expected = expected_step_by_op(features, chip)
     seconds = result.step_seconds
     if expected is not None:
         expected = apply_floor(
@@ -1489,6 +1496,7 @@ def _price(
         result.expected_high, result.expected_utilisation = expected.high, expected.utilisation
         result.expected_framework = expected.framework
         result.expected_ceiling_seconds = expected.ceiling_seconds
+        result.expected_source = expected.source
         result.expected_limited_by, result.expected_notes = (
             expected.limited_by,
             list(expected.notes),
@@ -1531,6 +1539,7 @@ def _features(
         attention=kind,
         bytes_per_chip=max(0.0, (reference.bytes_accessed or 0.0) / chips),
         collective_seconds=collective if chip.key == reference.target else None,
+        traffic=step.traffic(chips) if step is not None else None,
         **{
             **(step.fit_inputs(chip.kind) if step is not None else {}),
             "matmul_share": getattr(reference, "matmul_share", None),  # the compiler's
@@ -1632,10 +1641,10 @@ def _gpu_row(
     bytes: the roofline bound on the GPU's peaks, and the expected time at the utilisation
     published GPU runs reach (the GPU's own, not the TPU's), never below the per-step
     `floor` (then the row is that floor, a bound)."""
+    from ..pricing.class_fit import expected_step_by_op
     from ..pricing.compare import ComparisonRow
     from ..pricing.cost import roofline_seconds
     from ..pricing.step_floor import apply_floor
-    from ..pricing.utilisation import expected_step
     from ..views.format import format_seconds
 
     assert reference.flops is not None and reference.bytes_accessed is not None
@@ -1643,7 +1652,7 @@ def _gpu_row(
     bound = roofline_seconds(
         max(0.0, reference.flops / chips), max(0.0, reference.bytes_accessed / chips), gpu
     )
-    expected = expected_step(_features(reference, gpu, chips, tokens_per_step, step), gpu)
+    expected = expected_step_by_op(_features(reference, gpu, chips, tokens_per_step, step), gpu)
     if expected is not None:
         expected = apply_floor(expected, floor)
     floored = expected is not None and floor is not None and expected.limited_by == floor.kind

@@ -86,6 +86,9 @@ class TargetForecast:
     expected_notes: list[str] = field(default_factory=list)
     expected_framework: str | None = None
     expected_ceiling_seconds: float | None = None
+    # What made the expected figure and how sure it is (the fit's own line: the LLM fit's,
+    # or for a CNN, encoder or U-Net the op-by-op model's error on publishers it never saw).
+    expected_source: str | None = None
     # The per-step floor or libtpu's estimate, where longer than the expected compute: the
     # row is then that bound (pricing/step_floor.py).
     floor_seconds: float | None = None
