@@ -380,7 +380,7 @@ def test_a_forecast_interrupted_says_so_in_every_view_even_when_nothing_was_lost
 
     from rich.console import Console
 
-    from gpu2tpu.forecasting.forecast import _interrupted_note
+    from gpu2tpu.forecasting.result import interruption_note
 
     forecast = make_forecast()
     targets = [
@@ -388,7 +388,7 @@ def test_a_forecast_interrupted_says_so_in_every_view_even_when_nothing_was_lost
         for t in forecast.targets
     ]
     forecast = dataclasses.replace(
-        forecast, targets=targets, interrupted=True, notes=[_interrupted_note(targets)]
+        forecast, targets=targets, interrupted=True, notes=[interruption_note(targets)]
     )
     console = Console(width=400, record=True)
     console.print(forecast)

@@ -67,7 +67,7 @@ from .isolate import PoolJob, can_fork, jax_started, run_pool, wait_for
 from .lowering import ATTENTION_MODES
 from .optimizers import OptimizerPlan, UnsupportedOptimizer, plan_optimizer, to_optax
 from .progress import ForecastProgress, format_clock
-from .result import Forecast, TargetForecast
+from .result import Forecast, TargetForecast, interruption_note
 from .slices import anchored, basis_batch, basis_topology
 
 if TYPE_CHECKING:
@@ -646,14 +646,6 @@ def _unfinished(
     )
 
 
-def _interrupted_note(results: list[TargetForecast]) -> str:
-    """What Ctrl-C cost: the targets it stopped, or none when it landed after the last one."""
-    stopped = [t.label for t in results if t.status == "interrupted"]
-    if not stopped:
-        return "Interrupted (Ctrl-C) after every target had finished: nothing was lost."
-    return f"Interrupted (Ctrl-C): {', '.join(stopped)} not forecast (marked 'interrupted')."
-
-
 def _assemble(
     job: _Job,
     results: list[TargetForecast],
@@ -711,7 +703,7 @@ def _assemble(
     notes += _lowering_notes(results)
     notes += _fit_verdicts(job, results)
     if interrupted:
-        notes.append(_interrupted_note(results))
+        notes.append(interruption_note(results))
     # the accuracy stated beside the expected rows is that of the fit that made them
     sources = list(dict.fromkeys(t.expected_source for t in results if t.expected_source))
     comparison = Comparison.from_rows(

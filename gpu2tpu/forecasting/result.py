@@ -266,6 +266,14 @@ class TargetForecast:
         return cls(**fields)
 
 
+def interruption_note(targets: list[TargetForecast]) -> str:
+    """What Ctrl-C cost: the targets it stopped, or none when it landed after the last one."""
+    stopped = [t.label for t in targets if t.status == "interrupted"]
+    if not stopped:
+        return "Interrupted (Ctrl-C) after every target had finished: nothing was lost."
+    return f"Interrupted (Ctrl-C): {', '.join(stopped)} not forecast (marked 'interrupted')."
+
+
 @dataclass
 class Forecast(ComparisonExports):
     """What the forecast found for each target, and the comparison table built from it.
@@ -454,7 +462,7 @@ class Forecast(ComparisonExports):
         ]
         lines += problems
         if self.interrupted:
-            lines += [f"  {note}" for note in self.notes if note.startswith("Interrupted")]
+            lines.append(f"  {interruption_note(self.targets)}")
         for t in self.targets:
             if t.fit is not None:
                 lines.append(f"  {t.label} does not fit at batch {t.batch}:")
@@ -493,7 +501,7 @@ class Forecast(ComparisonExports):
                     f"[yellow]{t.label}[/yellow] does not fit at batch {t.batch}:\n{lines}"
                 )
         if self.interrupted:
-            parts += [escape(note) for note in self.notes if note.startswith("Interrupted")]
+            parts.append(escape(interruption_note(self.targets)))
         parts.append(self.comparison.__rich__())
         return Group(*parts)
 

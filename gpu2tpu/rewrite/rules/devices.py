@@ -46,7 +46,7 @@ from ..analysis.literals import (
     string_value,
 )
 from ..analysis.names import defines_attribute, is_torch_device_call
-from ..analysis.ranks import device_index_names, rank_index, rank_string
+from ..analysis.ranks import rank_index, rank_string
 from ..analysis.values import DeviceUse, module_values
 from ..core.model import Safety
 from .base import Rule, RuleContext, own_device_kind
@@ -165,11 +165,7 @@ class CudaMethod(Rule):
     def _rank_index(self, value: cst.BaseExpression) -> bool:
         """Whether `.cuda(value)` picks the process's GPU by its rank (`local_rank`, the DDP
         tutorial's `self.gpu_id`): kept on CUDA, the module's device elsewhere."""
-        if is_cuda_only(value):
-            return False
-        if last_segment(value) in device_index_names(self.ctx):
-            return True
-        return self.ctx.flow.refers_to_rank(value, index_only=True)
+        return not is_cuda_only(value) and rank_index(self.ctx, value)
 
     def _is_storage(self, receiver: cst.CSTNode) -> bool:
         if isinstance(receiver, cst.Call) and attribute_named(receiver.func, *STORAGE_METHODS):
@@ -347,7 +343,7 @@ class CudaDeviceString(Rule):
             )
             return
 
-        rank = self._rank_string(literal)
+        rank = rank_string(self.ctx, literal)
         parens = needs_parentheses(self, literal)
 
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
@@ -397,12 +393,6 @@ class CudaDeviceString(Rule):
     def _is_cuda_string(node: cst.CSTNode) -> bool:
         return cuda_literal(node) or cuda_format_call(node) is not None
 
-    def _rank_index(self, value: cst.BaseExpression) -> bool:
-        return rank_index(self.ctx, value)
-
-    def _rank_string(self, literal: cst.CSTNode) -> bool:
-        return rank_string(self.ctx, literal)
-
     def _torch_device(self, node: cst.Call) -> None:
         parent = self.parent(node)
         if isinstance(parent, cst.Call) and is_torch_device_call(self.ctx, parent):
@@ -419,7 +409,7 @@ class CudaDeviceString(Rule):
             if cuda_string_index(literal) != "":
                 return
             ctx = self.ctx
-            if self._rank_index(index.value):
+            if rank_index(self.ctx, index.value):
                 # torch.device("cuda", local_rank): the rank's GPU on CUDA; a TPU process owns
                 # one chip, so the module's device elsewhere (as `.to(rank)`, G2T407)
                 self._rank_device(
@@ -429,7 +419,7 @@ class CudaDeviceString(Rule):
             # torch.device("cuda", i) -> torch.device(device.type, i)
             self.report(literal, message, fix=lambda updated: ctx.device_type(), uses_device=True)
             return
-        if self._rank_string(literal):
+        if rank_string(self.ctx, literal):
             # torch.device(f"cuda:{local_rank}"): as `torch.device("cuda", local_rank)`
             ctx = self.ctx
             self._rank_device(
@@ -499,7 +489,7 @@ class CudaDeviceString(Rule):
             return
 
         cpu = string_literal(self, literal, "cpu")
-        rank = self._rank_string(literal)
+        rank = rank_string(self.ctx, literal)
 
         def fix(updated: cst.CSTNode) -> cst.CSTNode:
             indexed = indexed_device_string(ctx, updated)
