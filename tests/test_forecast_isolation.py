@@ -139,7 +139,7 @@ print("statuses", [t.status for t in result.targets])
 @pytest.mark.slow
 def test_a_notebook_shows_a_live_status_per_target(tmp_path: Path) -> None:
     import nbformat
-    from nbclient import NotebookClient
+    from jupyter_kernels import NotebookClient
 
     class Recording(NotebookClient):
         """Keeps every display message the kernel sends, updates included."""

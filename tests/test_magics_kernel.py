@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 import notebooks_factory as nbf
 import pytest
-from nbclient import NotebookClient
+from jupyter_kernels import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from gpu2tpu.rewrite.core.model import Options

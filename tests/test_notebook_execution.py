@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import notebooks_factory as nbf
 import pytest
-from nbclient import NotebookClient
+from jupyter_kernels import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from gpu2tpu.rewrite.core.model import Options
@@ -93,3 +93,29 @@ def test_rewritten_notebook_runs_to_the_end_and_the_original_stops(tmp_path: Pat
     assert "loss " in _stdout(cells[4]) and "Wall time" in _stdout(cells[4])
     assert "shell works" in _stdout(cells[5]) and "torch.bfloat16" in _stdout(cells[5])
     assert _stdout(cells[6]).strip() == "done True"
+
+
+def test_a_kernel_that_died_binding_a_taken_port_is_started_again(tmp_path: Path) -> None:
+    """The race CI meets (another process takes a port jupyter_client found free), made
+    certain: the first kernel is told to bind a port this test holds, dies, and the client
+    starts a fresh kernel on fresh ports; the notebook then runs."""
+    import socket
+
+    from jupyter_client.manager import AsyncKernelManager
+
+    nb = nbformat.reads(nbf.jupyter_text(nbf.notebook([nbf.code("print(6 * 7)")])), 4)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        km = AsyncKernelManager(kernel_name="python3", shell_port=held.getsockname()[1])
+        km.cache_ports = False  # else jupyter_client picks the ports itself
+        client = NotebookClient(
+            nb,
+            km=km,
+            timeout=120,
+            startup_timeout=60,
+            resources={"metadata": {"path": str(tmp_path)}},
+        )
+        client.execute()
+    assert client.kernel_restarts == 1
+    assert _stdout(nb.cells[0]) == "42\n"

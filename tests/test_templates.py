@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+from jupyter_kernels import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from gpu2tpu.backends.base import has_module

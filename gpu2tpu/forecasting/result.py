@@ -270,8 +270,10 @@ def interruption_note(targets: list[TargetForecast]) -> str:
     """What Ctrl-C cost: the targets it stopped, or none when it landed after the last one."""
     stopped = [t.label for t in targets if t.status == "interrupted"]
     if not stopped:
-        return "Interrupted (Ctrl-C) after every target had finished: nothing was lost."
-    return f"Interrupted (Ctrl-C): {', '.join(stopped)} not forecast (marked 'interrupted')."
+        return "Forecast interrupted (Ctrl-C) after every target had finished: nothing was lost."
+    return (
+        f"Forecast interrupted (Ctrl-C): {', '.join(stopped)} not forecast (marked 'interrupted')."
+    )
 
 
 @dataclass
