@@ -36,18 +36,24 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpu2tpu.pricing.catalogue import HardwareCatalogue
 from gpu2tpu.pricing.published import ModelShape, PublishedRun, load_published_runs
 from gpu2tpu.pricing.utilisation import (
     RANGE_QUANTILES,
+    RIDGE,
+    HeldOutError,
     StepFeatures,
     UtilisationFit,
     default_fit,
     expected_step,
     fit_utilisation,
+    leave_one_source_out,
+    nested_cross_source,
 )
+from gpu2tpu.pricing.utilisation import configuration_errors as fit_configuration_errors
 
 GOAL_MEDIAN, GOAL_WORST = 0.15, 0.35
 
@@ -328,13 +334,40 @@ def held_out_split(catalogue: HardwareCatalogue) -> list[Comparison]:
     return [analytic(r, catalogue, fit) for r in runs if r.held_out]
 
 
+def _median_worst(predictions: Iterable[HeldOutError]) -> str:
+    errors = sorted(abs(e) for e in fit_configuration_errors(predictions).values())
+    return f"median |error| {statistics.median(errors):.1%}, worst {errors[-1]:.1%}"
+
+
+def ridge_sweep(group: str, catalogue: HardwareCatalogue) -> int:
+    """Each candidate penalty on one group of terms, by the plain cross-source error (which
+    sees every source when choosing) and chosen inside each fold (which does not)."""
+    runs = list(load_published_runs())
+    candidates = (0.1, 0.3, 1.0, 3.0)
+    for value in candidates:
+        plain = leave_one_source_out(runs, catalogue, {group: value})
+        print(f"{group} ridge {value:g}: cross-source {_median_worst(plain)}")
+    nested, chosen = nested_cross_source(runs, catalogue, candidates, group=group)
+    picks = ", ".join(f"{g} {r:g}" for g, r in chosen.items())
+    print(f"chosen inside each fold: {_median_worst(nested)}; per source: {picks}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--compile", action="store_true", help="compile TPU rows for real")
     parser.add_argument("--rows", default="", help="comma-separated substrings of run ids")
     parser.add_argument("--chips", type=int, default=8, help="slice size for --compile")
+    parser.add_argument(
+        "--ridge-of",
+        metavar="GROUP",
+        help="try other ridge penalties on one group of terms (framework, chip, class, size, "
+        "dcn): the plain and the nested cross-source error of each",
+    )
     args = parser.parse_args(argv)
     catalogue = HardwareCatalogue.load()
+    if args.ridge_of:
+        return ridge_sweep(args.ridge_of, catalogue)
     fit = default_fit()
     started = time.perf_counter()
     if args.compile:
@@ -379,6 +412,12 @@ def main(argv: list[str] | None = None) -> int:
             f"Held-out split ({n} configurations, no fitted twin): median |error| "
             f"{median:.1%}, worst {worst:.1%}"
         )
+    nested, chosen = nested_cross_source(list(load_published_runs()), catalogue)
+    picks = ", ".join(f"{g} {r:g}" for g, r in chosen.items())
+    print(
+        f"Ridge chosen inside each fold (nested): {_median_worst(nested)}; the shipped "
+        f"{RIDGE:g} was chosen on every source; per source: {picks}"
+    )
     met = True
     for name in ("all", "TPU", "GPU", "PyTorch (any)"):
         if name in stats:

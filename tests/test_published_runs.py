@@ -33,11 +33,13 @@ from gpu2tpu.pricing.published import (
 from gpu2tpu.pricing.utilisation import (
     ATTENTION_RATE_BOUNDS,
     RANGE_QUANTILES,
+    RIDGE,
     StepFeatures,
     default_fit,
     default_framework,
     expected_step,
     fit_utilisation,
+    nested_cross_source,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -266,6 +268,45 @@ def test_cross_source_predictions_never_see_their_own_source():
         if h.run.source_group == group:  # its prediction came from the other sources
             assert h.expected_tokens_per_s == pytest.approx(before[h.run.id])
     assert refit.coefficients != fit.coefficients  # the shipped fit uses every run
+
+
+def test_a_penalty_for_one_group_of_terms_moves_that_group_only():
+    plain = utilisation._bare_fit(RUNS, CATALOGUE)
+    same = utilisation._bare_fit(RUNS, CATALOGUE, {"framework": RIDGE})
+    assert same.coefficients == pytest.approx(plain.coefficients)
+    pinned = utilisation._bare_fit(RUNS, CATALOGUE, {"framework": 1e9})
+    frameworks = [k for k in plain.coefficients if k.startswith("framework:")]
+    assert frameworks and all(abs(plain.coefficients[k]) > 0.01 for k in frameworks)
+    assert all(abs(pinned.coefficients[k]) < 1e-6 for k in frameworks)
+    design = utilisation._design(utilisation._training_points(RUNS, CATALOGUE), {"framework": 5})
+    penalties = {design.names[i]: p for i, p in design.penalties}
+    assert {n for n, p in penalties.items() if p == 5} == set(frameworks)
+    assert {p for n, p in penalties.items() if n not in frameworks} == {RIDGE}
+
+
+@pytest.mark.slow  # 120 refits
+def test_the_nested_check_chooses_the_ridge_without_the_source_it_predicts():
+    """With the shipped penalty as the only candidate the nested check is the plain
+    cross-source error; with several, a source's own figures change neither the penalty it is
+    predicted with nor its predictions (they were chosen and fitted on the others)."""
+    fit = default_fit()
+    plain, chosen = nested_cross_source(RUNS, CATALOGUE, candidates=(RIDGE,))
+    assert set(chosen.values()) == {RIDGE}
+    before = {h.run.id: h.expected_tokens_per_s for h in fit.cross_source}
+    assert {h.run.id: h.expected_tokens_per_s for h in plain} == pytest.approx(before)
+
+    group = "pytorch-fsdp-blog"
+    changed = [replace(r, value=r.value * 3) if r.source_group == group else r for r in RUNS]
+    nested, picks = nested_cross_source(RUNS, CATALOGUE, candidates=(0.1, 10.0))
+    moved, moved_picks = nested_cross_source(changed, CATALOGUE, candidates=(0.1, 10.0))
+    assert picks[group] == moved_picks[group]
+    ours = {h.run.id: h.expected_tokens_per_s for h in nested if h.run.source_group == group}
+    theirs = {h.run.id: h.expected_tokens_per_s for h in moved if h.run.source_group == group}
+    assert ours and theirs == pytest.approx(ours)
+    # ... while the sources whose inner folds saw the change may be predicted differently
+    assert {h.run.id: h.expected_tokens_per_s for h in moved} != pytest.approx(
+        {h.run.id: h.expected_tokens_per_s for h in nested}
+    )
 
 
 def test_the_held_out_split_is_fitted_without_its_configurations():

@@ -55,9 +55,11 @@ from .published import FRAMEWORKS, MODEL_CLASSES, PRECISIONS, PublishedRun, load
 RANGE_QUANTILES = (0.1, 0.9)
 # Ridge penalty on every effect but the intercept, the GPU term, the machine balance and the
 # attention slope, in units of configurations (the fit's weights sum to the configurations).
-# Chosen once among 0.3, 1 and 3 by the cross-source error: the error printed is therefore a
-# little optimistic (docs/forecast.md says so).
+# Chosen once among RIDGE_CANDIDATES by the cross-source error, which thereby saw every source;
+# `nested_cross_source` measures what that choice flatters (docs/forecast.md has the figures).
 RIDGE = 1.0
+# The penalties `nested_cross_source` chooses among inside each fold.
+RIDGE_CANDIDATES = (0.3, 1.0, 3.0)
 # The attention rate r (attention products per second over dense-matmul FLOPs per second) is
 # fitted within these bounds: an attention kernel does the same products plus its softmax on
 # the vector units, so it runs no faster than the dense matmuls.
@@ -322,11 +324,7 @@ class UtilisationFit:
 
     def configuration_errors(self, which: str = "cross_source") -> dict[tuple[object, ...], float]:
         """One signed error per configuration: the geometric mean of its runs' errors."""
-        rows = self.cross_source if which == "cross_source" else self.held_out
-        grouped: dict[tuple[object, ...], list[float]] = defaultdict(list)
-        for h in rows:
-            grouped[h.run.configuration].append(math.log1p(h.error))
-        return {key: math.expm1(statistics.fmean(v)) for key, v in grouped.items()}
+        return configuration_errors(self.cross_source if which == "cross_source" else self.held_out)
 
     @property
     def median_error(self) -> float:
@@ -348,6 +346,14 @@ class UtilisationFit:
             f"{RANGE_QUANTILES[1] - RANGE_QUANTILES[0]:.0%} of those predictions. A bound "
             "(>=) is the time at 100% of peak."
         )
+
+
+def configuration_errors(rows: Iterable[HeldOutError]) -> dict[tuple[object, ...], float]:
+    """One signed error per configuration: the geometric mean of its runs' errors."""
+    grouped: dict[tuple[object, ...], list[float]] = defaultdict(list)
+    for h in rows:
+        grouped[h.run.configuration].append(math.log1p(h.error))
+    return {key: math.expm1(statistics.fmean(v)) for key, v in grouped.items()}
 
 
 def _numeric(point: _Point) -> dict[str, float]:
@@ -405,10 +411,21 @@ class _Design:
     names: tuple[str, ...]
     rows: tuple[tuple[tuple[tuple[int, float], ...], float, float, float], ...]
     normal: tuple[tuple[float, ...], ...]
-    penalised: tuple[int, ...]
+    penalties: tuple[tuple[int, float], ...]  # (term, its ridge penalty)
 
 
-def _design(points: Sequence[tuple[_Point, float, float]]) -> _Design:
+# A ridge penalty: one for every penalised term, or one per group of terms ("framework",
+# "chip", "class", "precision", "size", "dcn"), RIDGE for a group not named.
+Ridge = float | Mapping[str, float]
+
+
+def _penalty(ridge: Ridge, name: str) -> float:
+    if isinstance(ridge, Mapping):
+        return ridge.get(name.split(":")[0], RIDGE)
+    return ridge
+
+
+def _design(points: Sequence[tuple[_Point, float, float]], ridge: Ridge) -> _Design:
     names = ["intercept", *_NUMERIC]
     for point, _, _ in points:
         for prefix, level in _levels(point).items():
@@ -430,10 +447,12 @@ def _design(points: Sequence[tuple[_Point, float, float]]) -> _Design:
         for i, vi in nonzero:
             for j, vj in nonzero:
                 normal[i][j] += weight * vi * vj
-    penalised = tuple(i for n, i in index.items() if ":" in n or n in _PENALISED_NUMERIC)
-    for i in penalised:
-        normal[i][i] += RIDGE
-    return _Design(tuple(names), tuple(rows), tuple(tuple(r) for r in normal), penalised)
+    penalties = tuple(
+        (i, _penalty(ridge, n)) for n, i in index.items() if ":" in n or n in _PENALISED_NUMERIC
+    )
+    for i, penalty in penalties:
+        normal[i][i] += penalty
+    return _Design(tuple(names), tuple(rows), tuple(tuple(r) for r in normal), penalties)
 
 
 def _coefficients(design: _Design, rate: float) -> tuple[list[float], float]:
@@ -451,13 +470,15 @@ def _coefficients(design: _Design, rate: float) -> tuple[list[float], float]:
         w * (y - sum(solution[i] * v for i, v in nz)) ** 2
         for (nz, _, _, w), y in zip(design.rows, targets, strict=True)
     )
-    return solution, loss + RIDGE * sum(solution[i] ** 2 for i in design.penalised)
+    return solution, loss + sum(p * solution[i] ** 2 for i, p in design.penalties)
 
 
-def _fit_coefficients(points: Sequence[tuple[_Point, float, float]]) -> dict[str, float]:
+def _fit_coefficients(
+    points: Sequence[tuple[_Point, float, float]], ridge: Ridge
+) -> dict[str, float]:
     """The coefficients and the attention rate that minimise the penalised loss (the rate by
     golden-section search on its logarithm, within `ATTENTION_RATE_BOUNDS`)."""
-    design = _design(points)
+    design = _design(points, ridge)
 
     def loss(log_rate: float) -> float:
         return _coefficients(design, math.exp(log_rate))[1]
@@ -497,13 +518,15 @@ def _training_points(
     return points
 
 
-def _bare_fit(runs: Sequence[PublishedRun], catalogue: HardwareCatalogue) -> UtilisationFit:
+def _bare_fit(
+    runs: Sequence[PublishedRun], catalogue: HardwareCatalogue, ridge: Ridge = RIDGE
+) -> UtilisationFit:
     points = _training_points(runs, catalogue)
     if not points:
         raise ValueError("no published run can be fitted: the table is empty.")
     sizes = [p.parameters for p, _, _ in points if p.parameters]
     return UtilisationFit(
-        coefficients=_fit_coefficients(points),
+        coefficients=_fit_coefficients(points, ridge),
         fitted_runs=len(points),
         frameworks=frozenset(p.framework for p, _, _ in points),
         model_classes=frozenset(p.model_class for p, _, _ in points),
@@ -526,7 +549,7 @@ def _predict(fit: UtilisationFit, run: PublishedRun, catalogue: HardwareCatalogu
 
 
 def leave_one_source_out(
-    runs: Sequence[PublishedRun], catalogue: HardwareCatalogue
+    runs: Sequence[PublishedRun], catalogue: HardwareCatalogue, ridge: Ridge = RIDGE
 ) -> tuple[HeldOutError, ...]:
     """Every run predicted by a fit on the other sources' runs."""
     out: list[HeldOutError] = []
@@ -534,13 +557,52 @@ def leave_one_source_out(
         others = [r for r in runs if r.source_group != group]
         if not others:
             continue
-        fit = _bare_fit(others, catalogue)
+        fit = _bare_fit(others, catalogue, ridge)
         out.extend(
             _predict(fit, r, catalogue)
             for r in runs
             if r.source_group == group and _point_of_run(r, catalogue) is not None
         )
     return tuple(out)
+
+
+def nested_cross_source(
+    runs: Sequence[PublishedRun],
+    catalogue: HardwareCatalogue,
+    candidates: Sequence[float] = RIDGE_CANDIDATES,
+    group: str | None = None,
+) -> tuple[tuple[HeldOutError, ...], dict[str, float]]:
+    """Leave-one-source-out with the ridge penalty chosen inside each fold: for each source,
+    the candidate whose own leave-one-source-out error (median over configurations) on the
+    other sources is least, then that source predicted by a fit on the others with it. The
+    shipped RIDGE was chosen by the plain cross-source error, which therefore saw every source;
+    this error did not, and tells how much that choice flatters it. With `group` ("framework",
+    ...), the candidates are that group's penalty and the others keep RIDGE. Returns the
+    predictions and the penalty each source was predicted with."""
+    out: list[HeldOutError] = []
+    chosen: dict[str, float] = {}
+
+    def penalty(value: float) -> Ridge:
+        return value if group is None else {group: value}
+
+    for source in sorted({r.source_group for r in runs}):
+        others = [r for r in runs if r.source_group != source]
+        if len({r.source_group for r in others}) < 2:
+            continue
+
+        def inner_error(value: float, others: Sequence[PublishedRun] = others) -> float:
+            errors = configuration_errors(leave_one_source_out(others, catalogue, penalty(value)))
+            return statistics.median(abs(e) for e in errors.values())
+
+        value = min(candidates, key=inner_error)
+        chosen[source] = value
+        fit = _bare_fit(others, catalogue, penalty(value))
+        out.extend(
+            _predict(fit, r, catalogue)
+            for r in runs
+            if r.source_group == source and _point_of_run(r, catalogue) is not None
+        )
+    return tuple(out), chosen
 
 
 def fit_utilisation(runs: Iterable[PublishedRun], catalogue: HardwareCatalogue) -> UtilisationFit:
