@@ -26,6 +26,7 @@ function; every tensor may be on the meta device (nothing is allocated).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -200,10 +201,38 @@ class FusedSelfAttention(SelfAttention):
         return self.out(context.transpose(1, 2).reshape(b, s, width))
 
 
+class PackedSelfAttention(FusedSelfAttention):
+    """Fused attention over a packed stream: the real tokens of every sequence one after the
+    other, (tokens, width), as NVIDIA's `--unpad --unpad_fmha` runs BERT; the projections run
+    on the whole stream, the attention within each sequence (`groups`: (length, sequences)
+    in stream order)."""
+
+    def __init__(self, width: int, heads: int, groups: Sequence[tuple[int, int]]) -> None:
+        super().__init__(width, heads)
+        self.groups = tuple(groups)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens, width = x.shape
+        parts = []
+        # one split (its backward is one concatenation), not a slice a group (a zeroed
+        # full-size gradient each)
+        chunks = self.qkv(x).split([length * count for length, count in self.groups])
+        for (length, count), chunk in zip(self.groups, chunks, strict=True):
+            q, k, v = chunk.view(count, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+            context = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.1)[0]
+            parts.append(context.transpose(1, 2).reshape(length * count, width))
+        return self.out(torch.cat(parts))
+
+
 class EncoderLayer(nn.Module):
-    def __init__(self, width: int, heads: int, ffn: int, fused: bool = False) -> None:
+    def __init__(self, width: int, heads: int, ffn: int, fused: bool = False,
+                 groups: Sequence[tuple[int, int]] = ()) -> None:  # fmt: skip
         super().__init__()
-        self.attention = (FusedSelfAttention if fused else SelfAttention)(width, heads)
+        self.attention: nn.Module
+        if groups:
+            self.attention = PackedSelfAttention(width, heads, groups)
+        else:
+            self.attention = (FusedSelfAttention if fused else SelfAttention)(width, heads)
         self.norm1 = nn.LayerNorm(width)
         self.mlp = nn.Sequential(nn.Linear(width, ffn), nn.GELU(), nn.Linear(ffn, width))
         self.norm2 = nn.LayerNorm(width)
@@ -216,18 +245,24 @@ class EncoderLayer(nn.Module):
 
 class Bert(nn.Module):
     """BERT-large; `head` is "pretraining" (masked LM on `predictions` positions a sequence,
-    next-sentence prediction) or "squad" (start and end logits)."""
+    next-sentence prediction) or "squad" (start and end logits). With `lengths` (one a
+    sequence of the batch) each sequence runs at its own length: packed into one stream with
+    fused attention per sequence (NVIDIA's unpadding), or padded to its bucket's length."""
 
     def __init__(self, head: str, predictions: int = 0, layers: int = 24, width: int = 1024,
                  heads: int = 16, ffn: int = 4096, vocab: int = 30522,
-                 fused: bool = False) -> None:  # fmt: skip
+                 fused: bool = False, lengths: Sequence[int] = ()) -> None:  # fmt: skip
         super().__init__()
-        self.head, self.predictions = head, predictions
+        self.head, self.predictions, self.lengths = head, predictions, tuple(lengths)
+        groups = sorted(Counter(self.lengths).items())
         self.words = nn.Embedding(vocab, width)
         self.positions = nn.Embedding(512, width)
         self.types = nn.Embedding(2, width)
         self.norm = nn.LayerNorm(width)
-        self.layers = nn.ModuleList(EncoderLayer(width, heads, ffn, fused) for _ in range(layers))
+        self.layers = nn.ModuleList(
+            EncoderLayer(width, heads, ffn, fused, groups) for _ in range(layers)
+        )
+        self.groups = groups
         if head == "pretraining":
             self.transform = nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.LayerNorm(width))
             self.decoder = nn.Linear(width, vocab)
@@ -236,17 +271,31 @@ class Bert(nn.Module):
         else:
             self.qa = nn.Linear(width, 2)
 
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        s = ids.shape[1]
+        return self.norm(self.words(ids) + self.positions.weight[:s] + self.types.weight[0])
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        b, s = ids.shape
-        x = self.words(ids) + self.positions.weight[:s] + self.types.weight[0]
-        x = self.norm(x)
+        b, _ = ids.shape
+        if self.groups:
+            assert b == len(self.lengths), "one length a sequence"
+            # the real tokens of every sequence, one stream: (tokens, width)
+            x = torch.cat([self.embed(ids[:n, :length]).flatten(0, 1) for length, n in self.groups])
+            firsts = x[:b]  # stands for each sequence's first token (same work)
+        else:
+            x = self.embed(ids)
         for layer in self.layers:
             x = layer(x)
         if self.head == "squad":
             return self.qa(x)
-        masked = x[:, : self.predictions].reshape(-1, x.shape[-1])  # the masked positions
-        words = self.decoder(self.transform(masked))
-        nsp = self.nsp(torch.tanh(self.pooler(x[:, 0])))
+        if not self.groups:
+            firsts = x[:, 0]
+        # the masked positions (dense sequence output: only they reach the word decoder)
+        masked = (
+            x.flatten(0, -2)[: b * self.predictions] if self.groups else x[:, : self.predictions]
+        )
+        words = self.decoder(self.transform(masked.reshape(-1, x.shape[-1])))
+        nsp = self.nsp(torch.tanh(self.pooler(firsts)))
         return torch.cat((words.reshape(b, -1), nsp), dim=1)
 
 
@@ -599,6 +648,29 @@ def _denoising(out: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
 # -- the table's models --------------------------------------------------------------------------
 
 
+# MLPerf BERT's training sequences are mostly shorter than 512 tokens. The lengths of one
+# batch, as the (k + 1/2)/n quantiles of the Wikipedia phase-2 length histogram
+# (graphcore/tutorials blogs_code/packedBERT/histograms.py
+# @e9dbe4825f034a47871c4db0deb86d727cbd69b9, 16,279,552 sequences; its README @4b67f8f22a5b
+# states the packing speed-up limit 2.0013, i.e. a mean length of 255.8): for 56 and for 48
+# sequences. Mean 255.8 and 255.6 tokens; mean square 0.377 x 512^2 (docs/forecast.md).
+WIKIPEDIA_LENGTHS_56 = (
+    21, 30, 35, 39, 43, 47, 51, 55, 59, 63, 67, 72, 76, 81, 87, 92, 98, 105, 112, 119, 127, 135,
+    144, 154, 164, 174, 186, 198, 210, 224, 238, 253, 269, 286, 305, 324, 345, 366, 390, 415, 441,
+    469, 500, *[512] * 13,
+)  # fmt: skip
+WIKIPEDIA_LENGTHS_48 = (
+    22, 31, 37, 42, 46, 51, 55, 60, 65, 70, 75, 81, 87, 94, 101, 109, 117, 126, 136, 147, 158, 170,
+    183, 197, 211, 227, 244, 262, 282, 303, 326, 350, 376, 404, 434, 467, 502, *[512] * 11,
+)  # fmt: skip
+# Google's MLPerf v1.0 BERT pads each sequence to its bucket (--seq_len_buckets 128, 256, 512).
+SEQUENCE_BUCKETS = (128, 256, 512)
+
+
+def bucketed(lengths: Sequence[int], buckets: Sequence[int] = SEQUENCE_BUCKETS) -> tuple[int, ...]:
+    return tuple(min(b for b in buckets if b >= length) for length in lengths)
+
+
 @dataclass(frozen=True)
 class Recipe:
     """One published model: how to build it and one step's batch."""
@@ -678,6 +750,18 @@ RECIPES: dict[str, Recipe] = {
         _tokens(512),
         _pretraining(30522, 76),
         "seq 512, fused attention",
+    ),
+    "bert_large_mlperf_unpadded": Recipe(
+        lambda: Bert("pretraining", 76, fused=True, lengths=WIKIPEDIA_LENGTHS_56),
+        _tokens(512),
+        _pretraining(30522, 76),
+        "56 sequences at their own lengths (unpadded), fused attention a sequence",
+    ),
+    "bert_large_mlperf_buckets": Recipe(
+        lambda: Bert("pretraining", 76, fused=True, lengths=bucketed(WIKIPEDIA_LENGTHS_48)),
+        _tokens(512),
+        _pretraining(30522, 76),
+        "48 sequences each padded to its bucket (128, 256, 512), fused attention",
     ),
     "bert_large_squad_384": Recipe(lambda: Bert("squad"), _tokens(384), _squad, "seq 384"),
     "nnunet_3d_brats": Recipe(

@@ -249,6 +249,40 @@ def test_the_stable_diffusion_step_has_the_published_shapes_and_counts() -> None
     assert 0.25 < 1 - unet_only.flops / count.flops < 0.4
 
 
+@pytest.mark.slow  # three BERT-large steps counted on the meta device
+def test_mlperf_bert_is_counted_at_the_lengths_its_sequences_have() -> None:
+    """MLPerf BERT's sequences average half the 512 tokens (the source states a packing
+    speed-up limit of 2.0013); the entries that skip padding do half the dense step's work
+    and a bit over a third of its attention (the mean square length), the bucketed one pads
+    to 128, 256 or 512. Counting them dense at 512 would double their FLOPs."""
+    from published_models import WIKIPEDIA_LENGTHS_48, WIKIPEDIA_LENGTHS_56, bucketed
+
+    for lengths in (WIKIPEDIA_LENGTHS_56, WIKIPEDIA_LENGTHS_48):
+        assert 512 / (sum(lengths) / len(lengths)) == pytest.approx(2.0013, rel=0.005)
+    mean_square = sum(n * n for n in WIKIPEDIA_LENGTHS_56) / 56 / 512**2
+
+    def per_sample(key: str, batch: int) -> tuple[float, float]:
+        model, (inputs, targets), recipe = build(key, batch)
+        step = count_meta_step(model, (inputs,), {}, targets, recipe.loss, torch.float16)
+        return step.flops / batch, step.attention_flops / batch
+
+    dense, dense_attention = per_sample("bert_large_mlperf_512", 56)
+    unpadded, unpadded_attention = per_sample("bert_large_mlperf_unpadded", 56)
+    assert unpadded_attention / dense_attention == pytest.approx(mean_square, rel=0.01)
+    # the masked-LM head runs on the 76 masked positions either way, the rest on real tokens
+    assert 0.49 < unpadded / dense < 0.52
+    buckets, _ = per_sample("bert_large_mlperf_buckets", 48)
+    share = sum(bucketed(WIKIPEDIA_LENGTHS_48)) / 48 / 512
+    assert buckets / dense == pytest.approx(share, abs=0.03)
+    rows = {r.id: r for r in load_published_runs(MODELS_TABLE)}
+    assert rows["mlperf-nvidia-a100-bert-large-8"].flops_per_sample == pytest.approx(
+        unpadded, rel=1e-4
+    )
+    assert rows["mlperf-google-v4-bert-large-64"].flops_per_sample == pytest.approx(
+        buckets, rel=1e-4
+    )
+
+
 def test_the_forecast_costs_a_cnn_op_by_op_as_the_profiler_does() -> None:
     """A compiled CNN target is priced with the op-by-op model from the step counted on the
     meta device (one answer: the profiler's figure for the same features), on the TPU and on
