@@ -281,20 +281,19 @@ class Bert(nn.Module):
             assert b == len(self.lengths), "one length a sequence"
             # the real tokens of every sequence, one stream: (tokens, width)
             x = torch.cat([self.embed(ids[:n, :length]).flatten(0, 1) for length, n in self.groups])
-            firsts = x[:b]  # stands for each sequence's first token (same work)
         else:
             x = self.embed(ids)
         for layer in self.layers:
             x = layer(x)
         if self.head == "squad":
             return self.qa(x)
-        if not self.groups:
-            firsts = x[:, 0]
-        # the masked positions (dense sequence output: only they reach the word decoder)
-        masked = (
-            x.flatten(0, -2)[: b * self.predictions] if self.groups else x[:, : self.predictions]
-        )
-        words = self.decoder(self.transform(masked.reshape(-1, x.shape[-1])))
+        # each sequence's first token, and its masked positions (dense sequence output: only
+        # they reach the word decoder); in a stream, as many tokens of it (the same work)
+        if self.groups:
+            firsts, masked = x[:b], x[: b * self.predictions]
+        else:
+            firsts, masked = x[:, 0], x[:, : self.predictions].reshape(-1, x.shape[-1])
+        words = self.decoder(self.transform(masked))
         nsp = self.nsp(torch.tanh(self.pooler(firsts)))
         return torch.cat((words.reshape(b, -1), nsp), dim=1)
 
