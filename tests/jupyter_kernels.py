@@ -10,6 +10,8 @@ notebook meets twice. Any other start failure, and a second death, still fail th
 
 from __future__ import annotations
 
+from typing import Any
+
 import nbclient
 from jupyter_client.client import KernelClient
 
@@ -22,6 +24,11 @@ class NotebookClient(nbclient.NotebookClient):  # type: ignore[misc]
     """`nbclient.NotebookClient` whose kernel start is tried twice when the kernel died."""
 
     kernel_restarts = 0  # how many kernels died before replying and were replaced
+    _start: dict[str, Any] | None = None  # what the kernel was started with (env, cwd)
+
+    async def async_start_new_kernel(self, **kwargs: Any) -> None:
+        self._start = kwargs
+        await super().async_start_new_kernel(**kwargs)
 
     async def async_start_new_kernel_client(self) -> KernelClient:
         try:
@@ -32,5 +39,5 @@ class NotebookClient(nbclient.NotebookClient):  # type: ignore[misc]
         # nbclient has shut the dead kernel down and dropped its manager
         self.kernel_restarts += 1
         self.km = self.create_kernel_manager()
-        await self.async_start_new_kernel()
+        await self.async_start_new_kernel(**(self._start or {}))  # the same env and cwd
         return await super().async_start_new_kernel_client()

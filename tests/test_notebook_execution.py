@@ -98,12 +98,14 @@ def test_rewritten_notebook_runs_to_the_end_and_the_original_stops(tmp_path: Pat
 def test_a_kernel_that_died_binding_a_taken_port_is_started_again(tmp_path: Path) -> None:
     """The race CI meets (another process takes a port jupyter_client found free), made
     certain: the first kernel is told to bind a port this test holds, dies, and the client
-    starts a fresh kernel on fresh ports; the notebook then runs."""
+    starts a fresh kernel on fresh ports, with the environment the first was given; the
+    notebook then runs."""
     import socket
 
     from jupyter_client.manager import AsyncKernelManager
 
-    nb = nbformat.reads(nbf.jupyter_text(nbf.notebook([nbf.code("print(6 * 7)")])), 4)
+    cell = "import os\nprint(6 * 7, os.environ['G2T_KERNEL_PROBE'])"
+    nb = nbformat.reads(nbf.jupyter_text(nbf.notebook([nbf.code(cell)])), 4)
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
@@ -116,6 +118,6 @@ def test_a_kernel_that_died_binding_a_taken_port_is_started_again(tmp_path: Path
             startup_timeout=60,
             resources={"metadata": {"path": str(tmp_path)}},
         )
-        client.execute()
+        client.execute(env=dict(os.environ, G2T_KERNEL_PROBE="same env"))
     assert client.kernel_restarts == 1
-    assert _stdout(nb.cells[0]) == "42\n"
+    assert _stdout(nb.cells[0]) == "42 same env\n"  # the second kernel got the caller's env
