@@ -339,6 +339,10 @@ def _median_worst(predictions: Iterable[HeldOutError]) -> str:
     return f"median |error| {statistics.median(errors):.1%}, worst {errors[-1]:.1%}"
 
 
+def _per_source(chosen: dict[str, float]) -> str:
+    return ", ".join(f"{source} {ridge:g}" for source, ridge in chosen.items())
+
+
 def ridge_sweep(group: str, catalogue: HardwareCatalogue) -> int:
     """Each candidate penalty on one group of terms, by the plain cross-source error (which
     sees every source when choosing) and chosen inside each fold (which does not)."""
@@ -348,8 +352,7 @@ def ridge_sweep(group: str, catalogue: HardwareCatalogue) -> int:
         plain = leave_one_source_out(runs, catalogue, {group: value})
         print(f"{group} ridge {value:g}: cross-source {_median_worst(plain)}")
     nested, chosen = nested_cross_source(runs, catalogue, candidates, group=group)
-    picks = ", ".join(f"{g} {r:g}" for g, r in chosen.items())
-    print(f"chosen inside each fold: {_median_worst(nested)}; per source: {picks}")
+    print(f"chosen inside each fold: {_median_worst(nested)}; per source: {_per_source(chosen)}")
     return 0
 
 
@@ -413,10 +416,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{median:.1%}, worst {worst:.1%}"
         )
     nested, chosen = nested_cross_source(list(load_published_runs()), catalogue)
-    picks = ", ".join(f"{g} {r:g}" for g, r in chosen.items())
     print(
         f"Ridge chosen inside each fold (nested): {_median_worst(nested)}; the shipped "
-        f"{RIDGE:g} was chosen on every source; per source: {picks}"
+        f"{RIDGE:g} was chosen on every source; per source: {_per_source(chosen)}"
     )
     met = True
     for name in ("all", "TPU", "GPU", "PyTorch (any)"):

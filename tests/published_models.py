@@ -253,8 +253,9 @@ class Bert(nn.Module):
                  heads: int = 16, ffn: int = 4096, vocab: int = 30522,
                  fused: bool = False, lengths: Sequence[int] = ()) -> None:  # fmt: skip
         super().__init__()
-        self.head, self.predictions, self.lengths = head, predictions, tuple(lengths)
-        groups = sorted(Counter(self.lengths).items())
+        self.head, self.predictions = head, predictions
+        # (length, sequences) in stream order; empty for a dense batch
+        self.groups = groups = sorted(Counter(lengths).items())
         self.words = nn.Embedding(vocab, width)
         self.positions = nn.Embedding(512, width)
         self.types = nn.Embedding(2, width)
@@ -262,7 +263,6 @@ class Bert(nn.Module):
         self.layers = nn.ModuleList(
             EncoderLayer(width, heads, ffn, fused, groups) for _ in range(layers)
         )
-        self.groups = groups
         if head == "pretraining":
             self.transform = nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.LayerNorm(width))
             self.decoder = nn.Linear(width, vocab)
@@ -278,7 +278,7 @@ class Bert(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         b, _ = ids.shape
         if self.groups:
-            assert b == len(self.lengths), "one length a sequence"
+            assert b == sum(n for _, n in self.groups), "one length a sequence"
             # the real tokens of every sequence, one stream: (tokens, width)
             x = torch.cat([self.embed(ids[:n, :length]).flatten(0, 1) for length, n in self.groups])
         else:
