@@ -202,14 +202,17 @@ class FusedSelfAttention(SelfAttention):
 
 
 class PackedSelfAttention(FusedSelfAttention):
-    """Fused attention over a packed stream: the real tokens of every sequence one after the
+    """Attention over a packed stream: the real tokens of every sequence one after the
     other, (tokens, width), as NVIDIA's `--unpad --unpad_fmha` runs BERT; the projections run
     on the whole stream, the attention within each sequence (`groups`: (length, sequences)
-    in stream order)."""
+    in stream order), in one fused kernel or, `fused=False`, as the reference code writes it
+    (what a batch of sequences padded to one length costs: DeepLearningExamples' binned
+    phase 2)."""
 
-    def __init__(self, width: int, heads: int, groups: Sequence[tuple[int, int]]) -> None:
+    def __init__(self, width: int, heads: int, groups: Sequence[tuple[int, int]],
+                 fused: bool = True) -> None:  # fmt: skip
         super().__init__(width, heads)
-        self.groups = tuple(groups)
+        self.groups, self.fused = tuple(groups), fused
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens, width = x.shape
@@ -219,7 +222,13 @@ class PackedSelfAttention(FusedSelfAttention):
         chunks = self.qkv(x).split([length * count for length, count in self.groups])
         for (length, count), chunk in zip(self.groups, chunks, strict=True):
             q, k, v = chunk.view(count, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-            context = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.1)[0]
+            if self.fused:
+                context = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.1)[
+                    0
+                ]
+            else:
+                scores = q @ k.transpose(-1, -2) / math.sqrt(width // self.heads)
+                context = self.dropout(scores.softmax(-1)) @ v
             parts.append(context.transpose(1, 2).reshape(length * count, width))
         return self.out(torch.cat(parts))
 
@@ -230,7 +239,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.attention: nn.Module
         if groups:
-            self.attention = PackedSelfAttention(width, heads, groups)
+            self.attention = PackedSelfAttention(width, heads, groups, fused)
         else:
             self.attention = (FusedSelfAttention if fused else SelfAttention)(width, heads)
         self.norm1 = nn.LayerNorm(width)
@@ -246,8 +255,8 @@ class EncoderLayer(nn.Module):
 class Bert(nn.Module):
     """BERT-large; `head` is "pretraining" (masked LM on `predictions` positions a sequence,
     next-sentence prediction) or "squad" (start and end logits). With `lengths` (one a
-    sequence of the batch) each sequence runs at its own length: packed into one stream with
-    fused attention per sequence (NVIDIA's unpadding), or padded to its bucket's length."""
+    sequence of the batch) each sequence runs at its own length, packed into one stream with
+    attention per sequence: fused (NVIDIA's unpadding) or as written (a length-binned batch)."""
 
     def __init__(self, head: str, predictions: int = 0, layers: int = 24, width: int = 1024,
                  heads: int = 16, ffn: int = 4096, vocab: int = 30522,
@@ -662,8 +671,27 @@ WIKIPEDIA_LENGTHS_48 = (
     22, 31, 37, 42, 46, 51, 55, 60, 65, 70, 75, 81, 87, 94, 101, 109, 117, 126, 136, 147, 158, 170,
     183, 197, 211, 227, 244, 262, 282, 303, 326, 350, 376, 404, 434, 467, 502, *[512] * 11,
 )  # fmt: skip
+# The same quantiles for 32 and 16 sequences (DeepLearningExamples' phase-2 batches a GPU).
+WIKIPEDIA_LENGTHS_32 = (
+    25, 35, 43, 50, 57, 64, 71, 79, 89, 99, 111, 124, 139, 155, 173, 193, 215, 240, 267, 298, 332,
+    369, 411, 459, 511, *[512] * 7,
+)  # fmt: skip
+WIKIPEDIA_LENGTHS_16 = (31, 46, 60, 75, 94, 117, 147, 183, 227, 282, 350, 434, *[512] * 4)
+WIKIPEDIA_LENGTHS = {
+    len(lengths): lengths
+    for lengths in (
+        WIKIPEDIA_LENGTHS_16,
+        WIKIPEDIA_LENGTHS_32,
+        WIKIPEDIA_LENGTHS_48,
+        WIKIPEDIA_LENGTHS_56,
+    )
+}
 # Google's MLPerf v1.0 BERT pads each sequence to its bucket (--seq_len_buckets 128, 256, 512).
 SEQUENCE_BUCKETS = (128, 256, 512)
+# DeepLearningExamples' phase 2 (LDDL, --bin-size 64) draws each batch from one bin of
+# sequences whose lengths round up to the same multiple of 64, and pads to it: over many
+# batches the work a sequence is that of its length rounded up to 64.
+BINS_OF_64 = tuple(range(64, 513, 64))
 
 
 def bucketed(lengths: Sequence[int], buckets: Sequence[int] = SEQUENCE_BUCKETS) -> tuple[int, ...]:
@@ -674,7 +702,9 @@ def bucketed(lengths: Sequence[int], buckets: Sequence[int] = SEQUENCE_BUCKETS) 
 class Recipe:
     """One published model: how to build it and one step's batch."""
 
-    build: Callable[[], nn.Module]
+    # the model for a step of this many samples a chip (only the models that run each
+    # sequence at its own length need the number: one length a sequence)
+    build: Callable[[int], nn.Module]
     inputs: Callable[[int], tuple[torch.Tensor, ...]]
     loss: Callable[[Any, Any], Any]
     what: str
@@ -727,59 +757,72 @@ def _squad(out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 RECIPES: dict[str, Recipe] = {
-    "resnet50_v1_5": Recipe(lambda: ResNet((3, 4, 6, 3)), _images(224), _classify, "224x224"),
+    "resnet50_v1_5": Recipe(lambda _: ResNet((3, 4, 6, 3)), _images(224), _classify, "224x224"),
     "resnext101_32x4d": Recipe(
-        lambda: ResNet((3, 4, 23, 3), 32, 4), _images(224), _classify, "224x224"
+        lambda _: ResNet((3, 4, 23, 3), 32, 4), _images(224), _classify, "224x224"
     ),
     "se_resnext101_32x4d": Recipe(
-        lambda: ResNet((3, 4, 23, 3), 32, 4, se=True), _images(224), _classify, "224x224"
+        lambda _: ResNet((3, 4, 23, 3), 32, 4, se=True), _images(224), _classify, "224x224"
     ),
-    "efficientnet_b0": Recipe(lambda: EfficientNet(1.0, 1.0), _images(224), _classify, "224"),
-    "efficientnet_b4": Recipe(lambda: EfficientNet(1.4, 1.8), _images(380), _classify, "380"),
-    "efficientnet_b4_320": Recipe(lambda: EfficientNet(1.4, 1.8), _images(320), _classify, "320"),
-    "vit_base_patch16_224": Recipe(VisionTransformer, _images(224), _classify, "224x224"),
+    "efficientnet_b0": Recipe(lambda _: EfficientNet(1.0, 1.0), _images(224), _classify, "224"),
+    "efficientnet_b4": Recipe(lambda _: EfficientNet(1.4, 1.8), _images(380), _classify, "380"),
+    "efficientnet_b4_320": Recipe(lambda _: EfficientNet(1.4, 1.8), _images(320), _classify, "320"),
+    "vit_base_patch16_224": Recipe(
+        lambda _: VisionTransformer(), _images(224), _classify, "224x224"
+    ),
     "bert_large_pretrain_128": Recipe(
-        lambda: Bert("pretraining", 20), _tokens(128), _pretraining(30522, 20), "seq 128"
+        lambda _: Bert("pretraining", 20), _tokens(128), _pretraining(30522, 20), "seq 128"
     ),
     "bert_large_pretrain_512": Recipe(
-        lambda: Bert("pretraining", 80), _tokens(512), _pretraining(30522, 80), "seq 512"
+        lambda _: Bert("pretraining", 80), _tokens(512), _pretraining(30522, 80), "seq 512"
     ),
     "bert_large_mlperf_512": Recipe(
-        lambda: Bert("pretraining", 76, fused=True),
+        lambda _: Bert("pretraining", 76, fused=True),
         _tokens(512),
         _pretraining(30522, 76),
         "seq 512, fused attention",
     ),
     "bert_large_mlperf_unpadded": Recipe(
-        lambda: Bert("pretraining", 76, fused=True, lengths=WIKIPEDIA_LENGTHS_56),
+        lambda b: Bert("pretraining", 76, fused=True, lengths=WIKIPEDIA_LENGTHS[b]),
         _tokens(512),
         _pretraining(30522, 76),
         "56 sequences at their own lengths (unpadded), fused attention a sequence",
     ),
     "bert_large_mlperf_buckets": Recipe(
-        lambda: Bert("pretraining", 76, fused=True, lengths=bucketed(WIKIPEDIA_LENGTHS_48)),
+        lambda b: Bert("pretraining", 76, fused=True, lengths=bucketed(WIKIPEDIA_LENGTHS[b])),
         _tokens(512),
         _pretraining(30522, 76),
         "48 sequences each padded to its bucket (128, 256, 512), fused attention",
     ),
-    "bert_large_squad_384": Recipe(lambda: Bert("squad"), _tokens(384), _squad, "seq 384"),
+    # 15% of a sequence's real tokens are masked (38.4 on average), and only they reach the
+    # word decoder (DeepLearningExamples' dense sequence output)
+    "bert_large_pretrain_512_binned": Recipe(
+        lambda b: Bert("pretraining", 38, lengths=bucketed(WIKIPEDIA_LENGTHS[b], BINS_OF_64)),
+        _tokens(512),
+        _pretraining(30522, 38),
+        "sequences padded to their length rounded up to 64 (LDDL's bins), attention as written",
+    ),
+    "bert_large_squad_384": Recipe(lambda _: Bert("squad"), _tokens(384), _squad, "seq 384"),
     "nnunet_3d_brats": Recipe(
-        lambda: UNet(4, 4, (32, 64, 128, 256, 320, 320), 3),
+        lambda _: UNet(4, 4, (32, 64, 128, 256, 320, 320), 3),
         _volumes(4, (128, 128, 128), 4),
         _segment,
         "128^3",
     ),
     "nnunet_2d_brats": Recipe(
-        lambda: UNet(4, 4, (32, 64, 128, 256, 512, 512), 2),
+        lambda _: UNet(4, 4, (32, 64, 128, 256, 512, 512), 2),
         _volumes(4, (192, 160), 4),
         _segment,
         "192x160",
     ),
     "sd2_base_unet_512": Recipe(
-        StableDiffusionStep, _images(512), _denoising, "512x512, VAE and text encoder forward"
+        lambda _: StableDiffusionStep(),
+        _images(512),
+        _denoising,
+        "512x512, VAE and text encoder forward",
     ),
     "mlperf_unet3d": Recipe(
-        lambda: UNet(1, 3, (32, 64, 128, 256, 320, 320), 3),
+        lambda _: UNet(1, 3, (32, 64, 128, 256, 320, 320), 3),
         _volumes(1, (128, 128, 128), 3),
         _segment,
         "128^3",
@@ -791,5 +834,5 @@ def build(key: str, batch: int) -> tuple[nn.Module, tuple[torch.Tensor, ...], Re
     """The model of `key` on the meta device, one step's (inputs, targets), and its recipe."""
     recipe = RECIPES[key]
     with torch.device("meta"):
-        model = recipe.build()
+        model = recipe.build(batch)
     return model, recipe.inputs(batch), recipe

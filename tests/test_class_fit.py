@@ -283,6 +283,40 @@ def test_mlperf_bert_is_counted_at_the_lengths_its_sequences_have() -> None:
     )
 
 
+@pytest.mark.slow  # three BERT-large steps counted on the meta device
+def test_deeplearningexamples_phase_2_is_counted_at_its_binned_lengths() -> None:
+    """DeepLearningExamples' phase-2 table was made with batches binned by length (each
+    padded to its bin's multiple of 64): a sequence costs its length rounded up to 64 (280 of
+    512 tokens on average), its attention the square of that, with the scores in memory (the
+    reference attention, not a fused kernel); counted dense at 512 it would cost 1.87x."""
+    from published_models import BINS_OF_64, WIKIPEDIA_LENGTHS, Bert, bucketed
+
+    def count(model: torch.nn.Module, key: str, batch: int) -> tuple[float, float, float]:
+        _, (inputs, targets), recipe = build(key, batch)
+        step = count_meta_step(model, (inputs,), {}, targets, recipe.loss, torch.float16)
+        return step.flops / batch, step.attention_flops / batch, step.traffic().other_bytes
+
+    key = "bert_large_pretrain_512_binned"
+    dense_key = "bert_large_pretrain_512"
+    dense, dense_attention, _ = count(build(dense_key, 32)[0], dense_key, 32)
+    binned, attention, written = count(build(key, 32)[0], key, 32)
+    lengths = bucketed(WIKIPEDIA_LENGTHS[32], BINS_OF_64)
+    assert all(length % 64 == 0 for length in lengths)
+    assert sum(lengths) / 32 == pytest.approx(280, abs=8)
+    mean_square = sum(n * n for n in lengths) / 32 / 512**2
+    assert attention / dense_attention == pytest.approx(mean_square, rel=0.01)
+    # the word decoder reads 38 masked tokens a sequence, not the dense model's 80
+    assert 0.52 < binned / dense < 0.55
+    with torch.device("meta"):
+        fused = Bert("pretraining", 38, fused=True, lengths=lengths)
+    _, _, fused_written = count(fused, key, 32)
+    assert written > 1.2 * fused_written  # the scores, their softmax and dropout
+    rows = {r.id: r for r in load_published_runs(MODELS_TABLE)}
+    assert rows["nvidia-dle-a100-80gb-bert-large-pretrain-512-fp16-1"].flops_per_sample == (
+        pytest.approx(binned, rel=1e-4)
+    )
+
+
 def test_the_forecast_costs_a_cnn_op_by_op_as_the_profiler_does() -> None:
     """A compiled CNN target is priced with the op-by-op model from the step counted on the
     meta device (one answer: the profiler's figure for the same features), on the TPU and on
