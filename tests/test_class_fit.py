@@ -157,6 +157,30 @@ def test_a_term_one_publisher_alone_calibrates_is_shown_as_a_bound() -> None:
     assert again is not None and again.calibrated
 
 
+def test_a_run_its_host_limited_is_a_floor_not_a_point_of_the_fit() -> None:
+    """DeepLearningExamples' ResNet-50 and EfficientNet-B0, steps tenfold apart in FLOPs, ran
+    at one rate: their data loader's. Such a run says nothing about the chip: moving its
+    rate moves no coefficient, its error is in no median, and the figure predicted for it
+    without its publisher is checked to be at least its rate."""
+    from gpu2tpu.pricing.class_fit import fit_classes
+
+    runs = load_published_runs(MODELS_TABLE)
+    limited = [r for r in runs if r.limited_by]
+    assert {r.model.key for r in limited} == {"resnet50_v1_5", "efficientnet_b0"}
+    assert all(r.limited_by == "input" and r.source_group == "nvidia-dle" for r in limited)
+    fit = default_class_fit()
+    assert {e.run.id for e in fit.floors} == {r.id for r in limited}
+    assert not {e.run.id for e in fit.cross_source} & {r.id for r in limited}
+    assert all(e.expected is not None and e.expected >= e.published for e in fit.floors)
+    halved = [replace(r, value=r.value / 2) if r.limited_by else r for r in runs]
+    moved = fit_classes(halved, load_traffic(), CATALOGUE, default_fit())
+    assert moved.coefficients == fit.coefficients
+    # the same rows as points of the fit would move it
+    as_points = [replace(r, limited_by="") for r in halved]
+    pulled = fit_classes(as_points, load_traffic(), CATALOGUE, default_fit())
+    assert pulled.coefficients != fit.coefficients
+
+
 def test_the_llm_fit_is_untouched_by_the_non_llm_runs() -> None:
     alone = fit_utilisation(load_published_runs(), CATALOGUE)
     assert dict(default_fit().coefficients) == pytest.approx(dict(alone.coefficients))

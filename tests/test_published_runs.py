@@ -20,6 +20,7 @@ import pytest
 
 from gpu2tpu.pricing import utilisation
 from gpu2tpu.pricing.catalogue import HardwareCatalogue
+from gpu2tpu.pricing.class_fit import MODELS_TABLE
 from gpu2tpu.pricing.published import (
     CONVENTIONS,
     DEFAULT_PATH,
@@ -171,6 +172,14 @@ def test_a_malformed_table_is_refused_naming_the_file_row_and_field(tmp_path):
         load_published_runs(bad)
     bad.write_text(re.sub(r"^recompute = .*\n", "", text, count=1, flags=re.M))
     with pytest.raises(PublishedRunsError, match="missing recompute"):
+        load_published_runs(bad)
+    models = MODELS_TABLE.read_text(encoding="utf-8")
+    bad.write_text(models.replace('limited_by = "input"', 'limited_by = "network"', 1))
+    with pytest.raises(PublishedRunsError, match=r"\.limited_by: one of input, not 'network'"):
+        load_published_runs(bad)
+    # a run said to be limited by its host says what shows it
+    bad.write_text(re.sub(r'(limited_by = "input"\n)notes = .*\n', r"\1", models, count=1))
+    with pytest.raises(PublishedRunsError, match=r"\.notes: what shows the run was limited"):
         load_published_runs(bad)
 
 

@@ -24,6 +24,9 @@ the slower of its two rates (the profiler counts both FLOPs and bytes of every o
 - a factor for fp32/TF32 steps (`precision:*`), whose convolutions run further below the
   TF32 peak than 16-bit ones do below theirs.
 
+A run whose rate its host's data loading set (`PublishedRun.limited_by`: different models at
+one rate) says nothing about the chip; it is not fitted, only checked as a floor.
+
 The class, fusion and depthwise terms are fitted by weighted least squares on the log of the
 step time (each configuration weighs one; Levenberg-Marquardt), shrunk towards their priors
 (class and precision 0, phi one half, e_dw = e, e 0.8) by the same ridge as the LLM fit. How sure: each publisher of
@@ -156,6 +159,9 @@ class ClassFit:
     # calibrates was never predicted for a publisher the fit did not see, so no error
     # measured here holds for it and a figure using it is shown as a bound (empty in folds)
     unchecked: Mapping[str, str] = field(default_factory=dict)
+    # runs whose rate the host set (`PublishedRun.limited_by`), not fitted: each predicted
+    # without its publisher, as `cross_source`; the step's own rate is at least theirs
+    floors: tuple[ClassError, ...] = ()
 
     def predict(
         self,
@@ -420,16 +426,21 @@ def fit_classes(
     catalogue: HardwareCatalogue,
     llm: UtilisationFit,
 ) -> ClassFit:
-    """Fit on every run; predict each publisher's runs from a fit without it."""
-    cases = _cases(runs, traffic, catalogue)
+    """Fit on every run the step's own ops set the rate of; predict each publisher's runs
+    (and its host-limited ones, `floors`) from a fit without it."""
+    runs = list(runs)
+    cases = _cases([r for r in runs if not r.limited_by], traffic, catalogue)
+    limited = _cases([r for r in runs if r.limited_by], traffic, catalogue)
     full = _bare(cases, llm)
     cross: list[ClassError] = []
+    floors: list[ClassError] = []
     for group in full.sources:
         others = [c for c in cases if c.run.source_group != group]
         if not others:
             continue
         fold = _bare(others, llm)
         cross.extend(_predicted(fold, c, llm) for c in cases if c.run.source_group == group)
+        floors.extend(_predicted(fold, c, llm) for c in limited if c.run.source_group == group)
     interim = replace(full, cross_source=tuple(cross))
     residuals = [-math.log1p(e) for e in interim.configuration_errors().values()]
     log_range = (
@@ -445,6 +456,7 @@ def fit_classes(
         cross_source=tuple(cross),
         log_range=log_range,
         unchecked=_single_publisher_terms(cases),
+        floors=tuple(floors),
     )
 
 
@@ -455,7 +467,7 @@ def fit_without_error(
     llm: UtilisationFit,
 ) -> ClassFit:
     """The fit on `runs` alone, its error not measured (one fold of `fit_classes`)."""
-    return _bare(_cases(runs, traffic, catalogue), llm)
+    return _bare(_cases([r for r in runs if not r.limited_by], traffic, catalogue), llm)
 
 
 @functools.cache

@@ -49,6 +49,10 @@ CONVENTIONS = {
 }
 # The values a row may carry (docs/forecast.md, "The published runs").
 MODEL_CLASSES = ("llm_decoder", "encoder", "cnn", "unet", "small_step")
+# What, outside the step's own ops, set a run's rate where its source shows it: "input" (the
+# host's data loading: different models ran at one rate). Such a run measures the host, not
+# the chip: its rate is a floor on the step's own, never a point to fit.
+LIMITS = ("input",)
 PRECISIONS = ("bf16", "fp16", "tf32", "fp32")
 FRAMEWORKS = (
     "jax",
@@ -205,6 +209,7 @@ class PublishedRun:
     recompute: tuple[str, ...] = ()
     recompute_layers: float = 1.0
     recompute_source: str = ""
+    limited_by: str = ""  # one of LIMITS, or "" where the step's own ops set the rate
 
     @property
     def configuration(self) -> tuple[str, str, str, int, str, str]:
@@ -438,6 +443,10 @@ def _run(
     sequence = int(_positive(table, "sequence", where)) if "sequence" in table else 1
     if not isinstance(table["held_out"], bool):
         raise PublishedRunsError(f"{where}.held_out: true or false.")
+    if "limited_by" in table:
+        _one_of(table, "limited_by", LIMITS, where)
+        if not table.get("notes"):
+            raise PublishedRunsError(f"{where}.notes: what shows the run was limited by it.")
     if not _DATE.match(str(table["date"])):
         raise PublishedRunsError(
             f"{where}.date: YYYY, YYYY-MM or YYYY-MM-DD, not {table['date']!r}."
@@ -482,6 +491,7 @@ def _run(
         recompute=recompute,
         recompute_layers=float(layers_share),
         recompute_source=str(table.get("recompute_source", "")),
+        limited_by=str(table.get("limited_by", "")),
         **optional,
     )
 
