@@ -219,6 +219,7 @@ def write_traffic(counted: dict[tuple[str, int, str], tuple[StepCount, int]]) ->
             f"flops = {step.flops / batch:.6g}",
             f"other_bytes = {mix.other_bytes / batch:.6g}",
             f"depthwise_bytes = {mix.depthwise_bytes / batch:.6g}",
+            f"volumetric_flops = {mix.conv3d_flops / batch:.6g}",
             f"matrix = [{bins}]",
             "",
         ]

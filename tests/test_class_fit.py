@@ -65,8 +65,8 @@ def test_a_cnn_with_its_traffic_gets_an_expected_figure_from_the_op_by_op_model(
 
 
 def test_depthwise_convolutions_run_at_their_own_bandwidth() -> None:
-    """EfficientNet-B0 does a tenth of ResNet-50's FLOPs and published runs show it no
-    faster on an A100: its depthwise convolutions' bytes at their fitted bandwidth say why."""
+    """EfficientNet-B0 does a tenth of ResNet-50's FLOPs and timm's runs show it 1.4x faster
+    on one RTX 3090: its depthwise convolutions' bytes at their fitted bandwidth say why."""
     fit = default_class_fit()
     assert fit.depthwise and math.exp(fit.coefficients["depthwise"]) < math.exp(
         fit.coefficients["bandwidth"]
@@ -82,7 +82,7 @@ def test_depthwise_convolutions_run_at_their_own_bandwidth() -> None:
     resnet = expected_step_by_op(_features("resnet50_v1_5", 256), A100)
     assert resnet is not None
     # ResNet-50 does 10.6x the FLOPs; its step is predicted within 2x of EfficientNet-B0's
-    # (published: 2,470 and 2,489 img/s), where FLOPs at one utilisation say 10.6x
+    # (timm, RTX 3090: 1,218 and 1,752 img/s), where FLOPs at one utilisation say 10.6x
     assert 0.5 < with_dw.seconds / resnet.seconds < 2.0
     assert resnet.bound_seconds / with_dw.bound_seconds > 10
 
@@ -179,6 +179,71 @@ def test_a_run_its_host_limited_is_a_floor_not_a_point_of_the_fit() -> None:
     as_points = [replace(r, limited_by="") for r in halved]
     pulled = fit_classes(as_points, load_traffic(), CATALOGUE, default_fit())
     assert pulled.coefficients != fit.coefficients
+
+
+def test_3d_convolutions_on_a_tpu_are_a_bound_until_a_second_publisher_runs_them() -> None:
+    """Google's MLPerf UNet3D on TPU v4 ran at a seventh of an A100's rate a chip, where its
+    ResNet-50 ran at par: 3-D convolutions on a TPU have a factor of their own, which that
+    run alone calibrates, so a 3-D U-Net's TPU figure is a bound naming it; the same step
+    on a GPU, and a 2-D U-Net on a TPU, get figures; a second publisher's run would too."""
+    from gpu2tpu.pricing.class_fit import fit_classes
+
+    fit = default_class_fit()
+    assert fit.unchecked.get("conv3d:tpu") == "mlperf-google"
+    assert math.exp(fit.coefficients["conv3d:tpu"]) < 0.7
+    v4 = CATALOGUE.get("v4")
+    volume = load_traffic()[traffic_key("mlperf_unet3d", 1, "bf16")]
+    flat = load_traffic()[traffic_key("nnunet_2d_brats", 64, "fp16")]
+    assert volume.has_volumetric and not flat.has_volumetric
+    on_tpu = fit.predict(default_fit(), v4, volume, "unet", "jax", "bf16")
+    assert on_tpu is not None and not on_tpu.calibrated
+    assert "only mlperf-google's runs calibrate 3-D convolutions on a TPU" in on_tpu.why_not
+    on_gpu = fit.predict(default_fit(), A100, volume, "unet", "pytorch", "bf16")
+    assert on_gpu is not None and on_gpu.calibrated
+    flat_tpu = fit.predict(default_fit(), v4, flat, "unet", "jax", "bf16")
+    assert flat_tpu is not None and flat_tpu.calibrated
+    # the factor slows the 3-D step on a TPU (what the published run says)
+    without = replace(volume, volumetric_flops=0.0)
+    plain = fit.predict(default_fit(), v4, without, "unet", "jax", "bf16")
+    assert plain is not None and on_tpu.seconds > 1.4 * plain.seconds
+    runs = load_published_runs(MODELS_TABLE)
+    second = [
+        replace(r, id=f"{r.id}-again", source_group="another-publisher")
+        for r in runs
+        if r.model.key == "mlperf_unet3d" and r.chip == "v4"
+    ]
+    both = fit_classes([*runs, *second], load_traffic(), CATALOGUE, default_fit())
+    assert "conv3d:tpu" not in both.unchecked
+    again = both.predict(default_fit(), v4, volume, "unet", "jax", "bf16")
+    assert again is not None and again.calibrated
+    # without any TPU 3-D run nothing calibrates the factor: a bound saying so
+    fold = fit_without_error(
+        [r for r in runs if r.source_group != "mlperf-google"], load_traffic(), CATALOGUE,
+        default_fit(),
+    )  # fmt: skip
+    alone = fold.predict(default_fit(), v4, volume, "unet", "jax", "bf16")
+    assert alone is not None and "no published run of 3-D convolutions on a TPU" in alone.why_not
+
+
+def test_the_counter_keeps_the_flops_of_3d_convolutions() -> None:
+    """The profiler's traffic carries a step's 3-D convolution FLOPs (what the TPU factor
+    reads); a 2-D network has none."""
+    for conv, shape, volumetric in ((torch.nn.Conv3d, (2, 4, 8, 8, 8), True),
+                                    (torch.nn.Conv2d, (2, 4, 8, 8), False)):  # fmt: skip
+        with torch.device("meta"):
+            model = torch.nn.Sequential(conv(4, 8, 3, padding=1), torch.nn.ReLU(), conv(8, 4, 1))
+        step = count_meta_step(
+            model,
+            (torch.empty(shape, device="meta"),),
+            {},
+            torch.empty(shape, device="meta"),
+            lambda out, target: (out - target).pow(2).mean(),
+        )
+        traffic = step.traffic()
+        assert traffic.has_volumetric is volumetric
+        assert traffic.volumetric_flops == pytest.approx(step.mix.conv3d_flops)
+        if volumetric:
+            assert traffic.volumetric_flops == pytest.approx(sum(f for _, f, _ in traffic.matrix))
 
 
 def test_the_llm_fit_is_untouched_by_the_non_llm_runs() -> None:

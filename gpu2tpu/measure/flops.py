@@ -86,9 +86,9 @@ class StepCount:
         mix = self.mix
         if not mix.matrix_intensity and not mix.other_bytes:
             return None
-        return OpTraffic(mix.matrix_intensity, mix.other_bytes, mix.depthwise_bytes).scaled(
-            1.0 / chips
-        )
+        return OpTraffic(
+            mix.matrix_intensity, mix.other_bytes, mix.depthwise_bytes, mix.conv3d_flops
+        ).scaled(1.0 / chips)
 
     def to_dict(self) -> dict[str, Any]:
         return {

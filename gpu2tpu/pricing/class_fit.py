@@ -1,8 +1,8 @@
 """Expected step time of CNNs, encoders and U-Nets: each op at the chip's achieved compute
 or memory rate, calibrated on their published runs without touching the LLM fit.
 
-By FLOPs alone the published runs of one class disagree tenfold: EfficientNet-B0 reaches
-1.5-2.8% of an A100's peak where ResNet-50 reaches 14-19%. Their ops tell why: a depthwise
+By FLOPs alone the published runs of one class disagree sevenfold: EfficientNet-B0 reaches
+6% of an RTX 3090's peak where ResNet-50 reaches 42% (timm's runs). Their ops tell why: a depthwise
 convolution does a few FLOPs per byte it moves, batch norms and activations none, and in
 eager PyTorch every one of them goes through HBM. So the time is summed op by op, each at
 the slower of its two rates (the profiler counts both FLOPs and bytes of every op):
@@ -22,7 +22,10 @@ the slower of its two rates (the profiler counts both FLOPs and bytes of every o
   for GPU frameworks with fused kernels (MXNet, PaddlePaddle, TensorFlow), as a logistic
   share (shrunk towards a half);
 - a factor for fp32/TF32 steps (`precision:*`), whose convolutions run further below the
-  TF32 peak than 16-bit ones do below theirs.
+  TF32 peak than 16-bit ones do below theirs;
+- a factor for 3-D convolutions on a TPU (`conv3d:tpu`, on `u` where they do 5% or more of
+  the matrix FLOPs): Google's MLPerf UNet3D ran at a seventh of an A100's rate a chip where
+  its ResNet-50 ran at par. One publisher calibrates it, so such a figure is a bound.
 
 A run whose rate its host's data loading set (`PublishedRun.limited_by`: different models at
 one rate) says nothing about the chip; it is not fitted, only checked as a floor.
@@ -104,6 +107,7 @@ def load_traffic(path: Path = TRAFFIC_TABLE) -> dict[str, OpTraffic]:
             tuple((float(i), float(f), float(b)) for i, f, b in entry["matrix"]),
             float(entry["other_bytes"]),
             float(entry.get("depthwise_bytes", 0.0)),
+            float(entry.get("volumetric_flops", 0.0)),
         )
     return out
 
@@ -191,8 +195,11 @@ class ClassFit:
             missing.append(f"no published {precision} run")
         if traffic.has_depthwise and not self.depthwise:
             missing.append("no published run with depthwise convolutions")
+        volumetric = _volumetric_on_tpu(traffic, fusion)
+        if volumetric and "conv3d:tpu" not in self.coefficients:
+            missing.append("no published run of 3-D convolutions on a TPU")
         if not missing:
-            used = _terms(model_class, fusion, precision, traffic.has_depthwise)
+            used = _terms(model_class, fusion, precision, traffic.has_depthwise, volumetric)
             missing += [
                 f"only {self.unchecked[t]}'s runs calibrate {_term_what(t)} (no error measured "
                 "on another publisher)"
@@ -240,7 +247,15 @@ _FUSION_WHAT = {
 }
 
 
-def _terms(model_class: str, fusion: str, precision: str, depthwise: bool) -> list[str]:
+def _volumetric_on_tpu(traffic: OpTraffic, fusion: str) -> bool:
+    """3-D convolutions on a TPU (every TPU step is XLA-fused): the one published 3-D U-Net
+    there ran at a seventh of an A100's rate, where 2-D CNNs run at par (docs/forecast.md)."""
+    return fusion == "xla" and traffic.has_volumetric
+
+
+def _terms(
+    model_class: str, fusion: str, precision: str, depthwise: bool, volumetric: bool = False
+) -> list[str]:
     """The fitted terms a step's figure uses, named as the coefficients are."""
     terms = [f"class:{model_class}"]
     if fusion != "eager":
@@ -249,6 +264,8 @@ def _terms(model_class: str, fusion: str, precision: str, depthwise: bool) -> li
         terms.append(f"precision:{precision}")
     if depthwise:
         terms.append("depthwise")
+    if volumetric:
+        terms.append("conv3d:tpu")
     return terms
 
 
@@ -260,6 +277,8 @@ def _term_what(term: str) -> str:
         return _FUSION_WHAT[value]
     if kind == "precision":
         return f"{value} steps"
+    if kind == "conv3d":
+        return "3-D convolutions on a TPU"
     return "depthwise convolutions"
 
 
@@ -268,7 +287,9 @@ def _single_publisher_terms(cases: Sequence[_Case]) -> dict[str, str]:
     publishers: dict[str, set[str]] = defaultdict(set)
     for c in cases:
         fusion = fusion_group(c.run.framework, c.chip.kind)
-        for term in _terms(c.run.model_class, fusion, c.run.precision, c.traffic.has_depthwise):
+        terms = _terms(c.run.model_class, fusion, c.run.precision, c.traffic.has_depthwise,
+                       _volumetric_on_tpu(c.traffic, fusion))  # fmt: skip
+        for term in terms:
             publishers[term].add(c.run.source_group)
     return {t: next(iter(p)) for t, p in sorted(publishers.items()) if len(p) == 1}
 
@@ -284,6 +305,8 @@ def _seconds(
     precision: str,
 ) -> tuple[float, float]:
     u = base_utilisation * math.exp(c.get(f"class:{model_class}", 0.0))
+    if _volumetric_on_tpu(traffic, fusion):
+        u *= math.exp(c.get("conv3d:tpu", 0.0))
     u = min(1.0, u * math.exp(c.get(f"precision:{precision}", 0.0)))
     e = min(1.0, math.exp(c["bandwidth"]))
     e_dw = min(1.0, math.exp(c.get("depthwise", c["bandwidth"])))
@@ -339,6 +362,9 @@ def _names(cases: Sequence[_Case]) -> list[str]:
             if (g := fusion_group(c.run.framework, c.chip.kind)) != "eager"
         }
     )
+    if any(_volumetric_on_tpu(c.traffic, fusion_group(c.run.framework, c.chip.kind))
+           for c in cases):  # fmt: skip
+        names.append("conv3d:tpu")
     return names
 
 

@@ -5,25 +5,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Depthwise convolutions count as present where they move this share of a step's bytes.
+# Depthwise convolutions count as present where they move this share of a step's bytes;
+# 3-D convolutions where they do this share of its matrix FLOPs.
 DEPTHWISE_SHARE = 0.05
+VOLUMETRIC_SHARE = 0.05
 
 
 @dataclass(frozen=True)
 class OpTraffic:
     """A step's FLOPs and unfused bytes op by op: the matrix ops by arithmetic intensity
-    (`(FLOPs per byte, FLOPs, bytes)` per bin), the bytes of every other op, and those of
-    depthwise convolutions. Per chip per step (or per sample, in the table)."""
+    (`(FLOPs per byte, FLOPs, bytes)` per bin), the bytes of every other op, those of
+    depthwise convolutions, and the FLOPs of 3-D convolutions (among the matrix ops). Per
+    chip per step (or per sample, in the table)."""
 
     matrix: tuple[tuple[float, float, float], ...]
     other_bytes: float
     depthwise_bytes: float = 0.0
+    volumetric_flops: float = 0.0
 
     def scaled(self, factor: float) -> OpTraffic:
         return OpTraffic(
             tuple((i, f * factor, b * factor) for i, f, b in self.matrix),
             self.other_bytes * factor,
             self.depthwise_bytes * factor,
+            self.volumetric_flops * factor,
         )
 
     @property
@@ -34,3 +39,10 @@ class OpTraffic:
     def has_depthwise(self) -> bool:
         total = self.total_bytes
         return total > 0 and self.depthwise_bytes / total >= DEPTHWISE_SHARE
+
+    @property
+    def has_volumetric(self) -> bool:
+        """Whether 3-D convolutions do a share of the matrix work (a TPU runs them far below
+        what its 2-D convolutions reach: `class_fit`'s `conv3d:tpu`)."""
+        total = sum(f for _, f, _ in self.matrix)
+        return total > 0 and self.volumetric_flops / total >= VOLUMETRIC_SHARE
