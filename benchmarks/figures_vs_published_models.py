@@ -101,7 +101,7 @@ class Row:
 def count(run: PublishedRun) -> tuple[StepCount, int]:
     """One training step of the run's model at its batch a chip (at least one sample)."""
     batch = max(1, math.ceil(run.per_device_batch))
-    model, (inputs, targets), recipe = build(run.model.key, batch)
+    model, (inputs, targets), recipe = build(run.model.key, batch, run.memory_format)
     step = count_meta_step(model, (inputs,), {}, targets, recipe.loss, DTYPES[run.precision])
     return step, batch
 
@@ -200,7 +200,7 @@ def raw_ratio(run: PublishedRun) -> float:
     return mode.get_total_flops() / corrected
 
 
-def write_traffic(counted: dict[tuple[str, int, str], tuple[StepCount, int]]) -> None:
+def write_traffic(counted: dict[tuple[str, int, str, str], tuple[StepCount, int]]) -> None:
     """Write every counted step's traffic per sample (pricing/class_fit.py reads it)."""
     lines = [
         "# The unfused traffic of one training step per sample of every published non-LLM run, keyed",
@@ -220,6 +220,7 @@ def write_traffic(counted: dict[tuple[str, int, str], tuple[StepCount, int]]) ->
             f"other_bytes = {mix.other_bytes / batch:.6g}",
             f"depthwise_bytes = {mix.depthwise_bytes / batch:.6g}",
             f"volumetric_flops = {mix.conv3d_flops / batch:.6g}",
+            f"channels_first_flops = {mix.channels_first_flops / batch:.6g}",
             f"matrix = [{bins}]",
             "",
         ]
@@ -240,10 +241,15 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     catalogue = HardwareCatalogue.load()
     model_runs = list(load_published_runs(MODELS_TABLE))
-    counted: dict[tuple[str, int, str], tuple[StepCount, int]] = {}
+    counted: dict[tuple[str, int, str, str], tuple[StepCount, int]] = {}
     rows = []
     for run in model_runs:
-        key = (run.model.key, max(1, math.ceil(run.per_device_batch)), run.precision)
+        key = (
+            run.model.key,
+            max(1, math.ceil(run.per_device_batch)),
+            run.precision,
+            run.memory_format,
+        )
         if key not in counted:
             counted[key] = count(run)
         step, batch = counted[key]

@@ -830,9 +830,18 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
-def build(key: str, batch: int) -> tuple[nn.Module, tuple[torch.Tensor, ...], Recipe]:
-    """The model of `key` on the meta device, one step's (inputs, targets), and its recipe."""
+def build(
+    key: str, batch: int, memory_format: str = "channels_first"
+) -> tuple[nn.Module, tuple[torch.Tensor, ...], Recipe]:
+    """The model of `key` on the meta device, one step's (inputs, targets), and its recipe;
+    with `memory_format="channels_last"` its weights and image inputs laid out so, as
+    `model.to(memory_format=torch.channels_last)` and the input's `.contiguous(...)` do."""
     recipe = RECIPES[key]
     with torch.device("meta"):
         model = recipe.build(batch)
-    return model, recipe.inputs(batch), recipe
+    inputs, targets = recipe.inputs(batch)
+    if memory_format == "channels_last" and inputs.dim() in (4, 5):
+        layout = torch.channels_last if inputs.dim() == 4 else torch.channels_last_3d
+        model = model.to(memory_format=layout)
+        inputs = inputs.contiguous(memory_format=layout)
+    return model, (inputs, targets), recipe

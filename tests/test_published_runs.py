@@ -174,6 +174,10 @@ def test_a_malformed_table_is_refused_naming_the_file_row_and_field(tmp_path):
     with pytest.raises(PublishedRunsError, match="missing recompute"):
         load_published_runs(bad)
     models = MODELS_TABLE.read_text(encoding="utf-8")
+    bad.write_text(re.sub(r'^memory_format = "channels_last"', 'memory_format = "nhwc"', models,
+                          count=1, flags=re.M))  # fmt: skip
+    with pytest.raises(PublishedRunsError, match=r"\.memory_format: one of channels_first"):
+        load_published_runs(bad)
     bad.write_text(models.replace('limited_by = "input"', 'limited_by = "network"', 1))
     with pytest.raises(PublishedRunsError, match=r"\.limited_by: one of input, not 'network'"):
         load_published_runs(bad)

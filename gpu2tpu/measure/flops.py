@@ -87,7 +87,11 @@ class StepCount:
         if not mix.matrix_intensity and not mix.other_bytes:
             return None
         return OpTraffic(
-            mix.matrix_intensity, mix.other_bytes, mix.depthwise_bytes, mix.conv3d_flops
+            mix.matrix_intensity,
+            mix.other_bytes,
+            mix.depthwise_bytes,
+            mix.conv3d_flops,
+            mix.channels_first_flops,
         ).scaled(1.0 / chips)
 
     def to_dict(self) -> dict[str, Any]:
@@ -148,6 +152,18 @@ def _depthwise(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool
     )
 
 
+def _channels_last(tensor: Any) -> bool:
+    """Whether a convolution's input or weight (4-D or 5-D) is laid out channels-last and
+    not also channels-first (a 1x1 kernel's weight, or a one-channel image, is both: it tells
+    nothing). PyTorch runs a convolution channels-last when its input or its weight is."""
+    import torch
+
+    if not isinstance(tensor, torch.Tensor) or tensor.dim() not in (4, 5):
+        return False
+    last = torch.channels_last if tensor.dim() == 4 else torch.channels_last_3d
+    return tensor.is_contiguous(memory_format=last) and not tensor.is_contiguous()
+
+
 class _OpTally:
     """What the traffic mode learns about each op besides bytes: `OpMix`'s fields."""
 
@@ -156,7 +172,7 @@ class _OpTally:
         self.parents = parents
         self.fields: dict[str, float] = dict.fromkeys(
             ("matmul_flops", "attention_flops", "conv_flops", "conv3d_flops",
-             "transposed_conv_flops", "other_elements"), 0.0
+             "transposed_conv_flops", "channels_first_flops", "other_elements"), 0.0
         )  # fmt: skip
         self.kernel_ops = 0
         self.causal = False
@@ -166,6 +182,11 @@ class _OpTally:
         self.other_bytes = 0.0
         self.depthwise_bytes = 0.0
         self.intensity = IntensityProfile()
+        # a convolution seen channels-last: the meta device's convolutions return their
+        # outputs channels-first whatever came in, so one convolution's input cannot be read
+        # there; a model converted with `.to(memory_format=torch.channels_last)` shows it in
+        # its weights, and then every convolution of the step runs so
+        self.channels_last = False
 
     def op(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, nbytes: float
@@ -207,6 +228,11 @@ class _OpTally:
             weight = args[2] if name == "convolution_backward" else args[1]
             if isinstance(weight, torch.Tensor) and weight.dim() == 5:
                 self.fields["conv3d_flops"] += flops
+            image = args[1] if name == "convolution_backward" else args[0]
+            if _channels_last(image) or _channels_last(weight):
+                self.channels_last = True
+            elif isinstance(image, torch.Tensor) and image.dim() in (4, 5):
+                self.fields["channels_first_flops"] += flops
             if _argument(func, args, kwargs, "transposed"):
                 self.fields["transposed_conv_flops"] += flops
         elif is_attention_op(name):
@@ -228,7 +254,7 @@ class _OpTally:
             other_bytes=self.other_bytes,
             depthwise_bytes=self.depthwise_bytes,
             matrix_intensity=self.intensity.frozen(),
-            **self.fields,
+            **{**self.fields, **({"channels_first_flops": 0.0} if self.channels_last else {})},
         )
 
 
@@ -402,7 +428,8 @@ def count_meta_step(
         if not isinstance(value, torch.Tensor):
             return value
         cast = dtype if dtype is not None and value.is_floating_point() else value.dtype
-        return torch.empty(value.shape, dtype=cast, device="meta")
+        # empty_like keeps the layout (a channels-last model's weights stay channels-last)
+        return torch.empty_like(value, dtype=cast, device="meta")
 
     state = {name: meta(p).requires_grad_(p.requires_grad) for name, p in model.named_parameters()}
     state.update({name: meta(b) for name, b in model.named_buffers()})

@@ -58,7 +58,9 @@ class OpMix:
 
     `matmul_flops` are plain matrix products (mm, addmm, bmm outside attention);
     `attention_flops` SDPA's kernels and bmm inside modules named for attention;
-    `conv_flops` all convolutions, `conv3d_flops` and `transposed_conv_flops` parts of them;
+    `conv_flops` all convolutions, `conv3d_flops` and `transposed_conv_flops` parts of them,
+    and `channels_first_flops` the part whose input is not channels-last (PyTorch's default
+    layout, which a GPU's tensor cores transpose: docs/forecast.md);
     `other_bytes` the unfused bytes in and out of every op that is not a matrix op, and
     `depthwise_bytes` those of depthwise convolutions (forward and backward) and
     `matrix_intensity` the other matrix ops' FLOPs and bytes by arithmetic intensity
@@ -75,6 +77,7 @@ class OpMix:
     conv_flops: float = 0.0
     conv3d_flops: float = 0.0
     transposed_conv_flops: float = 0.0
+    channels_first_flops: float = 0.0
     other_elements: float = 0.0
     kernel_ops: int = 0
     causal_attention: bool = False
@@ -109,6 +112,7 @@ class OpMix:
             "conv_flops": self.conv_flops,
             "conv3d_flops": self.conv3d_flops,
             "transposed_conv_flops": self.transposed_conv_flops,
+            "channels_first_flops": self.channels_first_flops,
             "other_elements": self.other_elements,
             "kernel_ops": self.kernel_ops,
             "causal_attention": self.causal_attention,

@@ -91,8 +91,10 @@ def fusion_group(framework: str, chip_kind: str) -> str:
     return "graph" if framework in _GRAPH_ON_GPU else "eager"
 
 
-def traffic_key(model: str, batch: int, precision: str) -> str:
-    return f"{model}/{batch}/{precision}"
+def traffic_key(model: str, batch: int, precision: str, layout: str = "channels_first") -> str:
+    """The traffic table's key of a run's step: "model/batch a chip/precision", and
+    "/channels_last" where its convolutions ran in that layout."""
+    return f"{model}/{batch}/{precision}" + ("" if layout == "channels_first" else f"/{layout}")
 
 
 def load_traffic(path: Path = TRAFFIC_TABLE) -> dict[str, OpTraffic]:
@@ -108,6 +110,7 @@ def load_traffic(path: Path = TRAFFIC_TABLE) -> dict[str, OpTraffic]:
             float(entry["other_bytes"]),
             float(entry.get("depthwise_bytes", 0.0)),
             float(entry.get("volumetric_flops", 0.0)),
+            float(entry.get("channels_first_flops", 0.0)),
         )
     return out
 
@@ -198,8 +201,12 @@ class ClassFit:
         volumetric = _volumetric_on_tpu(traffic, fusion)
         if volumetric and "conv3d:tpu" not in self.coefficients:
             missing.append("no published run of 3-D convolutions on a TPU")
+        channels_first = _channels_first_on_gpu(traffic, fusion)
+        if channels_first and "layout:channels_first" not in self.coefficients:
+            missing.append("no published run of channels-first convolutions on a GPU")
         if not missing:
-            used = _terms(model_class, fusion, precision, traffic.has_depthwise, volumetric)
+            used = _terms(model_class, fusion, precision, traffic.has_depthwise, volumetric,
+                          channels_first)  # fmt: skip
             missing += [
                 f"only {self.unchecked[t]}'s runs calibrate {_term_what(t)} (no error measured "
                 "on another publisher)"
@@ -253,8 +260,20 @@ def _volumetric_on_tpu(traffic: OpTraffic, fusion: str) -> bool:
     return fusion == "xla" and traffic.has_volumetric
 
 
+def _channels_first_on_gpu(traffic: OpTraffic, fusion: str) -> bool:
+    """Convolutions in PyTorch's default layout on a GPU, whose tensor cores work
+    channels-last (timm's runs of the same models both ways: 0.68-0.83x); a TPU's compiler
+    picks its own layout."""
+    return fusion != "xla" and traffic.has_channels_first
+
+
 def _terms(
-    model_class: str, fusion: str, precision: str, depthwise: bool, volumetric: bool = False
+    model_class: str,
+    fusion: str,
+    precision: str,
+    depthwise: bool,
+    volumetric: bool = False,
+    channels_first: bool = False,
 ) -> list[str]:
     """The fitted terms a step's figure uses, named as the coefficients are."""
     terms = [f"class:{model_class}"]
@@ -266,6 +285,8 @@ def _terms(
         terms.append("depthwise")
     if volumetric:
         terms.append("conv3d:tpu")
+    if channels_first:
+        terms.append("layout:channels_first")
     return terms
 
 
@@ -279,6 +300,8 @@ def _term_what(term: str) -> str:
         return f"{value} steps"
     if kind == "conv3d":
         return "3-D convolutions on a TPU"
+    if kind == "layout":
+        return "channels-first convolutions on a GPU"
     return "depthwise convolutions"
 
 
@@ -288,7 +311,8 @@ def _single_publisher_terms(cases: Sequence[_Case]) -> dict[str, str]:
     for c in cases:
         fusion = fusion_group(c.run.framework, c.chip.kind)
         terms = _terms(c.run.model_class, fusion, c.run.precision, c.traffic.has_depthwise,
-                       _volumetric_on_tpu(c.traffic, fusion))  # fmt: skip
+                       _volumetric_on_tpu(c.traffic, fusion),
+                       _channels_first_on_gpu(c.traffic, fusion))  # fmt: skip
         for term in terms:
             publishers[term].add(c.run.source_group)
     return {t: next(iter(p)) for t, p in sorted(publishers.items()) if len(p) == 1}
@@ -307,6 +331,8 @@ def _seconds(
     u = base_utilisation * math.exp(c.get(f"class:{model_class}", 0.0))
     if _volumetric_on_tpu(traffic, fusion):
         u *= math.exp(c.get("conv3d:tpu", 0.0))
+    if _channels_first_on_gpu(traffic, fusion):
+        u *= math.exp(c.get("layout:channels_first", 0.0))
     u = min(1.0, u * math.exp(c.get(f"precision:{precision}", 0.0)))
     e = min(1.0, math.exp(c["bandwidth"]))
     e_dw = min(1.0, math.exp(c.get("depthwise", c["bandwidth"])))
@@ -328,11 +354,12 @@ def _cases(
     cases = []
     for run in runs:
         batch = max(1, math.ceil(run.per_device_batch))
-        per_sample = traffic.get(traffic_key(run.model.key, batch, run.precision))
+        key = traffic_key(run.model.key, batch, run.precision, run.memory_format)
+        per_sample = traffic.get(key)
         if per_sample is None:
             raise ValueError(
                 f"{TRAFFIC_TABLE.name}: no traffic for {run.id} "
-                f"({traffic_key(run.model.key, batch, run.precision)}); "
+                f"({key}); "
                 "run benchmarks/figures_vs_published_models.py --write-traffic."
             )
         cases.append(
@@ -365,6 +392,9 @@ def _names(cases: Sequence[_Case]) -> list[str]:
     if any(_volumetric_on_tpu(c.traffic, fusion_group(c.run.framework, c.chip.kind))
            for c in cases):  # fmt: skip
         names.append("conv3d:tpu")
+    if any(_channels_first_on_gpu(c.traffic, fusion_group(c.run.framework, c.chip.kind))
+           for c in cases):  # fmt: skip
+        names.append("layout:channels_first")
     return names
 
 
@@ -546,6 +576,13 @@ def expected_class_step(
         return None
     bound = features.flops_per_chip / peak
     notes = list(notes)
+    layout = fit.coefficients.get("layout:channels_first")
+    if layout is not None and _channels_first_on_gpu(traffic, fusion_group(framework, chip.kind)):
+        notes.append(
+            "convolutions channels-first (PyTorch's default): published GPU runs reach "
+            f"{math.exp(layout):.2f}x of channels-last there (`model.to(memory_format="
+            "torch.channels_last)` and channels-last inputs)"
+        )
     if prediction.calibrated:
         seconds = max(prediction.seconds, bound)
         low = seconds * math.exp(-fit.log_range[1])

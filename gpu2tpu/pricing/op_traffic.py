@@ -6,22 +6,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Depthwise convolutions count as present where they move this share of a step's bytes;
-# 3-D convolutions where they do this share of its matrix FLOPs.
+# 3-D and channels-first convolutions where they do this share of its matrix FLOPs.
 DEPTHWISE_SHARE = 0.05
-VOLUMETRIC_SHARE = 0.05
+VOLUMETRIC_SHARE = CHANNELS_FIRST_SHARE = 0.05
 
 
 @dataclass(frozen=True)
 class OpTraffic:
     """A step's FLOPs and unfused bytes op by op: the matrix ops by arithmetic intensity
     (`(FLOPs per byte, FLOPs, bytes)` per bin), the bytes of every other op, those of
-    depthwise convolutions, and the FLOPs of 3-D convolutions (among the matrix ops). Per
-    chip per step (or per sample, in the table)."""
+    depthwise convolutions, and the FLOPs of 3-D convolutions and of convolutions laid out
+    channels-first (among the matrix ops). Per chip per step (or per sample, in the
+    table)."""
 
     matrix: tuple[tuple[float, float, float], ...]
     other_bytes: float
     depthwise_bytes: float = 0.0
     volumetric_flops: float = 0.0
+    channels_first_flops: float = 0.0
 
     def scaled(self, factor: float) -> OpTraffic:
         return OpTraffic(
@@ -29,6 +31,7 @@ class OpTraffic:
             self.other_bytes * factor,
             self.depthwise_bytes * factor,
             self.volumetric_flops * factor,
+            self.channels_first_flops * factor,
         )
 
     @property
@@ -44,5 +47,15 @@ class OpTraffic:
     def has_volumetric(self) -> bool:
         """Whether 3-D convolutions do a share of the matrix work (a TPU runs them far below
         what its 2-D convolutions reach: `class_fit`'s `conv3d:tpu`)."""
+        return self._share(self.volumetric_flops) >= VOLUMETRIC_SHARE
+
+    @property
+    def has_channels_first(self) -> bool:
+        """Whether convolutions in PyTorch's default layout do a share of the matrix work (a
+        GPU's tensor cores run them below channels-last ones: `class_fit`'s
+        `layout:channels_first`)."""
+        return self._share(self.channels_first_flops) >= CHANNELS_FIRST_SHARE
+
+    def _share(self, flops: float) -> float:
         total = sum(f for _, f, _ in self.matrix)
-        return total > 0 and self.volumetric_flops / total >= VOLUMETRIC_SHARE
+        return flops / total if total > 0 else 0.0

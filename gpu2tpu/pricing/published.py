@@ -53,6 +53,11 @@ MODEL_CLASSES = ("llm_decoder", "encoder", "cnn", "unet", "small_step")
 # host's data loading: different models ran at one rate). Such a run measures the host, not
 # the chip: its rate is a floor on the step's own, never a point to fit.
 LIMITS = ("input",)
+# How a run laid out its convolutions' tensors: PyTorch's default, or channels-last (NHWC,
+# NDHWC: cuDNN's fast path, `memory_format` in DeepLearningExamples' configs, MXNet's
+# `--conv-layout NHWC`, timm's `--channels-last`). Runs without convolutions, and TPU runs
+# (XLA picks its own), keep the default.
+MEMORY_FORMATS = ("channels_first", "channels_last")
 PRECISIONS = ("bf16", "fp16", "tf32", "fp32")
 FRAMEWORKS = (
     "jax",
@@ -210,11 +215,13 @@ class PublishedRun:
     recompute_layers: float = 1.0
     recompute_source: str = ""
     limited_by: str = ""  # one of LIMITS, or "" where the step's own ops set the rate
+    memory_format: str = "channels_first"  # one of MEMORY_FORMATS
 
     @property
-    def configuration(self) -> tuple[str, str, str, int, str, str]:
+    def configuration(self) -> tuple[str | int, ...]:
         """What makes two rows the same experiment at another scale: source, model, chip,
-        sequence, precision and framework (the unit the errors are reported on)."""
+        sequence, precision, framework and memory format (the unit the errors are reported
+        on)."""
         return (
             self.source_group,
             self.model.key,
@@ -222,6 +229,7 @@ class PublishedRun:
             self.sequence,
             self.precision,
             self.framework,
+            self.memory_format,
         )
 
     @property
@@ -443,6 +451,8 @@ def _run(
     sequence = int(_positive(table, "sequence", where)) if "sequence" in table else 1
     if not isinstance(table["held_out"], bool):
         raise PublishedRunsError(f"{where}.held_out: true or false.")
+    if "memory_format" in table:
+        _one_of(table, "memory_format", MEMORY_FORMATS, where)
     if "limited_by" in table:
         _one_of(table, "limited_by", LIMITS, where)
         if not table.get("notes"):
@@ -492,6 +502,7 @@ def _run(
         recompute_layers=float(layers_share),
         recompute_source=str(table.get("recompute_source", "")),
         limited_by=str(table.get("limited_by", "")),
+        memory_format=str(table.get("memory_format", "channels_first")),
         **optional,
     )
 
