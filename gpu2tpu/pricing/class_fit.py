@@ -198,15 +198,13 @@ class ClassFit:
             missing.append(f"no published {precision} run")
         if traffic.has_depthwise and not self.depthwise:
             missing.append("no published run with depthwise convolutions")
-        volumetric = _volumetric_on_tpu(traffic, fusion)
-        if volumetric and "conv3d:tpu" not in self.coefficients:
-            missing.append("no published run of 3-D convolutions on a TPU")
-        channels_first = _channels_first_on_gpu(traffic, fusion)
-        if channels_first and "layout:channels_first" not in self.coefficients:
-            missing.append("no published run of channels-first convolutions on a GPU")
+        missing += [
+            f"no published run of {_term_what(t)}"
+            for t in _convolution_terms(traffic, fusion)
+            if t not in self.coefficients
+        ]
         if not missing:
-            used = _terms(model_class, fusion, precision, traffic.has_depthwise, volumetric,
-                          channels_first)  # fmt: skip
+            used = _terms(model_class, fusion, precision, traffic)
             missing += [
                 f"only {self.unchecked[t]}'s runs calibrate {_term_what(t)} (no error measured "
                 "on another publisher)"
@@ -254,40 +252,34 @@ _FUSION_WHAT = {
 }
 
 
-def _volumetric_on_tpu(traffic: OpTraffic, fusion: str) -> bool:
-    """3-D convolutions on a TPU (every TPU step is XLA-fused): the one published 3-D U-Net
-    there ran at a seventh of an A100's rate, where 2-D CNNs run at par (docs/forecast.md)."""
-    return fusion == "xla" and traffic.has_volumetric
+# Factors on `u` for kinds of convolution a chip runs below its other matrix work.
+_CONVOLUTION_TERMS = ("conv3d:tpu", "layout:channels_first")
 
 
-def _channels_first_on_gpu(traffic: OpTraffic, fusion: str) -> bool:
-    """Convolutions in PyTorch's default layout on a GPU, whose tensor cores work
-    channels-last (timm's runs of the same models both ways: 0.68-0.83x); a TPU's compiler
-    picks its own layout."""
-    return fusion != "xla" and traffic.has_channels_first
+def _convolution_terms(traffic: OpTraffic, fusion: str) -> list[str]:
+    """The convolution factors a step's figure uses: 3-D convolutions on a TPU (every TPU
+    step is XLA-fused; the one published 3-D U-Net there ran at a seventh of an A100's rate,
+    where 2-D CNNs run at par) and channels-first ones, PyTorch's default, on a GPU, whose
+    tensor cores work channels-last (timm ran the same models both ways: 0.68-0.83x; a TPU's
+    compiler picks its own layout). docs/forecast.md has both."""
+    terms = []
+    if fusion == "xla" and traffic.has_volumetric:
+        terms.append("conv3d:tpu")
+    if fusion != "xla" and traffic.has_channels_first:
+        terms.append("layout:channels_first")
+    return terms
 
 
-def _terms(
-    model_class: str,
-    fusion: str,
-    precision: str,
-    depthwise: bool,
-    volumetric: bool = False,
-    channels_first: bool = False,
-) -> list[str]:
+def _terms(model_class: str, fusion: str, precision: str, traffic: OpTraffic) -> list[str]:
     """The fitted terms a step's figure uses, named as the coefficients are."""
     terms = [f"class:{model_class}"]
     if fusion != "eager":
         terms.append(f"fusion:{fusion}")
     if precision not in _SAME_AS_BF16:
         terms.append(f"precision:{precision}")
-    if depthwise:
+    if traffic.has_depthwise:
         terms.append("depthwise")
-    if volumetric:
-        terms.append("conv3d:tpu")
-    if channels_first:
-        terms.append("layout:channels_first")
-    return terms
+    return terms + _convolution_terms(traffic, fusion)
 
 
 def _term_what(term: str) -> str:
@@ -310,10 +302,7 @@ def _single_publisher_terms(cases: Sequence[_Case]) -> dict[str, str]:
     publishers: dict[str, set[str]] = defaultdict(set)
     for c in cases:
         fusion = fusion_group(c.run.framework, c.chip.kind)
-        terms = _terms(c.run.model_class, fusion, c.run.precision, c.traffic.has_depthwise,
-                       _volumetric_on_tpu(c.traffic, fusion),
-                       _channels_first_on_gpu(c.traffic, fusion))  # fmt: skip
-        for term in terms:
+        for term in _terms(c.run.model_class, fusion, c.run.precision, c.traffic):
             publishers[term].add(c.run.source_group)
     return {t: next(iter(p)) for t, p in sorted(publishers.items()) if len(p) == 1}
 
@@ -329,10 +318,8 @@ def _seconds(
     precision: str,
 ) -> tuple[float, float]:
     u = base_utilisation * math.exp(c.get(f"class:{model_class}", 0.0))
-    if _volumetric_on_tpu(traffic, fusion):
-        u *= math.exp(c.get("conv3d:tpu", 0.0))
-    if _channels_first_on_gpu(traffic, fusion):
-        u *= math.exp(c.get("layout:channels_first", 0.0))
+    for term in _convolution_terms(traffic, fusion):
+        u *= math.exp(c.get(term, 0.0))
     u = min(1.0, u * math.exp(c.get(f"precision:{precision}", 0.0)))
     e = min(1.0, math.exp(c["bandwidth"]))
     e_dw = min(1.0, math.exp(c.get("depthwise", c["bandwidth"])))
@@ -389,13 +376,12 @@ def _names(cases: Sequence[_Case]) -> list[str]:
             if (g := fusion_group(c.run.framework, c.chip.kind)) != "eager"
         }
     )
-    if any(_volumetric_on_tpu(c.traffic, fusion_group(c.run.framework, c.chip.kind))
-           for c in cases):  # fmt: skip
-        names.append("conv3d:tpu")
-    if any(_channels_first_on_gpu(c.traffic, fusion_group(c.run.framework, c.chip.kind))
-           for c in cases):  # fmt: skip
-        names.append("layout:channels_first")
-    return names
+    used = {
+        t
+        for c in cases
+        for t in _convolution_terms(c.traffic, fusion_group(c.run.framework, c.chip.kind))
+    }
+    return names + [t for t in _CONVOLUTION_TERMS if t in used]
 
 
 def _fit(cases: Sequence[_Case], llm: UtilisationFit) -> dict[str, float]:
@@ -577,7 +563,9 @@ def expected_class_step(
     bound = features.flops_per_chip / peak
     notes = list(notes)
     layout = fit.coefficients.get("layout:channels_first")
-    if layout is not None and _channels_first_on_gpu(traffic, fusion_group(framework, chip.kind)):
+    if layout is not None and "layout:channels_first" in _convolution_terms(
+        traffic, fusion_group(framework, chip.kind)
+    ):
         notes.append(
             "convolutions channels-first (PyTorch's default): published GPU runs reach "
             f"{math.exp(layout):.2f}x of channels-last there (`model.to(memory_format="
