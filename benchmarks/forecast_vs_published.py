@@ -108,8 +108,11 @@ def cross_source(runs: list[PublishedRun], catalogue: HardwareCatalogue) -> list
 # -- compile mode ------------------------------------------------------------------------------
 
 
-def build_model(shape: ModelShape, layers: int | None = None):  # type: ignore[no-untyped-def]
-    """A decoder of the published shape (RMSNorm, causal SDPA, gated or plain MLP), bf16."""
+def build_model(  # type: ignore[no-untyped-def]
+    shape: ModelShape, layers: int | None = None, device: str = "meta"
+):
+    """A decoder of the published shape (RMSNorm, causal SDPA, gated or plain MLP), bf16, on
+    `device` (the meta device: counted, never run)."""
     import torch
     from torch import nn
     from torch.nn import functional as F
@@ -158,7 +161,7 @@ def build_model(shape: ModelShape, layers: int | None = None):  # type: ignore[n
                 x = block(x)
             return self.head(self.norm(x))
 
-    with torch.device("meta"):
+    with torch.device(device):
         return Decoder().to(torch.bfloat16)
 
 
