@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from gpu2tpu.forecasting.aot import CompileOutcome
@@ -84,6 +84,9 @@ def search(memory_of, capacity: float, granularity: int, first: int, **kwargs) -
     fixed=st.floats(0.0, 0.8),
     slope=st.floats(1e-5, 1e-2),
 )
+# a steep line that reaches capacity 2e-4 of a batch below 192: not a tie (found by hypothesis;
+# a fixed nudge of 1e-4 x granularity took it to 192 and lost the check)
+@example(granularity=4, first_steps=1, fixed=1.7781440393971646e-06, slope=0.0078125)
 def test_affine_memory_is_settled_by_the_line_in_three_compiles(
     granularity, first_steps, fixed, slope
 ):

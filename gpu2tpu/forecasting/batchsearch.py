@@ -26,6 +26,11 @@ MAX_SEARCH_COMPILES = 8
 MAX_BATCH_FACTOR = 256
 # A first guess never reaches further than this many times the batch compiled so far.
 _MAX_LEAP = 64
+# Memory within this share of the capacity of it is a tie: a line that reaches capacity a
+# hair below a whole batch (127.99999 for 128: a float's error on integer byte counts) is
+# taken at that batch, and one that misses it by more is not (a fixed nudge in batches was
+# more than a ten-millionth of the capacity on a steep line, and lost the check).
+_TIE = 1e-7
 
 
 @dataclass
@@ -89,10 +94,11 @@ class BatchSearch:
         second = self._second_batch(first)
         if second is None or not self._try(second):
             return False
-        guess = self._line_prediction()
-        if guess is None:
+        line = self._line()
+        if line is None:
             return False
-        best = self._clamp(self._round(guess + 1e-4 * self.granularity))  # 127.99999 is 128
+        guess, slope = line
+        best = self._clamp(self._round(guess + _TIE * self.capacity / slope))
         ceiling = self._round(self.ceiling) if self.ceiling is not None else None
         at_ceiling = ceiling is not None and best >= ceiling
         above = best + self._step(best)
@@ -129,7 +135,12 @@ class BatchSearch:
         return candidate if candidate != b0 else None
 
     def _line_prediction(self) -> float | None:
-        """The batch at which the line through the two latest points reaches capacity."""
+        """The batch at which the line through the outermost two points reaches capacity."""
+        line = self._line()
+        return None if line is None else line[0]
+
+    def _line(self) -> tuple[float, float] | None:
+        """That batch, and the line's slope in bytes a batch."""
         memory = sorted((b, o.memory_bytes) for b, o in self.points.items() if o.memory_bytes)
         if len(memory) < 2:
             return None
@@ -137,7 +148,7 @@ class BatchSearch:
         if b2 == b1 or m2 <= m1:
             return None
         slope = (m2 - m1) / (b2 - b1)
-        return b1 + (self.capacity - m1) / slope
+        return b1 + (self.capacity - m1) / slope, slope
 
     # the fall-back ----------------------------------------------------------------------------
 
