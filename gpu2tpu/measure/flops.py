@@ -246,6 +246,9 @@ class _OpTally:
                 self.plain_bmm_flops += flops
 
     def mix(self) -> OpMix:
+        fields = dict(self.fields)
+        if self.channels_last:
+            fields["channels_first_flops"] = 0.0
         return OpMix(
             kernel_ops=self.kernel_ops,
             causal_attention=self.causal,
@@ -254,7 +257,7 @@ class _OpTally:
             other_bytes=self.other_bytes,
             depthwise_bytes=self.depthwise_bytes,
             matrix_intensity=self.intensity.frozen(),
-            **{**self.fields, **({"channels_first_flops": 0.0} if self.channels_last else {})},
+            **fields,
         )
 
 

@@ -59,8 +59,9 @@ class OpMix:
     `matmul_flops` are plain matrix products (mm, addmm, bmm outside attention);
     `attention_flops` SDPA's kernels and bmm inside modules named for attention;
     `conv_flops` all convolutions, `conv3d_flops` and `transposed_conv_flops` parts of them,
-    and `channels_first_flops` the part whose input is not channels-last (PyTorch's default
-    layout, which a GPU's tensor cores transpose: docs/forecast.md);
+    and `channels_first_flops` the part laid out channels-first, PyTorch's default, which a
+    GPU's tensor cores transpose (none once a convolution of the step runs channels-last:
+    docs/forecast.md);
     `other_bytes` the unfused bytes in and out of every op that is not a matrix op, and
     `depthwise_bytes` those of depthwise convolutions (forward and backward) and
     `matrix_intensity` the other matrix ops' FLOPs and bytes by arithmetic intensity
