@@ -183,25 +183,29 @@ class SelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, width = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(width // self.heads)
-        context = self.dropout(scores.softmax(-1)) @ v
-        return self.out(context.transpose(1, 2).reshape(b, s, width))
+        return self.out(self.context(q, k, v).transpose(1, 2).reshape(b, s, width))
+
+    def context(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        return self.dropout(scores.softmax(-1)) @ v
+
+
+def _flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Attention in one fused kernel, written with the CPU flash kernel's aten op, which runs
+    on the meta device with its backward (SDPA itself falls back to the score-holding
+    formula there)."""
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.1)[0]
 
 
 class FusedSelfAttention(SelfAttention):
     """Attention in one fused kernel (NVIDIA's FMHA, FlashAttention, XLA's fusion: what the
-    MLPerf BERT entries run): the scores never reach memory. Written with the CPU flash
-    kernel's aten op, which runs on the meta device with its backward (SDPA itself falls
-    back to the score-holding formula there)."""
+    MLPerf BERT entries run): the scores never reach memory."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, width = x.shape
-        q, k, v = self.qkv(x).view(b, s, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        context = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.1)[0]
-        return self.out(context.transpose(1, 2).reshape(b, s, width))
+    def context(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return _flash(q, k, v)
 
 
-class PackedSelfAttention(FusedSelfAttention):
+class PackedSelfAttention(SelfAttention):
     """Attention over a packed stream: the real tokens of every sequence one after the
     other, (tokens, width), as NVIDIA's `--unpad --unpad_fmha` runs BERT; the projections run
     on the whole stream, the attention within each sequence (`groups`: (length, sequences)
@@ -222,15 +226,12 @@ class PackedSelfAttention(FusedSelfAttention):
         chunks = self.qkv(x).split([length * count for length, count in self.groups])
         for (length, count), chunk in zip(self.groups, chunks, strict=True):
             q, k, v = chunk.view(count, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-            if self.fused:
-                context = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.1)[
-                    0
-                ]
-            else:
-                scores = q @ k.transpose(-1, -2) / math.sqrt(width // self.heads)
-                context = self.dropout(scores.softmax(-1)) @ v
+            context = self.context(q, k, v)
             parts.append(context.transpose(1, 2).reshape(length * count, width))
         return self.out(torch.cat(parts))
+
+    def context(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return _flash(q, k, v) if self.fused else super().context(q, k, v)
 
 
 class EncoderLayer(nn.Module):

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from script_module import load_script
 
 from gpu2tpu.pricing.published import DEFAULT_PATH, load_published_runs
 
@@ -16,15 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def gpu_row():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("gpu_row", ROOT / "benchmarks" / "gpu_row.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return load_script(ROOT / "benchmarks" / "gpu_row.py", "gpu_row")
 
 
 @pytest.mark.slow  # a one-layer TinyLlama trained two steps on the CPU

@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from script_module import load_script
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "mlperf_rates.py"
 
 
 @pytest.fixture(scope="module")
 def rates():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("mlperf_rates", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return load_script(SCRIPT, "mlperf_rates")
 
 
 def _line(key: str, ms: int, value: object = None, **meta: object) -> str:

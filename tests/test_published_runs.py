@@ -7,16 +7,15 @@ and the errors are computed from the runs themselves. The tests of the fit's inp
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
 import statistics
-import sys
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from script_module import load_script
 
 from gpu2tpu.pricing import utilisation
 from gpu2tpu.pricing.catalogue import HardwareCatalogue
@@ -53,15 +52,7 @@ SOURCE = re.compile(
 
 
 def load_benchmark(name: str):  # type: ignore[no-untyped-def]
-    path = ROOT / "benchmarks" / "forecast_vs_published.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return load_script(ROOT / "benchmarks" / "forecast_vs_published.py", name)
 
 
 def test_every_run_has_its_source_shape_and_fields():

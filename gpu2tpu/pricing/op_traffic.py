@@ -4,6 +4,7 @@ cost of CNNs, encoders and U-Nets (`class_fit`) reads. Pure data, no imports of 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 # Depthwise convolutions count as present where they move this share of a step's bytes;
 # 3-D and channels-first convolutions where they do this share of its matrix FLOPs.
@@ -38,18 +39,20 @@ class OpTraffic:
     def total_bytes(self) -> float:
         return sum(b for _, _, b in self.matrix) + self.other_bytes + self.depthwise_bytes
 
-    @property
+    # The fit asks these of every published run at every step of its solver: computed once
+    # (a frozen dataclass keeps cached properties in its instance dict).
+    @cached_property
     def has_depthwise(self) -> bool:
         total = self.total_bytes
         return total > 0 and self.depthwise_bytes / total >= DEPTHWISE_SHARE
 
-    @property
+    @cached_property
     def has_volumetric(self) -> bool:
         """Whether 3-D convolutions do a share of the matrix work (a TPU runs them far below
         what its 2-D convolutions reach: `class_fit`'s `conv3d:tpu`)."""
         return self._share(self.volumetric_flops) >= VOLUMETRIC_SHARE
 
-    @property
+    @cached_property
     def has_channels_first(self) -> bool:
         """Whether convolutions in PyTorch's default layout do a share of the matrix work (a
         GPU's tensor cores run them below channels-last ones: `class_fit`'s
