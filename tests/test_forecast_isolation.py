@@ -49,7 +49,7 @@ def test_forecast_compiles_in_a_child_and_leaves_torch_alone() -> None:
 
 
 INTERRUPTED = """
-import multiprocessing, sys, torch
+import multiprocessing, signal, sys, torch
 from gpu2tpu.forecasting.forecast import forecast
 torch.manual_seed(0)
 model = torch.nn.Sequential(
@@ -57,7 +57,10 @@ model = torch.nn.Sequential(
     torch.nn.Linear(1024, 16),
 )
 batch = (torch.randn(64, 512), torch.randint(0, 16, (64,)))
-result = forecast(model, batch, targets=["v5e", "v6e", "v5p"], cache=False)
+try:
+    result = forecast(model, batch, targets=["v5e", "v6e", "v5p"], cache=False)
+finally:  # a Ctrl-C that lands once the forecast has returned is the script's, not its
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 print("RESULT", result.interrupted, [(t.label, t.status) for t in result.targets], flush=True)
 print("CHILDREN", multiprocessing.active_children(), flush=True)
 print("RENDERED", "interrupted" in repr(result), "interrupted" in result.to_html(), flush=True)
@@ -93,6 +96,10 @@ def test_ctrl_c_keeps_the_finished_targets_and_ends_the_child_quietly(workers: s
     out = "".join(lines) + rest
     assert proc.returncode == 0, err[-3000:]
     assert "forecast v5e: fits at batch 64" in out
+    if workers == "2" and "RESULT False" in out:
+        # two children on a loaded machine can finish all three targets before the signal
+        # lands: then there was nothing to interrupt (seen once in CI)
+        pytest.skip("the forecast had returned before the SIGINT landed")
     stops = [line for line in out.splitlines() if "interrupted" in line and "gpu2tpu" in line]
     assert len(stops) == 1, (
         f"one interruption line expected; stdout:\n{out}\nstderr:\n{err[-2000:]}"
