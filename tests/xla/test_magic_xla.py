@@ -264,7 +264,7 @@ def notebooks(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str],
                 await client.async_execute(env=env)
             except CellExecutionError as err:
                 return f"STOPPED: {err}"
-        return "".join(_text(c) for c in nb.cells)
+        return "".join(_stdout_first(c) for c in nb.cells)
 
     async def run_all() -> list[str]:
         gate = asyncio.Semaphore(2)
@@ -272,6 +272,14 @@ def notebooks(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str],
 
     runs = _notebook_runs()
     return dict(zip(runs, asyncio.run(run_all()), strict=True))
+
+
+def _stdout_first(cell: nbformat.NotebookNode) -> str:
+    """A cell's stdout in one piece, then the rest: the kernel flushes stdout and stderr apart,
+    so a warning can land inside a printed line (CI met `epoch 0 step 0` split that way)."""
+    out = [o for o in cell.get("outputs", []) if o.get("name") == "stdout"]
+    rest = [o for o in cell.get("outputs", []) if o.get("name") != "stdout"]
+    return "".join(o.text for o in out) + _text(nbformat.from_dict({"outputs": rest}))
 
 
 def _printed(notebooks: dict[tuple[str, str], str], name: str, mode: str) -> str:
