@@ -59,12 +59,13 @@ def rewrite_all(files: list[Path], root: Path) -> tuple[dict, float, float, list
     unverified_broken: list[str] = []
     current = [""]
 
-    def timed(original, first, rerun, spans, known=()):  # type: ignore[no-untyped-def]
+    def timed(original, first, *args, **kwargs):  # type: ignore[no-untyped-def]
+        # the net's other arguments pass through as they come (its signature grows)
         start = time.perf_counter()
         try:
             if compiles(original) and not compiles(first.text):
                 unverified_broken.append(current[0])
-            return real(original, first, rerun, spans, known)
+            return real(original, first, *args, **kwargs)
         finally:
             in_net[0] += time.perf_counter() - start
 

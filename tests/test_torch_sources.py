@@ -128,3 +128,23 @@ def test_the_rewrite_of_torch_files_passes_its_own_check(name: str) -> None:
     text = (_torch_root() / name).read_text(encoding="utf-8")
     assert self_check.disagreements(text) == []
     assert self_check.check_disagreements(text) == []  # issue 32: check tells rewrite's story
+
+
+def test_the_whole_torch_benchmark_times_the_net_it_wraps() -> None:
+    """benchmarks/torch_sources.py wraps the safety net to time it: run its pass on two CUDA
+    files (the wrapper once fell behind the net's signature and the benchmark crashed)."""
+    from script_module import load_script
+
+    from gpu2tpu.rewrite.core import net
+
+    bench = load_script(Path(__file__).parent.parent / "benchmarks" / "torch_sources.py",
+                        "torch_sources_bench")  # fmt: skip
+    root = _torch_root()
+    real = net.verified
+    files = [root / "cuda" / "random.py", root / "cuda" / "memory.py"]
+    out, spent, in_net, broken = bench.rewrite_all(files, root)
+    assert net.verified is real
+    assert set(out) == {"cuda/random.py", "cuda/memory.py"}
+    assert 0 < in_net < spent and broken == []
+    for old, new, _ in out.values():
+        assert old != new and bench.compiles(new)
