@@ -6,6 +6,9 @@ For each file of a tree it times `rewrite_source` in three set-ups, interleaved 
   bare    libcst parses the text directly and nothing is verified (the codemod before
           parsing.py and net.py);
   guard   Python's parser first, deep statements held aside (parsing.py), no verification;
+          Python's tree also plans which top-level statements libcst parses at all (the
+          statement-level path, docs/architecture.md), so on files where most statements
+          hold no token the guard is faster than bare;
   net     as shipped: the guard, and every changed text verified (net.py, verify.py).
 
 once as `check` (nothing is transformed, so nothing is verified: the guard's cost) and once as
@@ -38,10 +41,11 @@ def setup(name: str) -> Iterator[None]:
 
     real_prepare, real_verified = source.prepare, net.verified
     if name in ("bare", "guard"):
-        net.verified = lambda original, first, rerun, spans, known=(): first.result  # type: ignore[assignment]
+        net.verified = lambda original, first, *rest, **kw: first.result  # type: ignore[assignment]
     if name == "bare":
 
-        def prepare(text: str, tokens: object) -> parsing.Prepared:
+        def prepare(text: str, tokens: object, planner: object = None) -> parsing.Prepared:
+            # no plan either: the codemod before parsing.py parsed every statement
             prepared = parsing.Prepared(text, ast.Module(body=[], type_ignores=[]), text)
             prepared.module = parsing.parse_module(text)
             return prepared
