@@ -134,9 +134,9 @@ def peak_memory(files: list[Path], root: Path, jobs: int) -> list[int]:
             "import resource, sys, os\n"
             "from gpu2tpu.rewrite.files import pool\n"
             "serve = pool._serve\n"
-            "def measured(conn, work, parent):\n"
+            "def measured(*args, **kwargs):\n"
             "    try:\n"
-            "        serve(conn, work, parent)\n"
+            "        serve(*args, **kwargs)\n"
             "    finally:\n"
             "        kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
             "        with open(os.environ['PEAKS'], 'a') as f:\n"
@@ -148,11 +148,14 @@ def peak_memory(files: list[Path], root: Path, jobs: int) -> list[int]:
         )
         peaks = Path(tmp) / "peaks.txt"
         env = {**os.environ, "PEAKS": str(peaks)}
-        subprocess.run(
+        ran = subprocess.run(
             [sys.executable, "-c", script, str(listing), str(jobs)],
             capture_output=True, text=True, env=env, cwd=tmp,
         )  # fmt: skip
-        return [int(x) for x in peaks.read_text().split()] if peaks.exists() else []
+        if not peaks.exists():  # `rewrite --diff` exits 1 when it shows a change; this is worse
+            raise RuntimeError(f"the measured rewrite did not run (exit {ran.returncode}):\n"
+                               f"{ran.stderr[-2000:]}")  # fmt: skip
+        return [int(x) for x in peaks.read_text().split()]
 
 
 def main() -> int:

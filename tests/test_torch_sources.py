@@ -148,3 +148,7 @@ def test_the_whole_torch_benchmark_times_the_net_it_wraps() -> None:
     assert 0 < in_net < spent and broken == []
     for old, new, _ in out.values():
         assert old != new and bench.compiles(new)
+    # and the peak memory of each worker of a real `rewrite --diff -j 2` (two files may need
+    # one worker; the pool's worker loop, wrapped to read its peak, is called as the pool does)
+    peaks = bench.peak_memory(files, root, 2)
+    assert 1 <= len(peaks) <= 2 and all(p > 10_000 for p in peaks)  # KiB: Python alone is more
