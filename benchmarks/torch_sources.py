@@ -15,7 +15,9 @@ with/without the net comes from the same run. Then every rewritten text is check
 
 and the peak memory of each worker of a `gpu2tpu rewrite --diff -j 2` run over the same files.
 
-    python benchmarks/torch_sources.py [--limit N] [--jobs 2] [--json out.json]
+    python benchmarks/torch_sources.py [--limit N] [--jobs 2] [--json out.json] [--root DIR]
+
+`--root DIR` runs the same checks on another tree (a checkout of a project that uses CUDA).
 
 Exit status 1 when any rewritten file fails a check.
 """
@@ -163,10 +165,14 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=None, help="only the first N files")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None, help="write the details here")
+    parser.add_argument(
+        "--root", type=Path, default=None, help="another tree instead of torch's (a checkout)"
+    )
     args = parser.parse_args()
-    root = torch_root()
+    root = args.root.resolve() if args.root else torch_root()
     files = sources(root, args.limit)
-    print(f"torch sources: {len(files)} files under {root}", flush=True)
+    print(f"{'sources' if args.root else 'torch sources'}: {len(files)} files under {root}",
+          flush=True)  # fmt: skip
     netted, spent, in_net, saved = rewrite_all(files, root)
     print(f"rewrite_source over all files: {spent:.1f} s, of which {in_net:.1f} s in the net")
     print(f"ratio with/without the net: {spent / max(spent - in_net, 1e-9):.3f}")
