@@ -154,7 +154,9 @@ def peak_memory(files: list[Path], root: Path, jobs: int) -> list[int]:
             [sys.executable, "-c", script, str(listing), str(jobs)],
             capture_output=True, text=True, env=env, cwd=tmp,
         )  # fmt: skip
-        if not peaks.exists():  # `rewrite --diff` exits 1 when it shows a change; this is worse
+        # its exit status tells nothing here (`rewrite --diff` exits 1 when it shows a
+        # change); no peak written means the run itself failed
+        if not peaks.exists():
             raise RuntimeError(f"the measured rewrite did not run (exit {ran.returncode}):\n"
                                f"{ran.stderr[-2000:]}")  # fmt: skip
         return [int(x) for x in peaks.read_text().split()]
