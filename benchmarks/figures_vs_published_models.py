@@ -49,6 +49,7 @@ from gpu2tpu.pricing.class_fit import (
     load_traffic,
     traffic_key,
 )
+from gpu2tpu.pricing.op_traffic import OpTraffic
 from gpu2tpu.pricing.published import PublishedRun, load_published_runs
 from gpu2tpu.pricing.step_floor import apply_floor, step_floor
 from gpu2tpu.pricing.utilisation import StepFeatures, default_fit
@@ -200,6 +201,29 @@ def raw_ratio(run: PublishedRun) -> float:
     return mode.get_total_flops() / corrected
 
 
+def same_traffic(table: OpTraffic, counted: OpTraffic) -> bool:
+    """Whether a table entry is the count, field by field (to the six digits it keeps)."""
+
+    def close(a: float | None, b: float | None) -> bool:
+        return (a is None) == (b is None) and (
+            a is None or math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6)
+        )
+
+    sums = [
+        (sum(f for _, f, _ in t.matrix), sum(b for _, _, b in t.matrix)) for t in (table, counted)
+    ]
+    return all(close(a, b) for a, b in zip(*sums, strict=True)) and all(
+        close(getattr(table, name), getattr(counted, name))
+        for name in (
+            "other_bytes",
+            "depthwise_bytes",
+            "volumetric_flops",
+            "channels_first_flops",
+            "conv_flops",
+        )
+    )
+
+
 def write_traffic(counted: dict[tuple[str, int, str, str], tuple[StepCount, int]]) -> None:
     """Write every counted step's traffic per sample (pricing/class_fit.py reads it)."""
     lines = [
@@ -221,6 +245,7 @@ def write_traffic(counted: dict[tuple[str, int, str, str], tuple[StepCount, int]
             f"depthwise_bytes = {mix.depthwise_bytes / batch:.6g}",
             f"volumetric_flops = {mix.conv3d_flops / batch:.6g}",
             f"channels_first_flops = {mix.channels_first_flops / batch:.6g}",
+            f"conv_flops = {mix.conv_flops / batch:.6g}",
             f"matrix = [{bins}]",
             "",
         ]
@@ -280,9 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         key
         for key, (step, batch) in counted.items()
         if traffic_key(*key) not in table
-        or not math.isclose(
-            table[traffic_key(*key)].total_bytes, step.traffic().total_bytes / batch, rel_tol=1e-4
-        )
+        or not same_traffic(table[traffic_key(*key)], step.traffic().scaled(1 / batch))
     ]
     if args.write_traffic:
         write_traffic(counted)

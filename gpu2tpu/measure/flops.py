@@ -92,6 +92,7 @@ class StepCount:
             mix.depthwise_bytes,
             mix.conv3d_flops,
             mix.channels_first_flops,
+            mix.conv_flops,
         ).scaled(1.0 / chips)
 
     def to_dict(self) -> dict[str, Any]:

@@ -14,7 +14,10 @@ the slower of its two rates (the profiler counts both FLOPs and bytes of every o
 - `u`, the matrix ops' share of peak, is the LLM fit's utilisation for the chip, framework
   and precision (`UtilisationFit.utilisation`, unchanged) times a per-class factor
   exp(class[c]): the LLM runs teach how chips and frameworks differ, these runs how far a
-  CNN's convolutions or an encoder's matmuls sit from an LLM's;
+  CNN's convolutions or an encoder's matmuls sit from an LLM's. A CNN's or U-Net's factor is
+  its convolutions': the share of its matrix FLOPs in matmuls and attention (a classifier
+  head, a diffusion U-Net's transformer blocks: `OpTraffic.matmul_share`) runs at the
+  encoders' factor;
 - `e`, the share of HBM bandwidth the memory-bound ops reach, and `e_dw` that of depthwise
   convolutions (cuDNN's depthwise kernels run well below the bandwidth);
 - `phi`, the share of the elementwise ops' unfused bytes that still moves after fusion: 1 in
@@ -81,6 +84,10 @@ _GRAPH_ON_GPU = frozenset({"mxnet", "paddle", "tensorflow", "jax"})
 # steps get a fitted factor of their own (`precision:*`) where a run calibrates it.
 _SAME_AS_BF16 = frozenset({"bf16", "fp16"})
 _PRIOR = {"bandwidth": math.log(0.8)}
+# Classes whose factor is their convolutions'; their other matrix work is priced as an
+# encoder's where it does this share of the matrix FLOPs or more (`_terms`).
+_CONVOLUTIONAL = frozenset({"cnn", "unet"})
+MATMUL_IN_CONVOLUTIONAL = 0.05
 
 
 def fusion_group(framework: str, chip_kind: str) -> str:
@@ -111,6 +118,7 @@ def load_traffic(path: Path = TRAFFIC_TABLE) -> dict[str, OpTraffic]:
             float(entry.get("depthwise_bytes", 0.0)),
             float(entry.get("volumetric_flops", 0.0)),
             float(entry.get("channels_first_flops", 0.0)),
+            float(entry["conv_flops"]) if "conv_flops" in entry else None,
         )
     return out
 
@@ -192,6 +200,12 @@ class ClassFit:
         missing = []
         if model_class not in self.classes:
             missing.append(f"no published {model_class} run")
+        elif (
+            model_class in _CONVOLUTIONAL
+            and traffic.matmul_share >= MATMUL_IN_CONVOLUTIONAL
+            and "encoder" not in self.classes
+        ):
+            missing.append("no published encoder run (for its matmuls)")
         if fusion != "eager" and fusion not in self.fusions:
             missing.append(f"no published run of {_FUSION_WHAT[fusion]}")
         if precision not in _SAME_AS_BF16 and precision not in self.precisions:
@@ -277,6 +291,8 @@ def _terms(model_class: str, fusion: str, precision: str, traffic: OpTraffic) ->
         terms.append(f"fusion:{fusion}")
     if precision not in _SAME_AS_BF16:
         terms.append(f"precision:{precision}")
+    if model_class in _CONVOLUTIONAL and traffic.matmul_share >= MATMUL_IN_CONVOLUTIONAL:
+        terms.append("class:encoder")
     if traffic.has_depthwise:
         terms.append("depthwise")
     return terms + _convolution_terms(traffic, fusion)
@@ -317,18 +333,25 @@ def _seconds(
     fusion: str,
     precision: str,
 ) -> tuple[float, float]:
+    precision_factor = math.exp(c.get(f"precision:{precision}", 0.0))
     u = base_utilisation * math.exp(c.get(f"class:{model_class}", 0.0))
     for term in _convolution_terms(traffic, fusion):
         u *= math.exp(c.get(term, 0.0))
-    u = min(1.0, u * math.exp(c.get(f"precision:{precision}", 0.0)))
+    u = min(1.0, u * precision_factor)
+    # A CNN's or U-Net's matmuls and attention run as an encoder's do (its class factor and
+    # the convolution terms are its convolutions'): their share of the FLOPs at that rate.
+    slow = 1.0
+    if model_class in _CONVOLUTIONAL and traffic.matmul_share > 0:
+        u_mm = base_utilisation * math.exp(c.get("class:encoder", 0.0)) * precision_factor
+        slow += traffic.matmul_share * (u / min(1.0, u_mm) - 1.0)
     e = min(1.0, math.exp(c["bandwidth"]))
     e_dw = min(1.0, math.exp(c.get("depthwise", c["bandwidth"])))
     phi = 1.0 if fusion == "eager" else 1.0 / (1.0 + math.exp(-c.get(f"fusion:{fusion}", 0.0)))
-    matrix = sum(max(f / (peak * u), b / (bandwidth * e)) for _, f, b in traffic.matrix)
+    matrix = sum(max(f * slow / (peak * u), b / (bandwidth * e)) for _, f, b in traffic.matrix)
     rest = phi * traffic.other_bytes / (bandwidth * e) + traffic.depthwise_bytes / (
         bandwidth * e_dw
     )
-    return matrix + rest, u
+    return matrix + rest, u / slow
 
 
 def _cases(

@@ -16,8 +16,8 @@ VOLUMETRIC_SHARE = CHANNELS_FIRST_SHARE = 0.05
 class OpTraffic:
     """A step's FLOPs and unfused bytes op by op: the matrix ops by arithmetic intensity
     (`(FLOPs per byte, FLOPs, bytes)` per bin), the bytes of every other op, those of
-    depthwise convolutions, and the FLOPs of 3-D convolutions and of convolutions laid out
-    channels-first (among the matrix ops). Per chip per step (or per sample, in the
+    depthwise convolutions, the FLOPs of 3-D convolutions and of convolutions laid out
+    channels-first (among the matrix ops), and those of all convolutions (None: not counted). Per chip per step (or per sample, in the
     table)."""
 
     matrix: tuple[tuple[float, float, float], ...]
@@ -25,6 +25,7 @@ class OpTraffic:
     depthwise_bytes: float = 0.0
     volumetric_flops: float = 0.0
     channels_first_flops: float = 0.0
+    conv_flops: float | None = None
 
     def scaled(self, factor: float) -> OpTraffic:
         return OpTraffic(
@@ -33,6 +34,7 @@ class OpTraffic:
             self.depthwise_bytes * factor,
             self.volumetric_flops * factor,
             self.channels_first_flops * factor,
+            None if self.conv_flops is None else self.conv_flops * factor,
         )
 
     @property
@@ -58,6 +60,15 @@ class OpTraffic:
         GPU's tensor cores run them below channels-last ones: `class_fit`'s
         `layout:channels_first`)."""
         return self._share(self.channels_first_flops) >= CHANNELS_FIRST_SHARE
+
+    @cached_property
+    def matmul_share(self) -> float:
+        """The share of the matrix FLOPs not in convolutions (matmuls and attention: a
+        classifier's head, a diffusion U-Net's transformer blocks); 0 where the convolutions'
+        FLOPs were not counted."""
+        if self.conv_flops is None:
+            return 0.0
+        return max(0.0, 1.0 - self._share(self.conv_flops))
 
     def _share(self, flops: float) -> float:
         total = sum(f for _, f, _ in self.matrix)
