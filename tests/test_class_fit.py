@@ -136,8 +136,19 @@ def test_a_convolutional_steps_matmuls_run_as_an_encoders_do() -> None:
     # an encoder's FLOPs are priced at its own factor, convolutions or not
     assert seconds("encoder", flops / 2) == pytest.approx(seconds("encoder", flops), rel=1e-9)
     # Stable Diffusion 2's step, as counted: a third of its matrix FLOPs are not convolutions
-    sd2 = load_traffic()[traffic_key("sd2_base_unet_512", 64, "bf16")]
+    table = load_traffic()
+    sd2 = table[traffic_key("sd2_base_unet_512", 64, "bf16")]
     assert 0.3 < sd2.matmul_share < 0.4
+    # without an encoder run nothing calibrates those matmuls: a bound that says so, where
+    # a U-Net of convolutions alone keeps its figure
+    runs = [r for r in load_published_runs(MODELS_TABLE) if r.model_class != "encoder"]
+    fold = fit_without_error(runs, table, CATALOGUE, default_fit())
+    v5p = CATALOGUE.get("v5p")
+    mixed = fold.predict(default_fit(), v5p, sd2, "unet", "pytorch_xla", "bf16")
+    assert mixed is not None and not mixed.calibrated
+    assert "no published encoder run (for its matmuls)" in mixed.why_not
+    convs = fold.predict(default_fit(), A100, traffic(flops), "unet", "pytorch", "fp16")
+    assert convs is not None and convs.calibrated
 
 
 def test_a_regime_no_other_publisher_calibrates_is_a_bound() -> None:
