@@ -229,7 +229,8 @@ def write_traffic(counted: dict[tuple[str, int, str, str], tuple[StepCount, int]
     lines = [
         "# The unfused traffic of one training step per sample of every published non-LLM run, keyed",
         '# "model/batch a chip/precision": matrix ops as [FLOPs per byte, FLOPs, bytes] by intensity, the',
-        "# bytes of every other op and of depthwise convolutions. Counted by the profiler's counter on the",
+        "# bytes of every other op and of depthwise convolutions, the FLOPs of 3-D, channels-first and all",
+        "# convolutions. Counted by the profiler's counter on the",
         "# models built to their published shapes (tests/published_models.py) on the meta device;",
         "# regenerate with `benchmarks/figures_vs_published_models.py --write-traffic`.",
     ]

@@ -17,8 +17,8 @@ class OpTraffic:
     """A step's FLOPs and unfused bytes op by op: the matrix ops by arithmetic intensity
     (`(FLOPs per byte, FLOPs, bytes)` per bin), the bytes of every other op, those of
     depthwise convolutions, the FLOPs of 3-D convolutions and of convolutions laid out
-    channels-first (among the matrix ops), and those of all convolutions (None: not counted). Per chip per step (or per sample, in the
-    table)."""
+    channels-first (among the matrix ops), and those of all convolutions (None: not
+    counted). Per chip per step (or per sample, in the table)."""
 
     matrix: tuple[tuple[float, float, float], ...]
     other_bytes: float
