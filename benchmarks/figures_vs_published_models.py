@@ -89,6 +89,17 @@ class Row:
         return self.expected / self.published - 1
 
     @property
+    def in_range(self) -> bool:
+        """The published rate within the range, its ends included. An end is one run's own
+        residual (an outer quantile of the fit's, from the traffic table, kept to six digits);
+        this run's figure comes from its count, which `same_traffic` holds to 1e-4 of the
+        table: a run at the end is in when within that."""
+        if self.low is None or self.high is None:
+            return False
+        slack = 1e-4 * self.published
+        return self.low - slack <= self.published <= self.high + slack
+
+    @property
     def holds(self) -> bool:
         """A bound is at least the published rate; so is the fast end of the range of a
         figure for a run its host limited (the step alone would run at least that fast)."""
@@ -148,10 +159,11 @@ def predict(
             wanted, chip, llm, row.run.model_class, row.run.framework, (), classes
         )
         if step is not None and ranged is not None and step.kind == "expected":
+            span = ranged.range_for(row.run.model_class)
             step = replace(
                 step,
-                low=max(step.bound_seconds, step.seconds * math.exp(-ranged.log_range[1])),
-                high=step.seconds * math.exp(-ranged.log_range[0]),
+                low=max(step.bound_seconds, step.seconds * math.exp(-span[1])),
+                high=step.seconds * math.exp(-span[0]),
             )
     if step is None:
         return
@@ -175,10 +187,7 @@ def summary(rows: list[Row]) -> tuple[int, float, float, int]:
         math.expm1(statistics.fmean(math.log1p(r.error) for r in group if r.error is not None))
         for group in grouped.values()
     ]
-    held = sum(
-        all(r.low is not None and r.high is not None and r.low <= r.published <= r.high for r in g)
-        for g in grouped.values()
-    )
+    held = sum(all(r.in_range for r in g) for g in grouped.values())
     if not errors:
         return 0, math.nan, math.nan, 0
     return len(errors), statistics.median(abs(e) for e in errors), max(map(abs, errors)), held
@@ -353,9 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     under_floor = 0
     for row in rows:
         err = row.error
-        in_range = (
-            row.low is not None and row.high is not None and row.low <= row.published <= row.high
-        )
+        in_range = row.in_range
         if (
             row.kind == "expected"
             and row.expected

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpu2tpu.measure.flops import count_meta_step
 from gpu2tpu.pricing.catalogue import HardwareCatalogue
@@ -224,8 +226,11 @@ def test_a_run_its_host_limited_is_a_floor_not_a_point_of_the_fit() -> None:
     assert {e.run.id for e in fit.floors} == {r.id for r in limited}
     assert not {e.run.id for e in fit.cross_source} & {r.id for r in limited}
     # the fast end of the figure's range reaches the host's rate (the step could run so fast)
-    fast = math.exp(fit.log_range[1])
-    assert all(e.expected is not None and e.expected * fast >= e.published for e in fit.floors)
+    assert all(
+        e.expected is not None
+        and e.expected * math.exp(fit.range_for(e.run.model_class)[1]) >= e.published
+        for e in fit.floors
+    )
     halved = [replace(r, value=r.value / 2) if r.limited_by else r for r in runs]
     moved = fit_classes(halved, load_traffic(), CATALOGUE, default_fit())
     assert moved.coefficients == fit.coefficients
@@ -364,6 +369,52 @@ def test_the_count_reads_a_step_s_convolution_layout() -> None:
         first = step.mix.channels_first_flops
         assert first == (step.mix.conv_flops if layout is None else 0.0)
         assert step.traffic().has_channels_first is (layout is None)
+
+
+def test_each_class_s_figures_take_that_class_s_range() -> None:
+    """A CNN's range is the CNNs' cross-publisher residuals, an encoder's the encoders':
+    pooled, the encoders' narrower errors would widen nothing and the U-Nets' wider ones
+    would fall outside (issue 35: the range holding its stated share per class)."""
+    fit = default_class_fit()
+    assert set(fit.class_ranges) == {"cnn", "encoder", "unet"}
+    assert fit.range_for("encoder") != fit.range_for("unet")
+    for cls in ("cnn", "encoder", "unet"):
+        errors = fit.class_errors(cls)
+        assert errors is not None
+        assert fit.range_holds(cls) >= 0.8 * errors[0], cls
+        # the figure's range is its class's
+        step = expected_step_by_op(replace(_features("resnet50_v1_5", 256), model_class=cls),
+                                   A100)  # fmt: skip
+        assert step is not None and step.kind == "expected"
+        fast, slow = fit.range_for(cls)
+        assert step.high == pytest.approx(step.seconds * math.exp(-fast))
+        assert step.low == pytest.approx(max(step.bound_seconds, step.seconds * math.exp(-slow)))
+        assert f"the range holds every run of {fit.range_holds(cls)} of them" in step.source
+    # a class no publisher was left out for takes every class's
+    assert fit.range_for("small") == fit.log_range
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.floats(-3, 3, allow_nan=False), min_size=1, max_size=4),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_a_range_holds_every_run_of_its_stated_share_of_configurations(
+    configurations: list[list[float]],
+) -> None:
+    """Each end is the outer quantile of the configurations' extreme runs on its side: each
+    leaves out at most a tenth, so at least 80% of the configurations lie wholly inside,
+    whatever their runs' spread (the benchmark counts a configuration as held only so)."""
+    from gpu2tpu.pricing.class_fit import _range
+
+    low, high = _range(configurations)
+    held = sum(all(low <= r <= high for r in runs) for runs in configurations)
+    assert held >= 0.8 * len(configurations)
+    # and no wider than the runs themselves
+    assert min(map(min, configurations)) <= low <= high <= max(map(max, configurations))
 
 
 def test_the_llm_fit_is_untouched_by_the_non_llm_runs() -> None:

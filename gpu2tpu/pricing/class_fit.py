@@ -169,7 +169,10 @@ class ClassFit:
     sources: tuple[str, ...]
     precisions: frozenset[str] = frozenset()
     cross_source: tuple[ClassError, ...] = ()
+    # The range of all classes' cross-source residuals, and each class's own: a CNN's figure
+    # takes the CNNs' range, so that it holds its stated share for CNNs, not just on average
     log_range: tuple[float, float] = (0.0, 0.0)
+    class_ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     # term -> its only publisher, for the fit shipped to users: a term one publisher alone
     # calibrates was never predicted for a publisher the fit did not see, so no error
     # measured here holds for it and a figure using it is shown as a bound (empty in folds)
@@ -227,6 +230,11 @@ class ClassFit:
             ]
         return ClassPrediction(seconds, not missing, "; ".join(missing), u)
 
+    def range_for(self, model_class: str) -> tuple[float, float]:
+        """The log range of `model_class`'s figures: its own configurations' residuals,
+        else (a class no publisher left out has) every class's."""
+        return self.class_ranges.get(model_class, self.log_range)
+
     def configuration_errors(self) -> dict[tuple[object, ...], float]:
         grouped: dict[tuple[object, ...], list[float]] = defaultdict(list)
         for h in self.cross_source:
@@ -246,11 +254,21 @@ class ClassFit:
             return None
         return len(errors), statistics.median(errors), max(errors)
 
+    def range_holds(self, model_class: str) -> int:
+        """How many of `model_class`'s configurations its range holds every run of."""
+        low, high = self.range_for(model_class)
+        runs: dict[tuple[object, ...], list[float]] = defaultdict(list)
+        for h in self.cross_source:
+            if h.error is not None and h.run.model_class == model_class:
+                runs[h.run.configuration].append(-math.log1p(h.error))
+        return sum(all(low <= r <= high for r in rs) for rs in runs.values())
+
     def source_line(self, model_class: str) -> str:
         errors = self.class_errors(model_class)
         measured = (
             f"leave-one-publisher-out error over {errors[0]} {model_class} configurations: "
-            f"median {errors[1]:.0%}, worst {errors[2]:.0%}"
+            f"median {errors[1]:.0%}, worst {errors[2]:.0%}; the range holds every run of "
+            f"{self.range_holds(model_class)} of them"
             if errors
             else f"no {model_class} configuration predicted without its publisher"
         )
@@ -506,22 +524,38 @@ def fit_classes(
         fold = _bare(others, llm)
         cross.extend(_predicted(fold, c, llm) for c in cases if c.run.source_group == group)
         floors.extend(_predicted(fold, c, llm) for c in limited if c.run.source_group == group)
-    interim = replace(full, cross_source=tuple(cross))
-    residuals = [-math.log1p(e) for e in interim.configuration_errors().values()]
-    log_range = (
-        (
-            _outer_quantile(residuals, RANGE_QUANTILES[0]),
-            _outer_quantile(residuals, RANGE_QUANTILES[1]),
-        )
-        if residuals
-        else (0.0, 0.0)
-    )
+    # Each configuration's residuals (a run's own, one GPU and eight apart), per class.
+    spans: dict[tuple[object, ...], list[float]] = defaultdict(list)
+    class_of: dict[tuple[object, ...], str] = {}
+    for h in cross:
+        if h.error is not None:
+            spans[h.run.configuration].append(-math.log1p(h.error))
+            class_of[h.run.configuration] = h.run.model_class
+    by_class: dict[str, list[list[float]]] = defaultdict(list)
+    for key, residuals in spans.items():
+        by_class[class_of[key]].append(residuals)
     return replace(
         full,
         cross_source=tuple(cross),
-        log_range=log_range,
+        log_range=_range(list(spans.values())),
+        class_ranges={c: _range(r) for c, r in sorted(by_class.items())},
         unchecked=_single_publisher_terms(cases),
         floors=tuple(floors),
+    )
+
+
+def _range(configurations: Sequence[Sequence[float]]) -> tuple[float, float]:
+    """A log range that holds every run of at least the stated share of `configurations`
+    (each its runs' residuals; `RANGE_QUANTILES`): each end the outer quantile of the
+    configurations' extreme runs on its side, so that each end leaves out at most half of
+    what the share does."""
+    if not configurations:
+        return (0.0, 0.0)
+    low, high = RANGE_QUANTILES
+    miss = (1.0 - (high - low)) / 2
+    return (
+        _outer_quantile([min(r) for r in configurations], miss),
+        _outer_quantile([max(r) for r in configurations], 1.0 - miss),
     )
 
 
@@ -596,8 +630,9 @@ def expected_class_step(
         )
     if prediction.calibrated:
         seconds = max(prediction.seconds, bound)
-        low = seconds * math.exp(-fit.log_range[1])
-        high = seconds * math.exp(-fit.log_range[0])
+        fast, slow = fit.range_for(model_class)
+        low = seconds * math.exp(-slow)
+        high = seconds * math.exp(-fast)
         kind = "expected"
         compute = sum(f for _, f, _ in traffic.matrix) / peak
         limited_by = "compute" if compute / prediction.utilisation >= seconds / 2 else "memory"
