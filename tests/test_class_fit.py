@@ -386,9 +386,9 @@ def test_each_class_s_figures_take_that_class_s_range() -> None:
         step = expected_step_by_op(replace(_features("resnet50_v1_5", 256), model_class=cls),
                                    A100)  # fmt: skip
         assert step is not None and step.kind == "expected"
-        fast, slow = fit.range_for(cls)
-        assert step.high == pytest.approx(step.seconds * math.exp(-fast))
-        assert step.low == pytest.approx(max(step.bound_seconds, step.seconds * math.exp(-slow)))
+        under, over = fit.range_for(cls)
+        assert step.high == pytest.approx(step.seconds * math.exp(-under))
+        assert step.low == pytest.approx(max(step.bound_seconds, step.seconds * math.exp(-over)))
         assert f"the range holds every run of {fit.range_holds(cls)} of them" in step.source
     # a class no publisher was left out for takes every class's
     assert fit.range_for("small") == fit.log_range

@@ -231,8 +231,9 @@ class ClassFit:
         return ClassPrediction(seconds, not missing, "; ".join(missing), u)
 
     def range_for(self, model_class: str) -> tuple[float, float]:
-        """The log range of `model_class`'s figures: its own configurations' residuals,
-        else (a class no publisher left out has) every class's."""
+        """The range of `model_class`'s residuals, log(published rate / expected rate), low
+        end first: from its own configurations, else (a class no publisher was left out for)
+        from every class's. A figure's time runs from exp(-high) to exp(-low) of it."""
         return self.class_ranges.get(model_class, self.log_range)
 
     def configuration_errors(self) -> dict[tuple[object, ...], float]:
@@ -630,9 +631,9 @@ def expected_class_step(
         )
     if prediction.calibrated:
         seconds = max(prediction.seconds, bound)
-        fast, slow = fit.range_for(model_class)
-        low = seconds * math.exp(-slow)
-        high = seconds * math.exp(-fast)
+        under, over = fit.range_for(model_class)
+        low = seconds * math.exp(-over)
+        high = seconds * math.exp(-under)
         kind = "expected"
         compute = sum(f for _, f, _ in traffic.matrix) / peak
         limited_by = "compute" if compute / prediction.utilisation >= seconds / 2 else "memory"
