@@ -482,6 +482,10 @@ def test_a_cnn_profile_states_the_error_of_the_model_that_made_its_figures() -> 
     stated = result.comparison.expected_source
     assert stated == default_class_fit().source_line("cnn")
     assert default_fit().source_line() not in stated
+    # each row says its rate is the op-by-op model's, not what published runs (LLMs) reach
+    for row in expected:
+        assert "each op at the slower of its compute and memory rate" in row.note, row.note
+        assert "what published runs reach" not in row.note
 
 
 def test_the_stable_diffusion_step_has_the_published_shapes_and_counts() -> None:

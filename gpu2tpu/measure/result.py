@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..pricing.catalogue import Chip, HardwareCatalogue
-from ..pricing.class_fit import expected_step_by_op
+from ..pricing.class_fit import CLASSES, expected_step_by_op
 from ..pricing.compare import Comparison, ComparisonExports, ComparisonRow
 from ..pricing.cost import efficiency_from_run, roofline_seconds
 from ..pricing.step_floor import StepFloor, apply_floor, step_floor
@@ -1001,6 +1001,13 @@ def _estimate(
         note = (
             f"expected at {expected.utilisation:.0%} of peak: {reference.what} reached "
             f"{reference.utilisation:.0%}, scaled to {target.name} by the published runs' ratio"
+        )
+    elif expected.model_class in CLASSES:
+        # no CNN, encoder or U-Net ran on most targets: its rate is the op-by-op model's
+        note = (
+            f"expected at {expected.utilisation:.0%} of peak: each op at the slower of its "
+            f"compute and memory rate on {target.name}, as published {expected.model_class} "
+            "runs reach them (no accelerator measurement of this step to scale from)"
         )
     else:
         note = (
