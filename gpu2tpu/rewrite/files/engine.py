@@ -24,6 +24,7 @@ from ..core.model import CellFinding, Finding, Options
 from ..core.torch_target import Pin
 from .atomic_write import ChangedDuringRun, ReadOnly, Snapshot, remove_stale_temporaries
 from .atomic_write import write_atomic as write_atomic
+from .collector import fewer_collections
 from .discovery import CUDA_SOURCE_SUFFIXES, Scope, discover, inside, os_reason
 from .discovery import DEFAULT_EXCLUDES as DEFAULT_EXCLUDES
 from .discovery import SOURCE_SUFFIXES as SOURCE_SUFFIXES
@@ -470,7 +471,8 @@ def run(
         checkpoint()
     except KeyboardInterrupt:
         raise Interrupted(0, None) from None
-    outcomes = _process_all(files, file_configs, config, mode, warnings.append)
+    with fewer_collections():  # docs/architecture.md, "Garbage collection"
+        outcomes = _process_all(files, file_configs, config, mode, warnings.append)
     # G2T520: after the files, which say what each project's pin held back
     changes = pin_changes(
         (c.target_pin, c.options, o.findings) for o, c in zip(outcomes, file_configs, strict=False)
