@@ -586,9 +586,18 @@ def test_a_status_line_says_how_long_work_of_unknown_length_has_run_on_a_termina
     assert WorkStatus("x", str).mode == "off"  # not a kernel, not a terminal: nothing drawn
 
 
-def test_profile_traces_one_step_op_by_op_into_a_chrome_trace(linear_step, tmp_path):
+def test_profile_traces_one_step_op_by_op_into_a_chrome_trace(tmp_path):
+    # A matmul of milliseconds: `linear_step`'s takes microseconds, as long as the dispatch of
+    # `aten::linear` around it, and which of the two came first moved with the machine's load.
+    layer = torch.nn.Linear(1024, 1024)
+    x = torch.randn(256, 1024)
+
+    def step():
+        with torch.no_grad():
+            return layer(x)
+
     path = tmp_path / "trace.json"
-    r = profile(linear_step, steps=3, warmup=1, backend="cpu", trace=path, targets=())
+    r = profile(step, steps=3, warmup=1, backend="cpu", trace=path, targets=())
     trace = r.trace
     assert trace.path == path
     events = json.loads(path.read_text(encoding="utf-8"))["traceEvents"]
@@ -598,7 +607,7 @@ def test_profile_traces_one_step_op_by_op_into_a_chrome_trace(linear_step, tmp_p
     assert "aten::addmm" in str(trace) and str(path) in str(trace)
     assert "aten::addmm" in r.details()["Slowest ops (one step, torch.profiler)"]
     assert r.to_dict()["trace"]["path"] == str(path)
-    assert profile(linear_step, steps=2, warmup=0, backend="cpu", targets=()).trace is None
+    assert profile(step, steps=2, warmup=0, backend="cpu", targets=()).trace is None
 
 
 def test_costs_read_in_plain_dollars_per_1k_steps_not_per_step(linear_step):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import re
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -778,11 +779,24 @@ def values_of(source: str, names: ModuleNames) -> ModuleValues | None:
     if tree is not None:
         lines = source.encode("utf-8", "surrogatepass").splitlines(keepends=True)
         try:
-            found = ModuleValues(tree, lines, names.module_binding)
+            found = ModuleValues(tree, lines, _resolver(names))
         except RecursionError:
             found = None  # too deep to follow: no value is known
     _CACHE[names] = found
     return found
+
+
+def _resolver(names: ModuleNames) -> Callable[[str], str | None]:
+    """`names.module_binding`, holding `names` weakly: the facts are `_CACHE`'s value for that
+    key, and a value that held its key would keep both, and the module's tree, for as long
+    as the process runs (every file a worker checks)."""
+    ref = weakref.ref(names)
+
+    def resolve(name: str) -> str | None:
+        held = ref()
+        return held.module_binding(name) if held is not None else None
+
+    return resolve
 
 
 def module_values(ctx: RuleContext) -> ModuleValues | None:
