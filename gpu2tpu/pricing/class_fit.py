@@ -203,11 +203,7 @@ class ClassFit:
         missing = []
         if model_class not in self.classes:
             missing.append(f"no published {model_class} run")
-        elif (
-            model_class in _CONVOLUTIONAL
-            and traffic.matmul_share >= MATMUL_IN_CONVOLUTIONAL
-            and "encoder" not in self.classes
-        ):
+        elif _matmuls_as_encoder(model_class, traffic) and "encoder" not in self.classes:
             missing.append("no published encoder run (for its matmuls)")
         if fusion != "eager" and fusion not in self.fusions:
             missing.append(f"no published run of {_FUSION_WHAT[fusion]}")
@@ -258,11 +254,8 @@ class ClassFit:
     def range_holds(self, model_class: str) -> int:
         """How many of `model_class`'s configurations its range holds every run of."""
         low, high = self.range_for(model_class)
-        runs: dict[tuple[object, ...], list[float]] = defaultdict(list)
-        for h in self.cross_source:
-            if h.error is not None and h.run.model_class == model_class:
-                runs[h.run.configuration].append(-math.log1p(h.error))
-        return sum(all(low <= r <= high for r in rs) for rs in runs.values())
+        runs = _run_residuals(self.cross_source, model_class).values()
+        return sum(all(low <= r <= high for r in rs) for rs in runs)
 
     def source_line(self, model_class: str) -> str:
         errors = self.class_errors(model_class)
@@ -310,11 +303,17 @@ def _terms(model_class: str, fusion: str, precision: str, traffic: OpTraffic) ->
         terms.append(f"fusion:{fusion}")
     if precision not in _SAME_AS_BF16:
         terms.append(f"precision:{precision}")
-    if model_class in _CONVOLUTIONAL and traffic.matmul_share >= MATMUL_IN_CONVOLUTIONAL:
+    if _matmuls_as_encoder(model_class, traffic):
         terms.append("class:encoder")
     if traffic.has_depthwise:
         terms.append("depthwise")
     return terms + _convolution_terms(traffic, fusion)
+
+
+def _matmuls_as_encoder(model_class: str, traffic: OpTraffic) -> bool:
+    """Whether a step's figure uses the encoders' factor: a CNN's or U-Net's with matmuls and
+    attention doing `MATMUL_IN_CONVOLUTIONAL` of its matrix FLOPs or more."""
+    return model_class in _CONVOLUTIONAL and traffic.matmul_share >= MATMUL_IN_CONVOLUTIONAL
 
 
 def _term_what(term: str) -> str:
@@ -525,24 +524,27 @@ def fit_classes(
         fold = _bare(others, llm)
         cross.extend(_predicted(fold, c, llm) for c in cases if c.run.source_group == group)
         floors.extend(_predicted(fold, c, llm) for c in limited if c.run.source_group == group)
-    # Each configuration's residuals (a run's own, one GPU and eight apart), per class.
-    spans: dict[tuple[object, ...], list[float]] = defaultdict(list)
-    class_of: dict[tuple[object, ...], str] = {}
-    for h in cross:
-        if h.error is not None:
-            spans[h.run.configuration].append(-math.log1p(h.error))
-            class_of[h.run.configuration] = h.run.model_class
-    by_class: dict[str, list[list[float]]] = defaultdict(list)
-    for key, residuals in spans.items():
-        by_class[class_of[key]].append(residuals)
+    classes = sorted({h.run.model_class for h in cross if h.error is not None})
     return replace(
         full,
         cross_source=tuple(cross),
-        log_range=_range(list(spans.values())),
-        class_ranges={c: _range(r) for c, r in sorted(by_class.items())},
+        log_range=_range(list(_run_residuals(cross).values())),
+        class_ranges={c: _range(list(_run_residuals(cross, c).values())) for c in classes},
         unchecked=_single_publisher_terms(cases),
         floors=tuple(floors),
     )
+
+
+def _run_residuals(
+    errors: Iterable[ClassError], model_class: str | None = None
+) -> dict[tuple[object, ...], list[float]]:
+    """Each configuration's runs' residuals, log(published rate / expected rate) (one GPU and
+    eight apart are one configuration), of every class or of `model_class`."""
+    out: dict[tuple[object, ...], list[float]] = defaultdict(list)
+    for h in errors:
+        if h.error is not None and model_class in (None, h.run.model_class):
+            out[h.run.configuration].append(-math.log1p(h.error))
+    return out
 
 
 def _range(configurations: Sequence[Sequence[float]]) -> tuple[float, float]:
