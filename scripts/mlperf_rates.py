@@ -3,10 +3,12 @@
     python scripts/mlperf_rates.py RESULTS_DIR CHIPS [--samples-per-epoch N] [--repeat-blocks]
 
 RESULTS_DIR holds one submission's `result_*.txt` files (a checkout of
-mlcommons/training_results_v1.0 or v2.0). Every block after the first (the first holds the
-warm-up) counts `epoch_count x samples_per_epoch` samples (the log's own `samples_per_epoch`
+mlcommons/training_results_v1.0, v2.0 or v3.1). Every block after the first (the first holds
+the warm-up) counts `epoch_count x samples_per_epoch` samples (the log's own `samples_per_epoch`
 where it states one: what the chips processed, batches filled) over its time less the
-evaluations logged inside it (`eval_start`/`eval_stop`). A log that states no evaluation but
+evaluations logged inside it (`eval_start`/`eval_stop`). Blocks numbered by step instead
+(v3.1's Stable Diffusion: a start at `step_num` 0, its stop at 100, no epochs) count the steps
+between them times the log's `global_batch_size`. A log that states no evaluation but
 ends every block with one (Google's v1.0 UNet3D) needs `--repeat-blocks`: the first block and
 the later ones each hold one evaluation and differ only in their epoch counts, so a training
 epoch takes (T_first - T_later) / (epochs_first - epochs_later). Prints the median over the
@@ -26,7 +28,7 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Block:
-    epochs: int
+    epochs: int  # or steps, in a log that numbers its blocks by step
     start_ms: int
     stop_ms: int
     evaluating_ms: int  # evaluations logged inside the block
@@ -62,11 +64,18 @@ def blocks(log: list[dict]) -> list[Block]:
     out = []
     for e in log:
         meta = e.get("metadata") or {}
+        by_step = "step_num" in meta and "first_epoch_num" not in meta
         if e["key"] == "block_start":
-            starts[meta.get("first_epoch_num")] = (e["time_ms"], int(meta.get("epoch_count", 0)))
+            if by_step:  # the step it starts at, counted off when it stops
+                starts[None] = (e["time_ms"], -int(meta["step_num"]))
+            else:
+                epochs = int(meta.get("epoch_count", 0))
+                starts[meta.get("first_epoch_num")] = (e["time_ms"], epochs)
         elif e["key"] == "block_stop" and starts:
             key = meta.get("first_epoch_num")
             start, epochs = starts.pop(key if key in starts else list(starts)[-1])
+            if by_step:
+                epochs += int(meta["step_num"])
             stop = e["time_ms"]
             inside = sum(
                 min(b, stop) - max(a, start) for a, b in evaluations if a < stop and b > start
@@ -77,6 +86,8 @@ def blocks(log: list[dict]) -> list[Block]:
 
 def samples_per_second(log: list[dict], samples_per_epoch: int, repeat_blocks: bool) -> float:
     stated = [e["value"] for e in log if e["key"] == "samples_per_epoch"]
+    if any("step_num" in (e.get("metadata") or {}) for e in log if e["key"] == "block_start"):
+        stated = [e["value"] for e in log if e["key"] == "global_batch_size"]  # a step's
     per_epoch = int(stated[0]) if stated else samples_per_epoch
     found = blocks(log)
     if repeat_blocks:

@@ -411,6 +411,7 @@ class CrossAttention(nn.Module):
         super().__init__()
         self.heads = heads
         self.flash = flash
+        self.flash_from = 4096  # the shortest sequence the flash kernel runs for
         self.to_q = nn.Linear(width, width, bias=False)
         self.to_k = nn.Linear(context or width, width, bias=False)
         self.to_v = nn.Linear(context or width, width, bias=False)
@@ -426,7 +427,7 @@ class CrossAttention(nn.Module):
         q, k, v = split(self.to_q(x)), split(self.to_k(source)), split(self.to_v(source))
         # diffusers' XLAFlashAttnProcessor2_0 runs the flash kernel where every sequence has
         # 4,096 tokens or more (self-attention at 64x64), SDPA elsewhere
-        out = _attend(q, k, v, fused=self.flash and min(q.shape[2], k.shape[2]) >= 4096)
+        out = _attend(q, k, v, fused=self.flash and min(q.shape[2], k.shape[2]) >= self.flash_from)
         return self.to_out(out.transpose(1, 2).reshape(b, s, width))
 
 
@@ -650,6 +651,32 @@ class StableDiffusionStep(nn.Module):
         return self.unet(noisy, timesteps, context) - noise
 
 
+class StableDiffusionLatentStep(nn.Module):
+    """MLPerf Training v3.1's Stable Diffusion step (NVIDIA's NeMo implementation): the images
+    come as the VAE's moments, encoded before training (`first_stage_key: images_moments`), so
+    a step samples the latents from them, runs the frozen text encoder forward and trains the
+    U-Net, with flash attention on every attention of the U-Net (`FLASH_ATTENTION=True`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text = TextEncoder().requires_grad_(False)
+        self.unet = DiffusionUNet()
+        for module in self.unet.modules():
+            if isinstance(module, CrossAttention):
+                module.flash_from = 0
+
+    def forward(self, moments: torch.Tensor) -> torch.Tensor:
+        b = moments.shape[0]
+        with torch.no_grad():
+            mean, logvar = moments.chunk(2, dim=1)
+            latents = (mean + torch.exp(0.5 * logvar) * torch.randn_like(mean)) * 0.18215
+            context = self.text(torch.zeros(b, 77, dtype=torch.long))
+        noise = torch.randn_like(latents)
+        timesteps = torch.zeros(b, dtype=torch.long)
+        noisy = latents * 0.9 + noise * 0.4  # the scheduler's q_sample
+        return self.unet(noisy, timesteps, context) - noise
+
+
 def _denoising(out: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
     return out.float().pow(2).mean()
 
@@ -714,6 +741,14 @@ class Recipe:
 def _images(size: int) -> Callable[[int], tuple[torch.Tensor, ...]]:
     return lambda b: (
         torch.empty(b, 3, size, size, device="meta"),
+        torch.empty(b, dtype=torch.long, device="meta"),
+    )
+
+
+def _latent_moments(size: int) -> Callable[[int], tuple[torch.Tensor, ...]]:
+    """The VAE's mean and log-variance of 4 latent channels each, as a step reads them."""
+    return lambda b: (
+        torch.empty(b, 8, size, size, device="meta"),
         torch.empty(b, dtype=torch.long, device="meta"),
     )
 
@@ -821,6 +856,12 @@ RECIPES: dict[str, Recipe] = {
         _images(512),
         _denoising,
         "512x512, VAE and text encoder forward",
+    ),
+    "mlperf_sd2_moments": Recipe(
+        lambda _: StableDiffusionLatentStep(),
+        _latent_moments(64),
+        _denoising,
+        "64x64 latents from the VAE's moments, text encoder forward",
     ),
     "mlperf_unet3d": Recipe(
         lambda _: UNet(1, 3, (32, 64, 128, 256, 320, 320), 3),

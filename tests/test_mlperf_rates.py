@@ -56,3 +56,25 @@ def test_the_command_names_a_folder_without_logs(rates, tmp_path, capsys) -> Non
     (tmp_path / "result_0.txt").write_text("\n".join(_log(evaluations=True)), encoding="utf-8")
     assert rates.main([str(tmp_path), "8"]) == 0
     assert "192.0 samples/s, 24.00 a chip" in capsys.readouterr().out
+
+
+def _stepped_log() -> list[str]:
+    """MLPerf v3.1 Stable Diffusion's shape: blocks of 100 steps named by the step they start
+    and stop at, a 60 s warm-up block, then 50 s ones; an evaluation between two blocks."""
+    lines, t = [_line("global_batch_size", 0, 512)], 1000
+    for step, seconds in ((0, 60), (100, 50), (200, 50), (300, 50)):
+        lines.append(_line("block_start", t, "training_step", step_num=step))
+        t += seconds * 1000
+        lines.append(_line("block_stop", t, "training_step", step_num=step + 100))
+        if step == 100:
+            lines += [_line("eval_start", t + 10), _line("eval_stop", t + 30_000)]
+            t += 30_000
+        t += 50
+    return lines
+
+
+def test_blocks_numbered_by_step_count_steps_of_the_global_batch(rates) -> None:  # type: ignore[no-untyped-def]
+    log = rates.events(_stepped_log())
+    assert [b.epochs for b in rates.blocks(log)] == [100] * 4
+    # 100 steps of 512 in 50 s; the warm-up block and the evaluation between blocks left out
+    assert rates.samples_per_second(log, 0, repeat_blocks=False) == pytest.approx(1024)

@@ -6,16 +6,24 @@ large, so nothing is allocated."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 import torch.nn.functional as F
+from published_models import build
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from gpu2tpu.measure.flop_formulas import torch_overcounts_grouped_conv_backward
-from gpu2tpu.measure.flops import count_step
-from gpu2tpu.measure.workload import SMALL_STEP_FLOPS, OpMix, guess_model_class, step_precision
+from gpu2tpu.measure.flops import count_meta_step, count_step
+from gpu2tpu.measure.workload import (
+    CONV_SHARE,
+    SMALL_STEP_FLOPS,
+    OpMix,
+    guess_model_class,
+    step_precision,
+)
 
 
 def conv_forward(batch: int, c_in: int, c_out: int, groups: int, kernel: int, out_hw: int) -> int:
@@ -184,6 +192,21 @@ def test_the_class_rules_in_order():
                                                  "convolutions, with upsampling")  # fmt: skip
     assert guess_model_class(OpMix(conv_flops=9e11, matmul_flops=1e11), big)[0] == "cnn"
     assert guess_model_class(OpMix(conv_flops=1e9), 1e9)[0] == "small_step"
+    # a latent diffusion U-Net: half its matrix FLOPs in attention and linear layers
+    latent = OpMix(conv_flops=4.9e11, matmul_flops=3.3e11, attention_flops=1.8e11, upsampling=True)
+    assert guess_model_class(latent, big) == ("unet", "49% of the matrix FLOPs in convolutions, "
+                                              "with upsampling")  # fmt: skip
+    # the same mix without upsampling is an encoder with a convolutional stem, not a U-Net
+    assert guess_model_class(replace(latent, upsampling=False), big)[0] == "encoder"
+
+
+def test_a_latent_diffusion_unet_is_guessed_a_unet():
+    """MLPerf's Stable Diffusion step (U-Net at 64x64 latents): convolutions just under half
+    of its matrix FLOPs; a guess from the convolutions' share alone called it an encoder."""
+    model, (moments, targets), recipe = build("mlperf_sd2_moments", 1)
+    step = count_meta_step(model, (moments,), {}, targets, recipe.loss, torch.float16)
+    assert step.mix.conv_flops < CONV_SHARE * step.mix.matrix_flops
+    assert step.model_class == "unet"
 
 
 def test_kernel_launches_and_the_matmul_share_are_counted():

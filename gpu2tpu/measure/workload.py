@@ -22,6 +22,10 @@ MODEL_CLASSES = ("llm_decoder", "encoder", "cnn", "unet", "small_step")
 SMALL_STEP_FLOPS = 1e10
 # A step whose convolutions do at least this share of its matrix FLOPs is a convolutional net.
 CONV_SHARE = 0.5
+# A step that upsamples is a U-Net from this share on: a latent diffusion U-Net runs a
+# transformer after most of its ResNet blocks, and its convolutions do about half of its
+# matrix FLOPs (SD 2's at 64x64 latents: 49.9%), an encoder's next to none.
+UNET_CONV_SHARE = 0.25
 _PRECISIONS = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
 # Matrix ops are binned by arithmetic intensity (FLOPs per byte moved) this finely: a quarter
 # of an octave, so a chip's balance splits them into compute- and memory-bound within 19%.
@@ -138,19 +142,20 @@ def step_precision(mix: OpMix) -> str | None:
 
 def guess_model_class(mix: OpMix, total_flops: float) -> tuple[str, str]:
     """The model class a step looks like, and why, from its op mix (first rule that holds):
-    small (under `SMALL_STEP_FLOPS`), U-Net (mostly convolutions, with 3-D or transposed
-    ones or upsampling), CNN (mostly convolutions), LLM decoder (causal attention), encoder
-    (attention that is not causal); a step of plain matmuls is taken as an LLM decoder's
-    matmuls, the nearest the published runs have."""
+    small (under `SMALL_STEP_FLOPS`), U-Net (mostly convolutions, 3-D ones; or a share of
+    them with transposed ones or upsampling), CNN (mostly convolutions), LLM decoder (causal
+    attention), encoder (attention that is not causal); a step of plain matmuls is taken as
+    an LLM decoder's matmuls, the nearest the published runs have."""
     if total_flops < SMALL_STEP_FLOPS:
         return "small_step", f"under {SMALL_STEP_FLOPS:.0e} FLOPs a step"
     matrix = mix.matrix_flops or total_flops
+    share = f"{mix.conv_flops / matrix:.0%} of the matrix FLOPs in convolutions"
+    upsamples = mix.transposed_conv_flops > 0 or mix.upsampling
+    if upsamples and mix.conv_flops >= UNET_CONV_SHARE * matrix:
+        return "unet", f"{share}, with upsampling"
     if mix.conv_flops >= CONV_SHARE * matrix:
-        share = f"{mix.conv_flops / matrix:.0%} of the matrix FLOPs in convolutions"
         if mix.conv3d_flops >= CONV_SHARE * mix.conv_flops:
             return "unet", f"{share}, mostly 3-D"
-        if mix.transposed_conv_flops > 0 or mix.upsampling:
-            return "unet", f"{share}, with upsampling"
         return "cnn", share
     if mix.attention_flops > 0:
         share = f"{mix.attention_flops / matrix:.0%} of the matrix FLOPs in attention"
