@@ -150,12 +150,13 @@ def guess_model_class(mix: OpMix, total_flops: float) -> tuple[str, str]:
         return "small_step", f"under {SMALL_STEP_FLOPS:.0e} FLOPs a step"
     matrix = mix.matrix_flops or total_flops
     share = f"{mix.conv_flops / matrix:.0%} of the matrix FLOPs in convolutions"
+    convolutional = mix.conv_flops >= CONV_SHARE * matrix
+    if convolutional and mix.conv3d_flops >= CONV_SHARE * mix.conv_flops:
+        return "unet", f"{share}, mostly 3-D"
     upsamples = mix.transposed_conv_flops > 0 or mix.upsampling
     if upsamples and mix.conv_flops >= UNET_CONV_SHARE * matrix:
         return "unet", f"{share}, with upsampling"
-    if mix.conv_flops >= CONV_SHARE * matrix:
-        if mix.conv3d_flops >= CONV_SHARE * mix.conv_flops:
-            return "unet", f"{share}, mostly 3-D"
+    if convolutional:
         return "cnn", share
     if mix.attention_flops > 0:
         share = f"{mix.attention_flops / matrix:.0%} of the matrix FLOPs in attention"
