@@ -129,11 +129,14 @@ def test_a_convolutional_steps_matmuls_run_as_an_encoders_do() -> None:
         assert step is not None and step.kind == "expected"
         return step.seconds
 
-    for cls in ("cnn", "unet"):
+    # a U-Net with matmuls and attention is a diffusion U-Net: its convolutions take that
+    # factor (`class:diffusion`), a U-Net of convolutions alone the segmentation U-Nets'
+    for cls, factor in (("cnn", "cnn"), ("unet", "diffusion")):
         convolutions = seconds(cls, flops)
         assert seconds(cls, None) == pytest.approx(convolutions, rel=1e-9)
-        ratio = math.exp(c[f"class:{cls}"] - c["class:encoder"])  # u_class / u_encoder
-        assert seconds(cls, flops / 2) == pytest.approx(convolutions * (0.5 + 0.5 * ratio))
+        ratio = math.exp(c[f"class:{factor}"] - c["class:encoder"])  # u_class / u_encoder
+        own = math.exp(c[f"class:{cls}"] - c[f"class:{factor}"])  # the factor of convolutions
+        assert seconds(cls, flops / 2) == pytest.approx(convolutions * own * (0.5 + 0.5 * ratio))
         assert ratio != pytest.approx(1.0, abs=0.05)
     # an encoder's FLOPs are priced at its own factor, convolutions or not
     assert seconds("encoder", flops / 2) == pytest.approx(seconds("encoder", flops), rel=1e-9)
@@ -151,6 +154,38 @@ def test_a_convolutional_steps_matmuls_run_as_an_encoders_do() -> None:
     assert "no published encoder run (for its matmuls)" in mixed.why_not
     convs = fold.predict(default_fit(), A100, traffic(flops), "unet", "pytorch", "fp16")
     assert convs is not None and convs.calibrated
+
+
+def test_a_unet_with_attention_takes_the_diffusion_unets_factor() -> None:
+    """Segmentation U-Nets (3-D, from 32 channels) run their convolutions far below a CNN's
+    rate, the latent diffusion U-Nets of two publishers (diffusers' on TPU v5p, MLPerf's on
+    H100s) near it: a U-Net whose matmuls and attention do 5% of its matrix FLOPs or more
+    takes a factor of its own, calibrated by diffusion U-Nets alone. Without any, its figure
+    is a bound that says so, while a U-Net of convolutions alone keeps its figure."""
+    from gpu2tpu.pricing.class_fit import _terms
+
+    table = load_traffic()
+    sd2 = table[traffic_key("sd2_base_unet_512", 64, "bf16")]
+    nnunet = table[traffic_key("nnunet_3d_brats", 2, "fp16", "channels_last")]
+    assert "class:diffusion" in _terms("unet", "xla", "bf16", sd2)
+    assert "class:unet" in _terms("unet", "eager", "fp16", nnunet)
+    shipped = default_class_fit()
+    v5p = CATALOGUE.get("v5p")
+    as_diffusion = shipped.predict(default_fit(), v5p, sd2, "unet", "pytorch_xla", "bf16")
+    assert as_diffusion is not None and as_diffusion.calibrated
+    diffusion = {"diffusers-pytorch-xla"}
+    runs = [
+        r
+        for r in load_published_runs(MODELS_TABLE)
+        if r.source_group not in diffusion and r.model.key != "mlperf_sd2_moments"
+    ]
+    fold = fit_without_error(runs, table, CATALOGUE, default_fit())
+    assert "class:diffusion" not in fold.coefficients and "class:unet" in fold.coefficients
+    bound = fold.predict(default_fit(), v5p, sd2, "unet", "pytorch_xla", "bf16")
+    assert bound is not None and not bound.calibrated
+    assert "no published run of a U-Net with attention" in bound.why_not
+    segmentation = fold.predict(default_fit(), A100, nnunet, "unet", "pytorch", "fp16")
+    assert segmentation is not None and segmentation.calibrated
 
 
 def test_a_regime_no_other_publisher_calibrates_is_a_bound() -> None:

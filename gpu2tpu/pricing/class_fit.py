@@ -17,7 +17,9 @@ the slower of its two rates (the profiler counts both FLOPs and bytes of every o
   CNN's convolutions or an encoder's matmuls sit from an LLM's. A CNN's or U-Net's factor is
   its convolutions': the share of its matrix FLOPs in matmuls and attention (a classifier
   head, a diffusion U-Net's transformer blocks: `OpTraffic.matmul_share`) runs at the
-  encoders' factor;
+  encoders' factor. A U-Net with such matmuls and attention (a latent diffusion U-Net) takes
+  a factor of its own for its convolutions (`DIFFUSION`): the segmentation U-Nets' sits at
+  half a CNN's;
 - `e`, the share of HBM bandwidth the memory-bound ops reach, and `e_dw` that of depthwise
   convolutions (cuDNN's depthwise kernels run well below the bandwidth);
 - `phi`, the share of the elementwise ops' unfused bytes that still moves after fusion: 1 in
@@ -88,6 +90,12 @@ _PRIOR = {"bandwidth": math.log(0.8)}
 # encoder's where it does this share of the matrix FLOPs or more (`_terms`).
 _CONVOLUTIONAL = frozenset({"cnn", "unet"})
 MATMUL_IN_CONVOLUTIONAL = 0.05
+# The factor of a U-Net with matmuls and attention doing `MATMUL_IN_CONVOLUTIONAL` or more
+# of its matrix FLOPs: a latent diffusion U-Net (a transformer after its ResNet blocks, 320
+# to 1,280 channels). The segmentation U-Nets (3-D, or 2-D from 32 channels) run their
+# convolutions at half a CNN's rate, the diffusion U-Nets of two publishers at about a
+# CNN's; one factor for both was off by 23-39% on each diffusion U-Net (docs/forecast.md).
+DIFFUSION = "diffusion"
 
 
 def fusion_group(framework: str, chip_kind: str) -> str:
@@ -203,6 +211,8 @@ class ClassFit:
         missing = []
         if model_class not in self.classes:
             missing.append(f"no published {model_class} run")
+        elif f"class:{_class_factor(model_class, traffic)}" not in self.coefficients:
+            missing.append("no published run of a U-Net with attention (a diffusion U-Net)")
         elif _matmuls_as_encoder(model_class, traffic) and "encoder" not in self.classes:
             missing.append("no published encoder run (for its matmuls)")
         if fusion != "eager" and fusion not in self.fusions:
@@ -296,9 +306,17 @@ def _convolution_terms(traffic: OpTraffic, fusion: str) -> list[str]:
     return terms
 
 
+def _class_factor(model_class: str, traffic: OpTraffic) -> str:
+    """The class whose factor a step's convolutions take: its own, or a U-Net with
+    attention's (`DIFFUSION`)."""
+    if model_class == "unet" and _matmuls_as_encoder(model_class, traffic):
+        return DIFFUSION
+    return model_class
+
+
 def _terms(model_class: str, fusion: str, precision: str, traffic: OpTraffic) -> list[str]:
     """The fitted terms a step's figure uses, named as the coefficients are."""
-    terms = [f"class:{model_class}"]
+    terms = [f"class:{_class_factor(model_class, traffic)}"]
     if fusion != "eager":
         terms.append(f"fusion:{fusion}")
     if precision not in _SAME_AS_BF16:
@@ -319,7 +337,7 @@ def _matmuls_as_encoder(model_class: str, traffic: OpTraffic) -> bool:
 def _term_what(term: str) -> str:
     kind, _, value = term.partition(":")
     if kind == "class":
-        return f"the {value} factor"
+        return "U-Nets with attention" if value == DIFFUSION else f"the {value} factor"
     if kind == "fusion":
         return _FUSION_WHAT[value]
     if kind == "precision":
@@ -352,7 +370,7 @@ def _seconds(
     precision: str,
 ) -> tuple[float, float]:
     precision_factor = math.exp(c.get(f"precision:{precision}", 0.0))
-    u = base_utilisation * math.exp(c.get(f"class:{model_class}", 0.0))
+    u = base_utilisation * math.exp(c.get(f"class:{_class_factor(model_class, traffic)}", 0.0))
     for term in _convolution_terms(traffic, fusion):
         u *= math.exp(c.get(term, 0.0))
     u = min(1.0, u * precision_factor)
@@ -404,7 +422,7 @@ def _cases(
 
 def _names(cases: Sequence[_Case]) -> list[str]:
     names = ["bandwidth"]
-    names += sorted({f"class:{c.run.model_class}" for c in cases})
+    names += sorted({f"class:{_class_factor(c.run.model_class, c.traffic)}" for c in cases})
     if any(c.traffic.has_depthwise for c in cases):
         names.append("depthwise")
     names += sorted(
