@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -81,19 +82,31 @@ def test_ctrl_c_keeps_the_finished_targets_and_ends_the_child_quietly(workers: s
         env=dict(_env(), GPU2TPU_FORECAST_WORKERS=workers),
         start_new_session=True,  # its own process group, like a shell job
     )
+    # stdout is read line by line to its end: `communicate()` after a partial read reads the
+    # pipe itself and loses what the reader had buffered past the line (the RESULT line, in
+    # a CI run where the script printed everything at once). stderr drains in a thread, and
+    # a timer ends a child that hangs.
+    assert proc.stdout is not None and proc.stderr is not None
+    errors: list[str] = []
+    drain = threading.Thread(target=lambda: errors.append(proc.stderr.read()))  # type: ignore[union-attr]
+    drain.start()
+    watchdog = threading.Timer(300, lambda: os.killpg(proc.pid, signal.SIGKILL))
+    watchdog.start()
     lines = []
     try:
-        assert proc.stdout is not None
+        sent = False
         for line in proc.stdout:
             lines.append(line)
-            if line.startswith("forecast v5e:"):
+            if not sent and line.startswith("forecast v5e:"):
                 os.killpg(proc.pid, signal.SIGINT)
-                break
-        rest, err = proc.communicate(timeout=300)
+                sent = True
+        proc.wait()
+        drain.join()
     finally:
+        watchdog.cancel()
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    out = "".join(lines) + rest
+    out, err = "".join(lines), "".join(errors)
     assert proc.returncode == 0, err[-3000:]
     assert "forecast v5e: fits at batch 64" in out
     [result] = [line for line in out.splitlines() if line.startswith("RESULT ")]
