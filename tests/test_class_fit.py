@@ -29,7 +29,7 @@ from gpu2tpu.pricing.class_fit import (
     load_traffic,
     traffic_key,
 )
-from gpu2tpu.pricing.published import load_published_runs
+from gpu2tpu.pricing.published import PublishedRun, load_published_runs
 from gpu2tpu.pricing.utilisation import StepFeatures, default_fit, fit_utilisation
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -667,3 +667,22 @@ def test_the_forecast_costs_a_cnn_op_by_op_as_the_profiler_does() -> None:
     _price(target, v5e, None, "on_demand", None, step)
     gpu = _gpu_row(target, CATALOGUE.get("h100"), 4, None, "on_demand", None, step)
     assert gpu.time_kind == "expected"
+
+
+@pytest.mark.slow  # every published model's step counted once on the meta device
+def test_the_profiler_guesses_each_published_model_the_class_its_table_gives() -> None:
+    """A user's profile takes the class the count guesses; for the published models it is
+    the class their runs calibrate (the MLPerf Stable Diffusion step, convolutions just under
+    half of its matrix FLOPs, was once guessed an encoder)."""
+    runs: dict[str, PublishedRun] = {}
+    for run in load_published_runs(MODELS_TABLE):
+        runs.setdefault(run.model.key, run)
+    dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32}
+    wrong = []
+    for key, run in sorted(runs.items()):
+        batch = max(1, math.ceil(run.per_device_batch))
+        model, (inputs, targets), recipe = build(key, batch, run.memory_format)
+        count = count_meta_step(model, (inputs,), {}, targets, recipe.loss, dtypes[run.precision])
+        if count.model_class != run.model_class:
+            wrong.append((key, count.model_class, run.model_class))
+    assert not wrong
