@@ -35,7 +35,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from published_models import build
+from published_models import build, count_run
 
 from gpu2tpu.measure.flops import StepCount, count_meta_step
 from gpu2tpu.pricing.catalogue import HardwareCatalogue
@@ -55,12 +55,6 @@ from gpu2tpu.pricing.step_floor import apply_floor, step_floor
 from gpu2tpu.pricing.utilisation import StepFeatures, default_fit
 
 MODELS_TABLE = Path(__file__).resolve().parents[1] / "gpu2tpu/pricing/published_runs_models.toml"
-DTYPES = {
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-    "tf32": torch.float32,
-    "fp32": torch.float32,
-}
 GOAL_MEDIAN, GOAL_WORST = 0.20, 0.40
 
 
@@ -108,14 +102,6 @@ class Row:
         if self.run.limited_by:
             return (self.high or self.expected or 0) >= self.published
         return True
-
-
-def count(run: PublishedRun) -> tuple[StepCount, int]:
-    """One training step of the run's model at its batch a chip (at least one sample)."""
-    batch = max(1, math.ceil(run.per_device_batch))
-    model, (inputs, targets), recipe = build(run.model.key, batch, run.memory_format)
-    step = count_meta_step(model, (inputs,), {}, targets, recipe.loss, DTYPES[run.precision])
-    return step, batch
 
 
 def features(row: Row) -> StepFeatures:
@@ -286,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             run.memory_format,
         )
         if key not in counted:
-            counted[key] = count(run)
+            counted[key] = count_run(run)
         step, batch = counted[key]
         rows.append(Row(run, step, batch))
     print(

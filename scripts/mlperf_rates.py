@@ -64,17 +64,14 @@ def blocks(log: list[dict]) -> list[Block]:
     out = []
     for e in log:
         meta = e.get("metadata") or {}
-        by_step = "step_num" in meta and "first_epoch_num" not in meta
         if e["key"] == "block_start":
-            if by_step:  # the step it starts at, counted off when it stops
-                starts[None] = (e["time_ms"], -int(meta["step_num"]))
-            else:
-                epochs = int(meta.get("epoch_count", 0))
-                starts[meta.get("first_epoch_num")] = (e["time_ms"], epochs)
+            # a block numbered by step starts its count at minus its first step
+            count = -int(meta["step_num"]) if _by_step(meta) else int(meta.get("epoch_count", 0))
+            starts[meta.get("first_epoch_num")] = (e["time_ms"], count)
         elif e["key"] == "block_stop" and starts:
             key = meta.get("first_epoch_num")
             start, epochs = starts.pop(key if key in starts else list(starts)[-1])
-            if by_step:
+            if _by_step(meta):
                 epochs += int(meta["step_num"])
             stop = e["time_ms"]
             inside = sum(
@@ -84,9 +81,14 @@ def blocks(log: list[dict]) -> list[Block]:
     return out
 
 
+def _by_step(meta: dict) -> bool:
+    """Whether a block event numbers its block by step (v3.1's Stable Diffusion), not epoch."""
+    return "step_num" in meta and "first_epoch_num" not in meta
+
+
 def samples_per_second(log: list[dict], samples_per_epoch: int, repeat_blocks: bool) -> float:
     stated = [e["value"] for e in log if e["key"] == "samples_per_epoch"]
-    if any("step_num" in (e.get("metadata") or {}) for e in log if e["key"] == "block_start"):
+    if any(_by_step(e.get("metadata") or {}) for e in log if e["key"] == "block_start"):
         stated = [e["value"] for e in log if e["key"] == "global_batch_size"]  # a step's
     per_epoch = int(stated[0]) if stated else samples_per_epoch
     found = blocks(log)

@@ -35,6 +35,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from gpu2tpu.measure.flops import StepCount, count_meta_step
+from gpu2tpu.pricing.published import PublishedRun
+
 # -- ResNet, ResNeXt, SE-ResNeXt -----------------------------------------------------------------
 
 
@@ -887,3 +890,23 @@ def build(
         model = model.to(memory_format=layout)
         inputs = inputs.contiguous(memory_format=layout)
     return model, (inputs, targets), recipe
+
+
+# The dtype a published run's precision computes its products in (TF32 and fp32: float32).
+PRECISION_DTYPES = {
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "tf32": torch.float32,
+    "fp32": torch.float32,
+}
+
+
+def count_run(run: PublishedRun) -> tuple[StepCount, int]:
+    """One training step of the run's model at its batch a chip (at least one sample),
+    counted on the meta device as the profiler counts it; the batch counted."""
+    batch = max(1, math.ceil(run.per_device_batch))
+    model, (inputs, targets), recipe = build(run.model.key, batch, run.memory_format)
+    step = count_meta_step(
+        model, (inputs,), {}, targets, recipe.loss, PRECISION_DTYPES[run.precision]
+    )
+    return step, batch

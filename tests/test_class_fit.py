@@ -33,7 +33,7 @@ from gpu2tpu.pricing.published import PublishedRun, load_published_runs
 from gpu2tpu.pricing.utilisation import StepFeatures, default_fit, fit_utilisation
 
 sys.path.insert(0, str(Path(__file__).parent))
-from published_models import build
+from published_models import build, count_run
 
 CATALOGUE = HardwareCatalogue.load()
 A100 = CATALOGUE.get("a100-80gb")
@@ -186,6 +186,14 @@ def test_a_unet_with_attention_takes_the_diffusion_unets_factor() -> None:
     assert "no published run of a U-Net with attention" in bound.why_not
     segmentation = fold.predict(default_fit(), A100, nnunet, "unet", "pytorch", "fp16")
     assert segmentation is not None and segmentation.calibrated
+    # and the other way round: with diffusion U-Nets alone, a segmentation U-Net is the bound
+    only = [
+        r for r in load_published_runs(MODELS_TABLE) if r not in runs or r.model_class != "unet"
+    ]
+    other = fit_without_error(only, table, CATALOGUE, default_fit())
+    unseen = other.predict(default_fit(), A100, nnunet, "unet", "pytorch", "fp16")
+    assert unseen is not None and not unseen.calibrated
+    assert "no published run of a U-Net without attention" in unseen.why_not
 
 
 def test_a_regime_no_other_publisher_calibrates_is_a_bound() -> None:
@@ -677,12 +685,9 @@ def test_the_profiler_guesses_each_published_model_the_class_its_table_gives() -
     runs: dict[str, PublishedRun] = {}
     for run in load_published_runs(MODELS_TABLE):
         runs.setdefault(run.model.key, run)
-    dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32}
     wrong = []
     for key, run in sorted(runs.items()):
-        batch = max(1, math.ceil(run.per_device_batch))
-        model, (inputs, targets), recipe = build(key, batch, run.memory_format)
-        count = count_meta_step(model, (inputs,), {}, targets, recipe.loss, dtypes[run.precision])
+        count, _ = count_run(run)
         if count.model_class != run.model_class:
             wrong.append((key, count.model_class, run.model_class))
     assert not wrong

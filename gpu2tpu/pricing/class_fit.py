@@ -96,6 +96,10 @@ MATMUL_IN_CONVOLUTIONAL = 0.05
 # convolutions at half a CNN's rate, the diffusion U-Nets of two publishers at about a
 # CNN's; one factor for both was off by 23-39% on each diffusion U-Net (docs/forecast.md).
 DIFFUSION = "diffusion"
+_FACTOR_WHAT = {
+    DIFFUSION: "a U-Net with attention (a diffusion U-Net)",
+    "unet": "a U-Net without attention",
+}
 
 
 def fusion_group(framework: str, chip_kind: str) -> str:
@@ -209,10 +213,12 @@ class ClassFit:
         seconds, u = _seconds(self.coefficients, traffic, peak, chip.hbm_bandwidth, base,
                               model_class, fusion, precision)  # fmt: skip
         missing = []
+        factor = _class_factor(model_class, traffic)
         if model_class not in self.classes:
             missing.append(f"no published {model_class} run")
-        elif f"class:{_class_factor(model_class, traffic)}" not in self.coefficients:
-            missing.append("no published run of a U-Net with attention (a diffusion U-Net)")
+        elif f"class:{factor}" not in self.coefficients:
+            # a U-Net of one kind where only the other kind was published
+            missing.append(f"no published run of {_FACTOR_WHAT[factor]}")
         elif _matmuls_as_encoder(model_class, traffic) and "encoder" not in self.classes:
             missing.append("no published encoder run (for its matmuls)")
         if fusion != "eager" and fusion not in self.fusions:
