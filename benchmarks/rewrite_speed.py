@@ -20,6 +20,9 @@ For each tree of files:
            a token of some rule: what `check` must look at), in this process;
   floor-c  the same for the files holding `cuda` only (the issue's wording of the floor);
   check    `gpu2tpu check --jobs 1` on the whole tree (a real subprocess);
+  parse    (diffusers) what check parses before any rule runs, in this process: Python's
+           parse, the statement plan, libcst's parse of the statements kept
+           (`source.parse_for_rules`), the part of check no faster rule can remove;
   check2   `gpu2tpu check --jobs 2`;
   rewrite  `gpu2tpu rewrite --jobs 1` on a fresh copy of the tree.
 And `gpu2tpu --version` (start-up; whether torch was imported, from `python -X importtime`).
@@ -247,6 +250,24 @@ def floor_seconds(files: list[Path], collector: bool = False) -> Timing:
         return time.perf_counter() - start, time.process_time() - cpu
 
 
+def parse_seconds(files: list[Path]) -> Timing:
+    """What `check` parses of `files` before any rule runs (`source.parse_for_rules`: Python's
+    parse, the statement plan, libcst's parse of the statements it keeps), in this process
+    with the garbage collection thresholds check runs with: a floor under check that no faster
+    rule can lower."""
+    from gpu2tpu.rewrite.core.model import Options
+    from gpu2tpu.rewrite.core.source import SourceError, parse_for_rules
+    from gpu2tpu.rewrite.files.collector import fewer_collections
+
+    options = Options(fix=False)
+    with fewer_collections():
+        start, cpu = time.perf_counter(), time.process_time()
+        for path in files:
+            with contextlib.suppress(SourceError):
+                parse_for_rules(path.read_text(encoding="utf-8"), options)
+        return time.perf_counter() - start, time.process_time() - cpu
+
+
 # The commands run as an installed tool does: with its modules' bytecode cached (pip writes
 # it at install). A shell with PYTHONDONTWRITEBYTECODE set would recompile gpu2tpu's ~40
 # modules in every run (about 0.1 s each time, not the tool's work); the first run writes it.
@@ -371,14 +392,15 @@ def measure_check(name: str, tree: Path, repeat: int) -> None:
     total = sum(1 for _ in tree.rglob("*.py"))
     print(f"\n{name} ({tree}): {total} files, {len(parsed)} hold a rule's token,"
           f" {len(cuda)} hold `cuda`")  # fmt: skip
-    kinds = ("floor", "floor-c", "check", "floor-c-gc")
+    kinds = ("floor", "floor-c", "check", "floor-c-gc", "parse")
     runs: dict[str, list[Timing]] = {k: [] for k in kinds}
     for _ in range(repeat):
         runs["floor"].append(floor_seconds(parsed))
         runs["floor-c"].append(floor_seconds(cuda))
         runs["check"].append(cli_seconds("check", "--jobs", "1", "-q", str(tree)))
         runs["floor-c-gc"].append(floor_seconds(cuda, collector=True))
-    (f, fcpu), (fc, fccpu), (o, ocpu), (fg, fgcpu) = (_median(runs[k]) for k in kinds)
+        runs["parse"].append(parse_seconds(parsed))
+    (f, fcpu), (fc, fccpu), (o, ocpu), (fg, fgcpu), (p, pcpu) = (_median(runs[k]) for k in kinds)
     print(f"  floor {f:.2f} s wall ({fcpu:.2f} s CPU), floor-c {fc:.2f} s ({fccpu:.2f} s),"
           f" check --jobs 1 {o:.2f} s ({ocpu:.2f} s)")  # fmt: skip
     print(f"  check/floor-c: {o / fc:.2f} ({ocpu / fccpu:.2f} CPU)   goal <= 1.3;"
@@ -387,6 +409,10 @@ def measure_check(name: str, tree: Path, repeat: int) -> None:
     # check runs with fewer collections, which speed libcst's parse as well: like for like.
     print(f"  floor-c with check's garbage collection: {fg:.2f} s ({fgcpu:.2f} s CPU);"
           f" check/that floor: {o / fg:.2f} ({ocpu / fgcpu:.2f} CPU)")  # fmt: skip
+    # What check parses before any rule runs, in this process: what no faster rule removes.
+    print(f"  check's parse alone (Python's, the plan, libcst's of the statements kept): {p:.2f} s"
+          f" ({pcpu:.2f} s CPU) = {p / fg:.2f}x that floor ({pcpu / fgcpu:.2f} CPU);"
+          f" the rules and the rest: {o - p:.2f} s")  # fmt: skip
 
 
 def measure(name: str, tree: Path, scratch: Path, repeat: int) -> None:

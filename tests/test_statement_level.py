@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from gpu2tpu.rewrite.core import parsing, statements
 from gpu2tpu.rewrite.core.model import Options
-from gpu2tpu.rewrite.core.source import SourceError, rewrite_source
+from gpu2tpu.rewrite.core.source import SourceError, parse_for_rules, rewrite_source
 
 # The CLI's modes, and those of the notebook callers (a `%%tpu` cell: the kernel's device
 # variable, earlier cells' imports, no statement may be added).
@@ -79,6 +79,15 @@ BLOCKS = [
     "with open('x') as fh:\n{ibody}",
     "class C{n}:\n    def m(self):\n{iibody}",
     "match {n}:\n    case 1:\n{iibody}\n    case _:\n        pass",
+    # Classes whose methods are held out one by one (statements.held_methods): a method
+    # reading what a kept one assigns from a token, comments between methods, decorators.
+    "class D{n}(nn.Module):\n    def m(self, a):\n{iibody}\n        # after m\n\n"
+    "    @property\n    def p(self):\n        return self.gpu\n\n"
+    "    def cuda_part(self):\n        self.gpu = int(os.environ['LOCAL_RANK'])\n"
+    "        return torch.zeros(1).to(self.gpu)",
+    "class E{n}:\n    x = {n}\n\n    def plain(self):\n        return {n}\n"
+    "    # a comment at the methods' indent\n\n    async def later(self):\n{iibody}\n\n"
+    "    def last(self):\n        global g\n        g = 1",
 ]
 # What may follow a block before the next statement: whose lines libcst gives to whom.
 GAPS = ["\n", "\n\n", "\n# a comment\n", "\n    # an indented comment\n", "\n    \n", "\n\t\n",
@@ -172,6 +181,42 @@ def _held_lines(text: str) -> int:
     return sum(g.last - g.first + 1 for g in skipped)
 
 
+def _held_methods(text: str) -> list[str]:
+    """The methods the statement-level path held out of libcst's parse in `text`."""
+    prepared = parse_for_rules(text, Options(fix=False))
+    assert prepared is not None and prepared.module is not None
+    lines = text.splitlines()
+    return [
+        lines[hold.line - 1].strip()
+        for hold in prepared.holds
+        if hold.prefix.strip() == "" and hold.prefix  # indented: inside a class
+    ]
+
+
+def test_a_kept_class_holds_out_its_methods_with_nothing_to_rewrite() -> None:
+    """One CUDA call in one method no longer has libcst parse the whole class; what the other
+    methods need stays parsed: a read of what a kept method assigns from a token (`.to(self.
+    gpu_id)`, G2T407), a use of an event a kept method makes (`self.start.record()`), a
+    `global`. Both paths give the same result."""
+    text = (
+        "import os\nimport time\nimport torch\n\n\nclass Trainer:\n"
+        "    def __init__(self):\n        self.gpu_id = int(os.environ['LOCAL_RANK'])\n"
+        "        self.start = torch.cuda.Event(enable_timing=True)\n\n"
+        "    def plain(self, y):\n        return y + 1\n\n"
+        "    @staticmethod\n    def helper(a, b):\n        return [a, b]\n\n"
+        "    def batch(self, x):\n        return x.to(self.gpu_id)\n\n"
+        "    def timed(self):\n        self.start.record()\n\n"
+        "    def counter(self):\n        global COUNT\n        COUNT = 1\n\n\n"
+        "x = torch.zeros(2).cuda()\n"
+    )
+    assert _held_methods(text) == ["def plain(self, y):", "@staticmethod"]
+    for options in MODES:
+        assert_same(text, options)
+    new = rewrite_source(text).new_text
+    assert 'x.to(self.gpu_id if device.type == "cuda" else device)' in new
+    assert "def plain(self, y):\n        return y + 1\n" in new  # put back as written
+
+
 def test_the_statement_level_path_holds_statements_out() -> None:
     """Not vacuous: a file with one CUDA statement among plain ones keeps libcst off the rest,
     and the rewrite is still the same as with the whole module parsed."""
@@ -184,6 +229,36 @@ def test_the_statement_level_path_holds_statements_out() -> None:
     for options in MODES:
         assert_same(text, options)
     assert "device" in rewrite_source(text).new_text
+
+
+def test_parse_for_rules_parses_what_rewrite_source_parses() -> None:
+    """The benchmark's parse-only floor (`source.parse_for_rules`) is the parse `check` runs on:
+    the same statements held out, the same libcst tree; nothing for a text with no token."""
+    text = (
+        "import torch\n\n\nclass Plain:\n    def m(self):\n        return 1\n\n\n"
+        "x = torch.zeros(2).cuda()\n\n\ndef more():\n    return 2\n"
+    )
+    seen: list[parsing.Prepared] = []
+    real = parsing.prepare
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(real(*args, **kwargs))
+        return seen[-1]
+
+    import gpu2tpu.rewrite.core.source as source
+
+    source.prepare = spy  # type: ignore[assignment]
+    try:
+        rewrite_source(text, Options(fix=False))
+    finally:
+        source.prepare = real  # type: ignore[assignment]
+    alone = source.parse_for_rules(text, Options(fix=False))
+    assert alone is not None and alone.module is not None and seen[0].module is not None
+    spans = [(g.first, g.last) for g in alone.skipped or ()]
+    assert spans == [(g.first, g.last) for g in seen[0].skipped or ()] == [(4, 6), (12, 13)]
+    assert alone.module.code == seen[0].module.code
+    assert alone.module.deep_equals(seen[0].module)
+    assert source.parse_for_rules("import os\nprint(os.sep)\n") is None
 
 
 def test_the_uses_of_a_timing_event_are_parsed_wherever_they_are() -> None:

@@ -216,7 +216,11 @@ def _parse_skipping(
 ) -> bool:
     """Parse `prepared`'s text with the top-level statements of `skip` held out; False (and
     `prepared` as it was) when libcst rejects a statement or counts the statements otherwise."""
-    held = [(stmt, "with nothing to rewrite") for group in skip.held for stmt in group.stmts]
+    held = [
+        (stmt, "with nothing to rewrite")
+        for group in (*skip.held, *skip.methods)
+        for stmt in group.stmts
+    ]
     blocks = {}
     if skip.first_block is not None and skip.indent is not None:
         blocks[id(skip.first_block.stmts[0])] = skip.indent

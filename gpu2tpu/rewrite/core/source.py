@@ -36,7 +36,14 @@ from .positions import source_span, statement_position
 from .torch_compat import compat_calls
 from .verify import Problem
 
-__all__ = ["SourceError", "one_parse", "parse_module", "prefilter_tokens", "rewrite_source"]
+__all__ = [
+    "SourceError",
+    "one_parse",
+    "parse_for_rules",
+    "parse_module",
+    "prefilter_tokens",
+    "rewrite_source",
+]
 
 
 def prefilter_tokens(options: Options) -> tuple[bytes, ...]:
@@ -107,6 +114,22 @@ def rewrite_source(
         first.result.required_imports,
     )
     return net.verified(text, first, rerun, _top_level_spans(prepared), known, prepared.tree)
+
+
+def parse_for_rules(text: str, options: Options | None = None) -> Prepared | None:
+    """What `rewrite_source(text, options)` parses before any rule runs (Python's parse, the
+    statement plan and its facts, libcst's parse of the statements it keeps), and nothing
+    else; None when no selected rule's token is in the text (nothing is parsed).
+
+    `benchmarks/rewrite_speed.py` times it: the part of `check` that no faster rule can
+    remove, so what `check` costs against libcst's own parse and codegen at the least.
+    """
+    options = options or Options()
+    holds = _token_finder(text)
+    selected = [r for r in rules_for(options) if any(map(holds, r.tokens))]
+    if not selected:
+        return None
+    return _prepare(text, selected, options, _statement_level(selected, options))[0]
 
 
 def _token_finder(text: str) -> Callable[[bytes], bool]:

@@ -30,14 +30,18 @@ the condition for holding a statement out, checked here:
   indented block is held out, its placeholder is a block of that indent (read with
   `tokenize`).
 
-Everything else — rules that see the whole module (`Rule.whole_module`), files with statements
-held out for depth, short modules — takes the whole-module parse (`statement_level` False).
+Inside a kept class the methods are units on the same terms, with what the rules read across
+methods kept (`held_methods` says what). Everything else — rules that see the whole module
+(`Rule.whole_module`), files with statements held out for depth, short modules — takes the
+whole-module parse (`statement_level` False).
 """
 
 from __future__ import annotations
 
 import ast
+import bisect
 import io
+import itertools
 import tokenize
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -79,6 +83,8 @@ class Plan:
     # indented alike, so that libcst takes the same default indent (and so leaves the same
     # blocks' own indents unset) as from the whole module.
     first_block: Group | None = None
+    # Methods held out of the classes libcst parses (`held_methods`), one group each.
+    methods: tuple[Group, ...] = ()
 
 
 def groups(tree: ast.Module) -> list[Group]:
@@ -139,7 +145,7 @@ def plan(
             or any(group.first <= line <= group.last for line in wanted)
         )
         seen += len(group.stmts)
-    _keep_users(found, codes, keep, tuple(follow))
+    bound = _keep_users(found, codes, keep, tuple(follow))
     # Rules read the statements next to the one they visit (`torch.manual_seed(s)` before a
     # CUDA seed call, seeding lines between): the simple statements around a kept one are
     # kept too, up to the next compound statement.
@@ -151,51 +157,176 @@ def plan(
                 keep[j] = True
                 j += step
     held: list[Group] = []
+    methods: list[Group] = []
+    if any(
+        kept and isinstance(g.stmts[0], ast.ClassDef) for g, kept in zip(found, keep, strict=True)
+    ):
+        bound = _merge(bound, _token_bindings(found, keep, lines, words))
+    seen = 0
     for index, group in enumerate(found):
+        start, seen = seen, seen + len(group.stmts)
         if keep[index]:
+            if start >= protected:
+                methods += held_methods(group, lines, words, wanted, bound)
             continue
         if not simple[index]:
             end = found[index + 1].first - 1 if index + 1 < len(found) else len(lines)
             if not _clean_gap(lines[group.last : end]):
                 continue
         held.append(group)
-    if not held:
+    if not held and not methods:
         return None
     first = _first_indented(found, lines)
     if first is None or first[0] not in held:
-        return Plan(tuple(held), None)
+        return Plan(tuple(held), None, methods=tuple(methods))
     group, indent = first
     if indent is None or indent.strip(" \t") != "":
         held.remove(group)  # its indent is unknown: libcst reads it from the statement
-        return Plan(tuple(held), None) if held else None
-    return Plan(tuple(held), indent, group)
+        return Plan(tuple(held), None, methods=tuple(methods)) if held or methods else None
+    return Plan(tuple(held), indent, group, tuple(methods))
+
+
+def held_methods(
+    group: Group, lines: list[str], words: tuple[str, ...], wanted: list[int], bound: Bound
+) -> list[Group]:
+    """The methods of a kept top-level class that libcst need not parse either.
+
+    A class is one top-level statement: one CUDA call in one method of a 2,000-line model
+    had libcst parse all of it. A method is held out on the same terms as a top-level
+    statement (no token, no name an import of a token binds, no CUDA-only package, no device
+    argument an int reaches) and on two more that hold because of what the rules read
+    beyond the node they visit: the flow facts (analysis/flow.py) look names up in the
+    function's own scopes and the module's, never in a class's, and follow no attribute, so a
+    method binds nothing another statement reads, unless it declares a name `global` or
+    `nonlocal` (then it is kept); and the rules that follow the names their statements bind
+    (`Rule.follows_names`) may follow them into a method as an attribute
+    (`self.start = torch.cuda.Event(...)` in `__init__`, `self.start.record()` in `step`), so
+    a method that names a variable or attribute such a statement binds is kept. Its
+    placeholder spans the same lines from the same column, so every line and column, the
+    class's indent and the statements around it stay as a whole parse has them.
+    """
+    stmt = group.stmts[0]
+    if len(group.stmts) != 1 or not isinstance(stmt, ast.ClassDef):
+        return []
+    names, attributes = bound
+    out: list[Group] = []
+    for method in stmt.body:
+        if not isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        first = min([method.lineno, *(d.lineno for d in method.decorator_list)])
+        last = method.end_lineno or method.lineno
+        if first <= stmt.lineno or any(first <= line <= last for line in wanted):
+            continue
+        code = "".join(lines[first - 1 : last])
+        if any(t in code for t in words):
+            continue
+        # The text says whether the method may name one (a substring search each); only
+        # then is its tree walked to tell a name from a word in a string or a comment.
+        read = {n for n in names if n in code}
+        read_attributes = {a for a in attributes if a in code}
+        scoped = "global" in code or "nonlocal" in code
+        if (read or read_attributes or scoped) and any(
+            isinstance(node, ast.Global | ast.Nonlocal)
+            or (isinstance(node, ast.Name) and node.id in read)
+            or (isinstance(node, ast.Attribute) and node.attr in read_attributes)
+            for node in ast.walk(method)
+        ):
+            continue
+        out.append(Group((method,), first, last))
+    return out
+
+
+Bound = tuple[frozenset[str], frozenset[str]]  # variables, attributes
+_ASSIGNS = (ast.Assign, ast.AnnAssign, ast.AugAssign)
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _token_bindings(
+    found: list[Group], keep: list[bool], lines: list[str], words: tuple[str, ...]
+) -> Bound:
+    """The module-level variables and the attributes that kept statements assign from a
+    token (`self.gpu_id = int(os.environ["LOCAL_RANK"])`): rules follow such values into
+    the statements that read them (`.to(self.gpu_id)`, G2T407), which hold no token."""
+    names: set[str] = set()
+    attributes: set[str] = set()
+    for group, kept in zip(found, keep, strict=True):
+        if not kept:
+            continue
+        marked = _lines_with(lines, group, words)
+        if not marked:
+            continue
+        # Statements only (an assignment is one), not their expressions: a walk of every
+        # node of the kept classes cost more than the plan saved.
+        # (statement, whether it runs in the module's scope: its names are globals)
+        stack: list[tuple[ast.stmt, bool]] = [(stmt, True) for stmt in group.stmts]
+        while stack:
+            node, module_scope = stack.pop()
+            last = node.end_lineno or node.lineno
+            at = bisect.bisect_left(marked, node.lineno)
+            if at == len(marked) or marked[at] > last:
+                continue  # no token in it, nor in anything it holds
+            if isinstance(node, _ASSIGNS):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    for part in ast.walk(target):
+                        if isinstance(part, ast.Attribute):
+                            attributes.add(part.attr)
+                        elif isinstance(part, ast.Name) and module_scope:
+                            names.add(part.id)
+                continue
+            inner = module_scope and not isinstance(node, _DEFINITIONS)
+            blocks = [getattr(node, field, ()) for field in ("body", "orelse", "finalbody")]
+            blocks += [handler.body for handler in getattr(node, "handlers", ())]
+            blocks += [case.body for case in getattr(node, "cases", ())]
+            stack.extend((child, inner) for block in blocks for child in block)
+    return frozenset(names), frozenset(attributes)
+
+
+def _lines_with(lines: list[str], group: Group, words: tuple[str, ...]) -> list[int]:
+    """The lines of `group` (1-based) that hold one of `words`."""
+    own = lines[group.first - 1 : group.last]
+    code = "".join(own)
+    ends = list(itertools.accumulate(map(len, own)))  # offset just past each line
+    found: set[int] = set()
+    for word in words:
+        at = code.find(word)
+        while at >= 0:
+            found.add(group.first + bisect.bisect_right(ends, at))
+            at = code.find(word, at + 1)
+    return sorted(found)
+
+
+def _merge(a: Bound, b: Bound) -> Bound:
+    return a[0] | b[0], a[1] | b[1]
 
 
 def _keep_users(
     found: list[Group], codes: list[str], keep: list[bool], follow: tuple[str, ...]
-) -> None:
+) -> Bound:
     """Keep every statement that names a variable bound by a kept statement holding one of
-    the `follow` tokens (`codes`: each statement's text)."""
+    the `follow` tokens (`codes`: each statement's text); return the variables and the
+    attributes (`self.start = ...`) those statements bind."""
     if not follow:
-        return
+        return frozenset(), frozenset()
     bound: set[str] = set()
+    attributes: set[str] = set()
     for group, code, kept in zip(found, codes, keep, strict=True):
         if kept and any(t in code for t in follow):
-            bound |= {
-                node.id
-                for stmt in group.stmts
-                for node in ast.walk(stmt)
-                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
-            }
-    if not bound:
-        return
-    for index, group in enumerate(found):
-        if not keep[index]:
-            keep[index] = any(
-                isinstance(node, ast.Name) and node.id in bound
-                for stmt in group.stmts
-                for node in ast.walk(stmt)
-            )
+            for stmt in group.stmts:
+                for node in ast.walk(stmt):
+                    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                        bound.add(node.id)
+                    elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                        attributes.add(node.attr)
+    if bound:
+        for index, group in enumerate(found):
+            if not keep[index]:
+                keep[index] = any(
+                    isinstance(node, ast.Name) and node.id in bound
+                    for stmt in group.stmts
+                    for node in ast.walk(stmt)
+                )
+    return frozenset(bound), frozenset(attributes)
 
 
 def _clean_gap(gap: list[str]) -> bool:
