@@ -217,6 +217,29 @@ def test_a_kept_class_holds_out_its_methods_with_nothing_to_rewrite() -> None:
     assert "def plain(self, y):\n        return y + 1\n" in new  # put back as written
 
 
+def test_a_training_loop_token_counts_only_where_a_loop_is() -> None:
+    """`model(`, `.step(` and `.item()` select the training-loop hazards (G2T601-604), which are
+    reported inside a loop only (`Rule.in_loops_only`): a method or function that holds one
+    and no loop is held out, one with a loop is parsed and its finding made, as with the
+    whole module parsed."""
+    text = (
+        "import torch\n\n\nclass Runner:\n"
+        "    def once(self, model, x):\n        return model(x).item()\n\n"
+        "    def train(self, model, loader, opt):\n        for x in loader:\n"
+        "            loss = model(x)\n            loss.backward()\n            opt.step()\n"
+        "            print(loss.item())\n\n"
+        "    def gpu(self):\n        return torch.zeros(1).cuda()\n\n\n"
+        "def evaluate(model, x):\n    return model(x).cpu()\n\n\n"
+        "y = 1\n"
+    )
+    assert _held_methods(text) == ["def once(self, model, x):"]
+    assert _held_lines(text) == 3  # `evaluate`, and `y = 1`
+    for options in MODES:
+        assert_same(text, options)
+    found = rewrite_source(text, Options(fix=False)).findings
+    assert [(f.code, f.line) for f in found if f.code == "G2T601"] == [("G2T601", 13)]
+
+
 def test_the_statement_level_path_holds_statements_out() -> None:
     """Not vacuous: a file with one CUDA statement among plain ones keeps libcst off the rest,
     and the rewrite is still the same as with the whole module parsed."""

@@ -224,7 +224,10 @@ def _parse_skipping(
     blocks = {}
     if skip.first_block is not None and skip.indent is not None:
         blocks[id(skip.first_block.stmts[0])] = skip.indent
-    cst_text = _hold(prepared, lines, statements, held, tokens, blocks)
+    # What a held statement may not hold (a guard): the plan's own tokens, less those that
+    # count only where a loop is (a statement holding one and no loop is held).
+    guard = tuple(t for t in tokens if t not in skip.in_loops)
+    cst_text = _hold(prepared, lines, statements, held, guard, blocks)
     try:
         module = parse_module(cst_text)
     except SourceError:

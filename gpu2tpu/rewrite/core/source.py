@@ -156,6 +156,15 @@ def _prepare(
     follow = {
         t.decode("utf-8", "surrogateescape") for r in rules if r.follows_names for t in r.tokens
     }
+    # Tokens that only rules reporting inside loops hold: they count where a loop is.
+    others = {t for r in rules if not r.in_loops_only for t in r.tokens}
+    in_loops = {
+        t.decode("utf-8", "surrogateescape")
+        for r in rules
+        if r.in_loops_only
+        for t in r.tokens
+        if t not in others
+    }
     planner = None
     names: list[ModuleNames] = []  # made once, for the plan and the rules
     devices = any(r.follows_devices for r in rules)
@@ -164,7 +173,7 @@ def _prepare(
         def planner(tree: ast.Module, lines: list[str]) -> statements.Plan | None:
             names.append(ModuleNames(text, tree, options.prior_imports))
             keep = ordinal_argument_lines(text, names[0]) if devices else frozenset()
-            return statements.plan(tree, lines, tokens, names[0].imports, follow, keep)
+            return statements.plan(tree, lines, tokens, names[0].imports, follow, keep, in_loops)
 
     prepared = prepare(text, tokens, planner)
     return prepared, (names[0] if names else None)

@@ -85,6 +85,8 @@ class Plan:
     first_block: Group | None = None
     # Methods held out of the classes libcst parses (`held_methods`), one group each.
     methods: tuple[Group, ...] = ()
+    # Tokens a held statement may hold: those that count only where a loop is.
+    in_loops: tuple[str, ...] = ()
 
 
 def groups(tree: ast.Module) -> list[Group]:
@@ -115,6 +117,7 @@ def plan(
     imports: dict[str, str],
     follow: Iterable[str] = (),
     keep_lines: Iterable[int] = (),
+    loop_tokens: Iterable[str] = (),
 ) -> Plan | None:
     """The top-level statements libcst need not parse (None: none, parse the whole module).
 
@@ -122,7 +125,9 @@ def plan(
     the selected rules; `imports` every name an import binds -> its qualified name; `follow`
     the tokens of the rules that follow the names their statements bind; `keep_lines`
     lines whose statements are kept whatever they hold (a device argument that an int
-    written elsewhere reaches: analysis/values.py).
+    written elsewhere reaches: analysis/values.py); `loop_tokens` those of `tokens` that only
+    rules reporting inside loops hold (`Rule.in_loops_only`): they count in a statement or a
+    method that holds a loop.
     """
     found = groups(tree)
     if len(found) < MIN_STATEMENTS:
@@ -131,6 +136,8 @@ def plan(
     # The same widening as the traversal's filter (source._statements_to_visit).
     raw |= {local for local, full in imports.items() if any(t in full for t in raw)}
     raw |= CUDA_ONLY_PACKAGES  # what a region after `assert torch.cuda...` is scanned for
+    in_loops = raw & set(loop_tokens)
+    holder = _Words(tuple(raw - in_loops), tuple(in_loops))
     words = tuple(raw)
     protected = device_line_after(tree)  # counted in Python's statements
     keep: list[bool] = []
@@ -141,7 +148,7 @@ def plan(
         keep.append(
             seen < protected
             or any(isinstance(s, _IMPORTS) for s in group.stmts)
-            or any(t in code for t in words)
+            or holder.held_by(code, group.stmts)
             or any(group.first <= line <= group.last for line in wanted)
         )
         seen += len(group.stmts)
@@ -167,7 +174,7 @@ def plan(
         start, seen = seen, seen + len(group.stmts)
         if keep[index]:
             if start >= protected:
-                methods += held_methods(group, lines, words, wanted, bound)
+                methods += held_methods(group, lines, holder, wanted, bound)
             continue
         if not simple[index]:
             end = found[index + 1].first - 1 if index + 1 < len(found) else len(lines)
@@ -178,16 +185,18 @@ def plan(
         return None
     first = _first_indented(found, lines)
     if first is None or first[0] not in held:
-        return Plan(tuple(held), None, methods=tuple(methods))
+        return Plan(tuple(held), None, methods=tuple(methods), in_loops=holder.in_loops)
     group, indent = first
     if indent is None or indent.strip(" \t") != "":
         held.remove(group)  # its indent is unknown: libcst reads it from the statement
-        return Plan(tuple(held), None, methods=tuple(methods)) if held or methods else None
-    return Plan(tuple(held), indent, group, tuple(methods))
+        if not held and not methods:
+            return None
+        return Plan(tuple(held), None, methods=tuple(methods), in_loops=holder.in_loops)
+    return Plan(tuple(held), indent, group, tuple(methods), holder.in_loops)
 
 
 def held_methods(
-    group: Group, lines: list[str], words: tuple[str, ...], wanted: list[int], bound: Bound
+    group: Group, lines: list[str], holder: _Words, wanted: list[int], bound: Bound
 ) -> list[Group]:
     """The methods of a kept top-level class that libcst need not parse either.
 
@@ -218,7 +227,7 @@ def held_methods(
         if first <= stmt.lineno or any(first <= line <= last for line in wanted):
             continue
         code = "".join(lines[first - 1 : last])
-        if any(t in code for t in words):
+        if holder.held_by(code, (method,)):
             continue
         # The text says whether the method may name one (a substring search each); only
         # then is its tree walked to tell a name from a word in a string or a comment.
@@ -237,6 +246,28 @@ def held_methods(
 
 
 Bound = tuple[frozenset[str], frozenset[str]]  # variables, attributes
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+@dataclass(frozen=True)
+class _Words:
+    """What makes a statement one to parse: a word of `always`, or a word of `in_loops` in a
+    statement that holds a loop (a training loop's hazards are reported inside one only)."""
+
+    always: tuple[str, ...]
+    in_loops: tuple[str, ...]
+
+    def held_by(self, code: str, stmts: Iterable[ast.stmt]) -> bool:
+        """Whether the statements `stmts`, whose text is `code`, hold such a word."""
+        if any(t in code for t in self.always):
+            return True
+        if not any(t in code for t in self.in_loops):
+            return False
+        if "for" not in code and "while" not in code:
+            return False  # no loop in the text: no need to walk the tree
+        return any(isinstance(node, _LOOPS) for stmt in stmts for node in ast.walk(stmt))
+
+
 _ASSIGNS = (ast.Assign, ast.AnnAssign, ast.AugAssign)
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 

@@ -605,6 +605,9 @@ class Rule(BaseRule):
     - `follows_devices`: the rule follows device values into device arguments wherever those
       are (analysis/values.py): the statements whose device argument an int written elsewhere
       reaches are parsed and visited, token or not.
+    - `in_loops_only`: the rule reports only nodes inside a `for` or `while` loop of their own
+      function (the training-loop hazards): the statement-level parse counts the tokens that
+      only such rules hold in a top-level statement or a method only when it holds a loop.
     - `uses_flow`: the rule asks `ctx.flow` (loops, bindings, value kinds): the traversal then
       runs the flow recorder before the rules, and flow answers are complete from
       `leave_Module` on.
@@ -640,6 +643,7 @@ class Rule(BaseRule):
     follows_names: ClassVar[bool] = False
     decides_last: ClassVar[bool] = False
     follows_devices: ClassVar[bool] = False
+    in_loops_only: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         check_hooks(cls)  # before it registers: a refused rule leaves no code behind

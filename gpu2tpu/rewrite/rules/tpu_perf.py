@@ -104,6 +104,7 @@ class HostSyncInLoop(_PerfRule):
     """
 
     code = "G2T601"
+    in_loops_only = True  # inside a training loop
     name = "host-sync-in-loop"
     message = "`{read}` inside {loop} copies to the host and waits every step"
     hint = "keep it on the device (`total += loss.detach()`) and read it every N steps"
@@ -138,6 +139,7 @@ class PrintTensorInLoop(_PerfRule):
     """
 
     code = "G2T602"
+    in_loops_only = True  # inside a training loop
     name = "print-tensor-in-loop"
     message = "printing or logging a tensor inside {loop} waits every step"
     hint = "log it every N steps (`if step % 100 == 0:`), or accumulate on the device"
@@ -174,6 +176,7 @@ class TensorControlFlow(_PerfRule):
     """
 
     code = "G2T603"
+    in_loops_only = True  # in a training loop (or a `while` loop's test)
     name = "tensor-control-flow"
     message = "`{what}` branches on a tensor value inside {loop}"
     hint = "keep the decision on the device (`torch.where`, a mask), or decide every N steps"
@@ -243,6 +246,7 @@ class DynamicShapeInLoop(_PerfRule):
     """
 
     code = "G2T604"
+    in_loops_only = True  # inside a training loop
     name = "dynamic-shape-in-loop"
     message = "`{what}` inside {loop} has a data-dependent shape"
     hint = "keep shapes static: `torch.where(mask, x, 0)` or `x * mask`; `torch.nonzero_static`"
