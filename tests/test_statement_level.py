@@ -161,8 +161,8 @@ def test_generated_files_give_the_same_result(text: str, options: Options) -> No
     assert_same(text, options)
 
 
-def _held_lines(text: str) -> int:
-    """How many lines the statement-level path kept from libcst in `text`."""
+def _prepared_by_check(text: str) -> parsing.Prepared:
+    """What `rewrite_source(text)` in check mode parsed (its first `prepare`)."""
     seen: list[parsing.Prepared] = []
     real = parsing.prepare
 
@@ -177,7 +177,12 @@ def _held_lines(text: str) -> int:
         rewrite_source(text, Options(fix=False))
     finally:
         source.prepare = real  # type: ignore[assignment]
-    skipped = seen[0].skipped or ()
+    return seen[0]
+
+
+def _held_lines(text: str) -> int:
+    """How many lines the statement-level path kept from libcst in `text`."""
+    skipped = _prepared_by_check(text).skipped or ()
     return sum(g.last - g.first + 1 for g in skipped)
 
 
@@ -261,27 +266,14 @@ def test_parse_for_rules_parses_what_rewrite_source_parses() -> None:
         "import torch\n\n\nclass Plain:\n    def m(self):\n        return 1\n\n\n"
         "x = torch.zeros(2).cuda()\n\n\ndef more():\n    return 2\n"
     )
-    seen: list[parsing.Prepared] = []
-    real = parsing.prepare
-
-    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
-        seen.append(real(*args, **kwargs))
-        return seen[-1]
-
-    import gpu2tpu.rewrite.core.source as source
-
-    source.prepare = spy  # type: ignore[assignment]
-    try:
-        rewrite_source(text, Options(fix=False))
-    finally:
-        source.prepare = real  # type: ignore[assignment]
-    alone = source.parse_for_rules(text, Options(fix=False))
-    assert alone is not None and alone.module is not None and seen[0].module is not None
+    checked = _prepared_by_check(text)
+    alone = parse_for_rules(text, Options(fix=False))
+    assert alone is not None and alone.module is not None and checked.module is not None
     spans = [(g.first, g.last) for g in alone.skipped or ()]
-    assert spans == [(g.first, g.last) for g in seen[0].skipped or ()] == [(4, 6), (12, 13)]
-    assert alone.module.code == seen[0].module.code
-    assert alone.module.deep_equals(seen[0].module)
-    assert source.parse_for_rules("import os\nprint(os.sep)\n") is None
+    assert spans == [(g.first, g.last) for g in checked.skipped or ()] == [(4, 6), (12, 13)]
+    assert alone.module.code == checked.module.code
+    assert alone.module.deep_equals(checked.module)
+    assert parse_for_rules("import os\nprint(os.sep)\n") is None
 
 
 def test_the_uses_of_a_timing_event_are_parsed_wherever_they_are() -> None:

@@ -81,7 +81,7 @@ def rewrite_source(
     """
     options = options or Options()
     holds = _token_finder(text) if prefilter else None
-    selected = [r for r in rules_for(options) if holds is None or any(map(holds, r.tokens))]
+    selected = _selected(options, holds)
     if not selected:
         return Result(text, (), (), options.device_name, False)
     shared = _SHARED.get()
@@ -125,11 +125,15 @@ def parse_for_rules(text: str, options: Options | None = None) -> Prepared | Non
     remove, so what `check` costs against libcst's own parse and codegen at the least.
     """
     options = options or Options()
-    holds = _token_finder(text)
-    selected = [r for r in rules_for(options) if any(map(holds, r.tokens))]
+    selected = _selected(options, _token_finder(text))
     if not selected:
         return None
     return _prepare(text, selected, options, _statement_level(selected, options))[0]
+
+
+def _selected(options: Options, holds: Callable[[bytes], bool] | None) -> list[type[Rule]]:
+    """The rules of `options` whose tokens the text holds (`holds`; None: every rule)."""
+    return [r for r in rules_for(options) if holds is None or any(map(holds, r.tokens))]
 
 
 def _token_finder(text: str) -> Callable[[bytes], bool]:

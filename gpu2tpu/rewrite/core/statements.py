@@ -138,15 +138,16 @@ def plan(
     raw |= CUDA_ONLY_PACKAGES  # what a region after `assert torch.cuda...` is scanned for
     in_loops = raw & set(loop_tokens)
     holder = _Words(tuple(raw - in_loops), tuple(in_loops))
-    words = tuple(raw)
     protected = device_line_after(tree)  # counted in Python's statements
     keep: list[bool] = []
+    startup: list[bool] = []  # in the module's start-up block
     codes = ["".join(lines[group.first - 1 : group.last]) for group in found]
     seen = 0
     wanted = sorted(set(keep_lines))
     for group, code in zip(found, codes, strict=True):
+        startup.append(seen < protected)
         keep.append(
-            seen < protected
+            startup[-1]
             or any(isinstance(s, _IMPORTS) for s in group.stmts)
             or holder.held_by(code, group.stmts)
             or any(group.first <= line <= group.last for line in wanted)
@@ -168,12 +169,10 @@ def plan(
     if any(
         kept and isinstance(g.stmts[0], ast.ClassDef) for g, kept in zip(found, keep, strict=True)
     ):
-        bound = _merge(bound, _token_bindings(found, keep, lines, words))
-    seen = 0
+        bound = _merge(bound, _token_bindings(found, keep, lines, holder.always + holder.in_loops))
     for index, group in enumerate(found):
-        start, seen = seen, seen + len(group.stmts)
         if keep[index]:
-            if start >= protected:
+            if not startup[index]:
                 methods += held_methods(group, lines, holder, wanted, bound)
             continue
         if not simple[index]:
